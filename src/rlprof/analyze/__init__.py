@@ -1,0 +1,1 @@
+"""Analysis: reads trace files, never imports torch, the trainer or collect."""

@@ -1,0 +1,129 @@
+"""`rlprof` command line. Bad input: one line on stderr naming what is wrong, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+import typer
+
+from .errors import RLProfError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Selective profiling for RL post-training of LLMs (GRPO/DAPO/PPO).")
+
+
+def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """[CONFIG] [key=value ...]: the first argument is a config file unless it is an override."""
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
+def fail(message: str) -> None:
+    typer.echo(f"rlprof: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _guarded(fn):
+    """Turn rlprof's own errors into one line + exit 2 (no traceback)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RLProfError as exc:
+            fail(str(exc))
+
+    return wrapper
+
+
+@app.command()
+@_guarded
+def plan(
+    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] then Hydra-style key=value overrides"),
+    rank: int = typer.Option(0, "--rank", help="rank to resolve for (rollout: replica index in async mode)"),
+    world_size: int = typer.Option(1, "--world-size", help="number of processes in the job"),
+    as_json: bool = typer.Option(False, "--json", help="print the resolved plan as JSON"),
+    device: str = typer.Option("auto", "--device", help="resolve as on a machine with: auto, cpu, cuda, npu"),
+):
+    """Dry run: resolve a profiling config and show what will be collected, where."""
+    from .config import load_plan, machine_warnings
+    from .config.describe import plan_json, plan_words
+
+    if device not in ("auto", "cpu", "cuda", "npu"):
+        fail(f"--device {device!r} is not allowed; allowed: auto, cpu, cuda, npu")
+    if rank < 0 or world_size < 1:
+        fail(f"--rank must be >= 0 and --world-size >= 1 (got {rank}, {world_size})")
+    config, overrides = split_config_args(list(args or []))
+    dev = None if device == "auto" else device
+    resolved = load_plan(config, overrides, device=dev)
+    warnings = machine_warnings(resolved, dev)
+    if as_json:
+        typer.echo(json.dumps(plan_json(resolved, rank=rank, world_size=world_size, warnings=warnings), indent=2))
+    else:
+        typer.echo(plan_words(resolved, rank=rank, world_size=world_size, warnings=warnings))
+
+
+DEMO_DEFAULTS = ["global_profiler.tool=torch", "global_profiler.steps=[2]",
+                 "actor_rollout_ref.actor.profiler.enable=true"]
+
+
+@app.command()
+@_guarded
+def demo(
+    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] then key=value overrides"),
+    steps: int = typer.Option(3, "--steps", min=1, help="training steps to run"),
+):
+    """Run a small profiled RL-shaped loop on this machine and list what it collected."""
+    from .config import load_config, resolve_plan
+    from .collect.manifest import read_rows
+
+    config, overrides = split_config_args(list(args or []))
+    data = load_config(config, (DEMO_DEFAULTS if config is None else []) + overrides)
+    resolved = resolve_plan(data)
+    import torch  # noqa: F401  (only now: the dry-run commands never pay for it)
+
+    from .collect import Profiler
+    from .demo import DemoShape, run_demo
+
+    prof = Profiler(resolved)
+    with prof:
+        rewards = run_demo(prof, DemoShape(steps=steps))
+    typer.echo(f"demo: {steps} steps, mean reward per step: " + ", ".join(f"{r:.3f}" for r in rewards))
+    run_dirs = sorted({prof.run_dir(r.role) for r in resolved.roles if r.enabled})
+    for run_dir in run_dirs:
+        if (run_dir / "manifest.jsonl").exists():
+            _print_manifest(run_dir, read_rows(run_dir))
+    if not prof.windows_written:
+        typer.echo("no windows were collected (the plan selects nothing on this process)")
+
+
+def _print_manifest(run_dir, rows) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"windows in {run_dir}")
+    for col in ("step", "role", "stage", "rank", "tool", "mode", "window", "status", "bytes", "path"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(r.get(c)) for c in ("step", "role", "stage", "rank", "tool", "mode", "window", "status",
+                                                 "bytes", "path")))
+    Console(width=max(140, Console().width)).print(table)
+
+
+def main() -> None:
+    # Kineto logs every profiler start/stop at info level; it reads this once, when torch loads.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    try:
+        app()
+    except RLProfError as exc:  # pragma: no cover - commands already turn these into exit 2
+        print(f"rlprof: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The one small interface every collection backend implements.
+
+A backend instance serves one window: start() when it opens, step() on each schedule tick of the
+window's unit, range() for stage / unit / mark ranges inside it, stop() when it closes. stop()
+returns what was written, one Output per recorded schedule cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Callable
+
+from ...config.plan import RolePlan, Schedule
+
+
+@dataclasses.dataclass
+class Output:
+    path: Path | None  # file or directory; None where the tool writes elsewhere (nsys)
+    index: int | None  # schedule cycle (the _w{K} of the file name), None without a schedule
+    start_ns: int
+    end_ns: int
+    status: str = "complete"
+    bytes: int = 0
+    error: str | None = None
+    finalize_to: str | None = None  # raw Chrome-trace JSON: the final .json.gz name it becomes
+
+
+@dataclasses.dataclass
+class WindowSpec:
+    """What a backend needs to know about the window it serves."""
+
+    run_dir: Path
+    steps: tuple[int, ...]
+    role: str
+    stage: str | None  # None for an end-to-end window
+    rank: int
+    world_size: int
+    replica: int | None
+    plan: RolePlan
+    base_name: Callable[[int | None], str]  # schedule cycle index -> file stem
+
+    @property
+    def schedule(self) -> Schedule | None:
+        return self.plan.schedule
+
+    @property
+    def multi_cycle(self) -> bool:
+        return self.schedule is not None and self.schedule.repeat != 1
+
+
+class Backend:
+    tool = "base"
+    writes_files = True
+
+    def __init__(self, spec: WindowSpec):
+        self.spec = spec
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """One unit of the schedule's unit has elapsed."""
+
+    def range(self, name: str) -> AbstractContextManager:
+        raise NotImplementedError
+
+    def stop(self) -> list[Output]:
+        raise NotImplementedError
+
+
+class CycleTracker:
+    """rlprof's own schedule state machine, for backends that have none (nsys, torch_memory)."""
+
+    def __init__(self, schedule: Schedule | None):
+        self.schedule = schedule
+        self.k = 0
+
+    def phase(self) -> tuple[str, int]:
+        if self.schedule is None:
+            return "active", 0
+        return self.schedule.phase(self.k)
+
+    def advance(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        before = self.phase()
+        self.k += 1
+        return before, self.phase()

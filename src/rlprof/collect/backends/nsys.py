@@ -1,0 +1,102 @@
+"""Nsight Systems: NVTX ranges + cudaProfilerStart/Stop capture ranges for an outer
+`nsys profile --capture-range=cudaProfilerApi`. rlprof writes no trace file itself."""
+
+from __future__ import annotations
+
+import time
+
+from .base import Backend, CycleTracker, Output
+
+
+class CudaNvtxApi:
+    """The real calls: torch.cuda.profiler for capture ranges, the `nvtx` package (else torch.cuda.nvtx)."""
+
+    def __init__(self):
+        import torch
+
+        self._profiler = torch.cuda.profiler
+        try:
+            import nvtx
+
+            self._domain = nvtx.get_domain("rlprof")
+            self._nvtx = nvtx
+        except ImportError:
+            self._nvtx = None
+            self._torch_nvtx = torch.cuda.nvtx
+
+    def capture_start(self) -> None:
+        self._profiler.start()
+
+    def capture_stop(self) -> None:
+        self._profiler.stop()
+
+    def range_push(self, name: str):
+        if self._nvtx is not None:
+            return self._domain.start_range(self._domain.get_event_attributes(message=name))
+        return self._torch_nvtx.range_push(name)
+
+    def range_pop(self, handle) -> None:
+        if self._nvtx is not None:
+            self._domain.end_range(handle)
+        else:
+            self._torch_nvtx.range_pop()
+
+
+class NvtxRange:
+    __slots__ = ("api", "name", "handle")
+
+    def __init__(self, api, name: str):
+        self.api, self.name, self.handle = api, name, None
+
+    def __enter__(self):
+        self.handle = self.api.range_push(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        self.api.range_pop(self.handle)
+        return False
+
+
+class NsysBackend(Backend):
+    tool = "nsys"
+    writes_files = False
+
+    def __init__(self, spec, api=None):
+        super().__init__(spec)
+        self._api = api or CudaNvtxApi()
+        self._cycles = CycleTracker(spec.schedule)
+        self._since: int | None = None
+        self._window_range = None
+        self._outputs: list[Output] = []
+
+    def _capture(self, on: bool, cycle: int = 0) -> None:
+        if on:
+            self._api.capture_start()
+            self._since = time.time_ns()
+        else:
+            self._api.capture_stop()
+            index = cycle if self.spec.multi_cycle else None
+            self._outputs.append(Output(path=None, index=index, start_ns=self._since, end_ns=time.time_ns()))
+            self._since = None
+
+    def start(self) -> None:
+        label = self.spec.base_name(None)
+        self._window_range = NvtxRange(self._api, label).__enter__()
+        if self._cycles.phase()[0] == "active":
+            self._capture(True)
+
+    def step(self) -> None:
+        (before, cycle), (after, _) = self._cycles.advance()
+        if before == "active" and after != "active":
+            self._capture(False, cycle)
+        elif after == "active" and self._since is None:
+            self._capture(True)
+
+    def range(self, name: str):
+        return NvtxRange(self._api, name)
+
+    def stop(self) -> list[Output]:
+        if self._since is not None:
+            self._capture(False, self._cycles.phase()[1])
+        self._window_range.__exit__(None, None, None)
+        return self._outputs

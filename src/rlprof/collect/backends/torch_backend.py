@@ -1,0 +1,76 @@
+"""torch.profiler backend: CPU and CUDA activity, shapes, memory, stacks, modules; native schedule."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from .base import Backend, Output
+from ..naming import TRACE_SUFFIX
+
+
+def _activities(torch, contents: tuple[str, ...]):
+    acts = []
+    if "cpu" in contents:
+        acts.append(torch.profiler.ProfilerActivity.CPU)
+    if "cuda" in contents and torch.cuda.is_available():
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts or [torch.profiler.ProfilerActivity.CPU]
+
+
+class TorchBackend(Backend):
+    tool = "torch"
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        import torch
+
+        self._torch = torch
+        self._prof = None
+        self._raw: list[tuple[Path, int | None, int, int]] = []  # exported raw traces awaiting finalize
+        self._cycle = 0
+        self._cycle_start = 0
+
+    def start(self) -> None:
+        torch, plan = self._torch, self.spec.plan
+        contents = plan.contents
+        kwargs = dict(activities=_activities(torch, contents), record_shapes="shapes" in contents,
+                      profile_memory="memory" in contents, with_stack="stack" in contents,
+                      with_modules="module" in contents)
+        s = plan.schedule
+        if s is not None:
+            kwargs["schedule"] = torch.profiler.schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup,
+                                                         active=s.active, repeat=s.repeat)
+            kwargs["on_trace_ready"] = self._on_ready
+        self._prof = torch.profiler.profile(**kwargs)
+        self._cycle_start = time.time_ns()
+        self._prof.start()
+
+    def _export(self, prof, index: int | None) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=self.spec.run_dir)
+        os.close(fd)
+        prof.export_chrome_trace(tmp)
+        self._raw.append((Path(tmp), index, self._cycle_start, time.time_ns()))
+
+    def _on_ready(self, prof) -> None:
+        # Called by torch at the end of each active cycle; index = the cycle (the _w{K} of the name).
+        self._export(prof, self._cycle if self.spec.multi_cycle else None)
+        self._cycle += 1
+        self._cycle_start = time.time_ns()
+
+    def step(self) -> None:
+        self._prof.step()
+
+    def range(self, name: str):
+        return self._torch.profiler.record_function(name)
+
+    def stop(self) -> list[Output]:
+        prof, self._prof = self._prof, None
+        prof.stop()
+        if self.spec.schedule is None:
+            self._export(prof, None)
+        return [Output(path=raw, index=index, start_ns=t0, end_ns=t1,
+                       finalize_to=self.spec.base_name(index) + TRACE_SUFFIX)
+                for raw, index, t0, t1 in self._raw]

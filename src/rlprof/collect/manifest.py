@@ -1,0 +1,46 @@
+"""manifest.jsonl: one JSON object per window. Many processes append to one file safely."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import msgspec
+
+from .naming import MANIFEST
+
+ROW_FIELDS = ("run_id", "step", "steps", "role", "stage", "rank", "world_size", "replica", "tool", "mode", "unit",
+              "window", "path", "bytes", "start_ns", "end_ns", "status")
+STATUSES = ("complete", "truncated", "failed")
+
+_encoder = msgspec.json.Encoder()
+
+
+def append_row(run_dir: Path, row: dict) -> None:
+    # One write() of one line under an exclusive lock: rows from many ranks never interleave.
+    line = _encoder.encode(row) + b"\n"
+    fd = os.open(run_dir / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, line)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """Rows of a manifest (a run directory or the file itself); skips a torn last line."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MANIFEST
+    rows = []
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(msgspec.json.decode(line))
+                except msgspec.DecodeError:
+                    continue
+    return rows

@@ -1,0 +1,535 @@
+"""The collection runtime (SPEC §2): one Profiler per process, driven by step/stage/tick/mark.
+
+Hot-path rule: a stage boundary, tick or mark that nothing selected does one dict lookup and
+returns a shared no-op context whose enter/exit are C builtins: no formatting, no allocation,
+no environment lookups.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.util
+import logging
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from ..config.plan import ProfilePlan, RolePlan
+from ..config.vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, UNITS
+from ..errors import CollectError, ConfigError
+from .backends import Backend, Output, WindowSpec, backend_class
+from .manifest import append_row
+from .naming import shared_run_id, window_name
+from .tracefile import finalize_trace
+
+log = logging.getLogger("rlprof")
+
+
+class _NullContext:
+    """Shared no-op context. `"".format` is a C builtin taking any arguments and returning "" (falsy,
+    so exceptions propagate): entering and leaving cost no Python frame."""
+
+    __slots__ = ()
+    __enter__ = "".format
+    __exit__ = "".format
+
+
+NULL = _NullContext()
+_E2E = object()  # _stage_now value: mark this stage as a range inside the open end-to-end window
+_current: "Profiler | None" = None
+
+
+def current() -> "Profiler | None":
+    """The Profiler most recently created in this process (used by the @stage decorator and mark())."""
+    return _current
+
+
+class Window:
+    """One collection window: a backend instance plus what the manifest needs to know."""
+
+    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed")
+
+    def __init__(self, prof: "Profiler", spec: WindowSpec):
+        self.prof, self.spec = prof, spec
+        self.backend: Backend | None = None
+        self.failed = False
+        self.closed = False
+        self.start_ns = time.time_ns()
+
+    @property
+    def plan(self) -> RolePlan:
+        return self.spec.plan
+
+    def range(self, name: str):
+        if self.failed:
+            return NULL
+        return _GuardedRange(self, name)
+
+    def tick(self) -> None:
+        if self.failed:
+            return
+        try:
+            self.backend.step()
+        except Exception as exc:
+            self.prof._fault(self, "step", exc)
+
+
+class _GuardedRange:
+    """A backend range whose failures are profiler faults, never training errors."""
+
+    __slots__ = ("window", "name", "inner")
+
+    def __init__(self, window: Window, name: str):
+        self.window, self.name, self.inner = window, name, None
+
+    def __enter__(self):
+        try:
+            self.inner = self.window.backend.range(self.name)
+            self.inner.__enter__()
+        except Exception as exc:
+            self.inner = None
+            self.window.prof._fault(self.window, "range", exc)
+        return self
+
+    def __exit__(self, *exc):
+        if self.inner is not None and not self.window.failed:
+            try:
+                self.inner.__exit__(*exc)
+            except Exception as err:
+                self.window.prof._fault(self.window, "range", err)
+        return False
+
+
+class _StepScope:
+    __slots__ = ("prof", "n")
+
+    def __init__(self, prof: "Profiler", n: int):
+        self.prof, self.n = prof, n
+
+    def __enter__(self):
+        self.prof._begin_step(self.n)
+        return self.prof
+
+    def __exit__(self, *exc):
+        self.prof._end_step(self.n)
+        return False
+
+
+class _StageScope:
+    __slots__ = ("prof", "name", "target", "window", "opened", "range")
+
+    def __init__(self, prof: "Profiler", name: str, target):
+        self.prof, self.name, self.target = prof, name, target
+        self.window = self.range = None
+        self.opened = False
+
+    def __enter__(self):
+        prof = self.prof
+        prof._units = {}
+        if prof._open:  # a window is already open: the stage is a range inside it
+            self.window = prof._open[-1]
+            if self.target is not _E2E:
+                prof._note_once("nested", "rlprof: stage %s ran inside an open window; marked as a range there "
+                                "instead of a window of its own", self.name)
+        else:
+            if self.target is _E2E:
+                return self
+            self.window = prof._open_window(self.target, self.name, (prof._step,))
+            self.opened = True
+        self.range = self.window.range("rlprof:stage:" + self.name)
+        self.range.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.range is not None:
+            self.range.__exit__(*exc)
+        prof = self.prof
+        prof.tick("stage")
+        if self.opened:
+            prof._close_window(self.window)
+        return False
+
+
+class _UnitScope:
+    __slots__ = ("prof", "unit", "range")
+
+    def __init__(self, prof: "Profiler", unit: str):
+        self.prof, self.unit, self.range = prof, unit, None
+
+    def __enter__(self):
+        prof = self.prof
+        k = prof._units.get(self.unit, 0)
+        prof._units[self.unit] = k + 1
+        self.range = prof._open[-1].range(f"rlprof:{self.unit}:{k}")
+        self.range.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.range.__exit__(*exc)
+        self.prof.tick(self.unit)
+        return False
+
+
+def _tool_available(tool: str) -> str | None:
+    """Why this machine cannot collect with `tool`, or None."""
+    if tool == "npu" and importlib.util.find_spec("torch_npu") is None:
+        return "tool npu needs torch_npu (Ascend), which is not installed on this machine"
+    if tool in ("nsys", "torch_memory"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"tool {tool} needs CUDA, which this machine does not have"
+    return None
+
+
+class Profiler:
+    """Selective profiling for one process.
+
+    rank / world_size default to torchrun's RANK / WORLD_SIZE. `role` names the role(s) this process
+    hosts (default: all, as in a colocated single-process trainer). In async rollout, a replica
+    process passes role="rollout" and replica=<index>; rollout ranks are then replica indices.
+    `backends` maps a tool name to a factory(spec) -> Backend (tests use it to substitute one).
+    """
+
+    def __init__(self, plan: ProfilePlan, *, rank: int | None = None, world_size: int | None = None,
+                 role: str | tuple[str, ...] | None = None, replica: int | None = None, run_id: str | None = None,
+                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None):
+        global _current
+        self.plan = plan
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        self.replica = replica
+        hosted = ROLES if role is None else ((role,) if isinstance(role, str) else tuple(role))
+        for r in hosted:
+            if r not in ROLES:
+                raise ConfigError("role", r, ", ".join(ROLES))
+        self.roles = hosted
+        self._collecting: dict[str, RolePlan] = {}
+        for r in hosted:
+            rp = plan.role(r)
+            index = replica if (r == "rollout" and plan.async_rollout and replica is not None) else self.rank
+            if rp.collects_on(index):
+                self._collecting[r] = rp
+        self._factories: dict[str, Callable[[WindowSpec], Backend]] = dict(backends or {})
+        for r, rp in list(self._collecting.items()):
+            if rp.tool in self._factories:
+                continue
+            problem = _tool_available(rp.tool)
+            if problem and rp.tool == "torch_memory":
+                self._note_once("torch_memory_cpu", "rlprof: %s; no memory snapshot for role %s, training goes on",
+                                problem, r)
+                del self._collecting[r]
+            elif problem:
+                raise ConfigError(f"{r}.tool", rp.tool, "a tool this machine has (torch, markers"
+                                  + (", nsys, torch_memory" if rp.tool != "nsys" else "") + ")",
+                                  problem=f"cannot collect here: {problem}")
+            else:
+                self._factories[rp.tool] = backend_class(rp.tool)
+        self.run_id = shared_run_id(run_id) if any(r.enabled and r.steps for r in plan.roles) else (run_id or "")
+        self._step: int | None = None
+        self._stage_now: dict = {}
+        self._ticks: dict[str, list[Window]] = {}
+        self._open: list[Window] = []
+        self._e2e: Window | None = None
+        self._units: dict[str, int] = {}
+        self._noted: set = set()
+        self._finalizer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._analysis = None
+        self._lock = threading.Lock()
+        self.windows_written = 0
+        self._closed = False
+        _current = self
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    # ---- public API -------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, path=None, overrides=(), **kwargs) -> "Profiler":
+        from ..config import load_plan
+
+        return cls(load_plan(path, overrides), **kwargs)
+
+    @property
+    def collecting(self) -> bool:
+        """Whether this process collects anything at all."""
+        return bool(self._collecting)
+
+    def run_dir(self, role: str = "actor") -> Path:
+        return Path(self.plan.role(role).save_path) / self.run_id
+
+    def step(self, n: int) -> _StepScope:
+        """`with prof.step(n):` marks global training step n (1-based)."""
+        return _StepScope(self, n)
+
+    def stage(self, name: str, role: str | None = None):
+        """`with prof.stage("actor_update"):` marks a stage; opens its window when selected."""
+        target = self._stage_now.get(name)
+        if target is None:
+            return NULL
+        return _StageScope(self, name, target)
+
+    def tick(self, unit: str) -> None:
+        """A `unit` boundary (mini_batch, micro_batch, decode_step) has passed: drives schedules."""
+        windows = self._ticks.get(unit)
+        if windows:
+            for w in tuple(windows):
+                w.tick()
+
+    def unit(self, unit: str):
+        """`with prof.unit("micro_batch"):` marks one unit as a range and ticks at its end."""
+        if not self._open:  # schedules tick only inside open windows
+            return NULL
+        return _UnitScope(self, unit)
+
+    def mark(self, name: str):
+        """A named range for anything else, recorded in the open window (if any)."""
+        if not self._open:
+            return NULL
+        return self._open[-1].range("rlprof:mark:" + name)
+
+    def close(self, wait_analysis: bool = True) -> None:
+        """Close windows left open (an exception, an early exit), flush files and the manifest."""
+        global _current
+        if self._closed:
+            return
+        self._closed = True
+        while self._open:
+            self._close_window(self._open[-1])
+        self._e2e = None
+        self._stage_now = {}
+        for fut in self._pending:
+            fut.result()
+        self._pending.clear()
+        if self._finalizer is not None:
+            self._finalizer.shutdown(wait=True)
+        if self._analysis is not None:
+            self._analysis.close(timeout=600 if wait_analysis else 0)
+        if _current is self:
+            _current = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ---- steps and windows ------------------------------------------------------------------
+    def _begin_step(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("step", n, "a positive integer (steps are 1-based)")
+        self._step = n
+        if not self._collecting:
+            return
+        e2e = [rp for rp in self._collecting.values() if rp.mode == "e2e" and n in rp.steps]
+        if e2e and self._e2e is None:
+            primary = e2e[0]
+            group = next(g for g in self.plan.step_groups(primary.steps) if n in g)
+            self._e2e = self._open_window(primary, None, group)
+        stage_now: dict = dict.fromkeys(STAGES, _E2E) if self._e2e is not None else {}
+        for rp in self._collecting.values():
+            if rp.mode == "discrete" and n in rp.steps:
+                for stage in rp.stages:
+                    stage_now.setdefault(stage, rp)
+        self._stage_now = stage_now
+
+    def _end_step(self, n: int) -> None:
+        self.tick("step")
+        w = self._e2e
+        if w is not None and n >= w.spec.steps[-1]:
+            self._e2e = None
+            self._close_window(w)
+        self._stage_now = {}
+        self._step = None
+
+    def _run_dir_for(self, rp: RolePlan) -> Path:
+        path = Path(rp.save_path) / self.run_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _open_window(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
+        role, rank = rp.role, self.rank
+        spec = WindowSpec(run_dir=self._run_dir_for(rp), steps=steps, role=role, stage=stage, rank=rank,
+                          world_size=self.world_size, replica=self.replica, plan=rp,
+                          base_name=functools.partial(window_name, steps, role, stage, rank))
+        w = Window(self, spec)
+        self._open.append(w)
+        try:
+            w.backend = self._factories[rp.tool](spec)
+            w.backend.start()
+        except Exception as exc:
+            self._fault(w, "start", exc)
+            return w
+        if rp.schedule is not None:
+            self._ticks.setdefault(rp.schedule.unit, []).append(w)
+        return w
+
+    def _close_window(self, w: Window) -> None:
+        if w.closed:
+            return
+        w.closed = True
+        if w in self._open:
+            self._open.remove(w)
+        for unit, ws in list(self._ticks.items()):
+            if w in ws:
+                ws.remove(w)
+                if not ws:
+                    del self._ticks[unit]
+        if w.failed:
+            return
+        try:
+            outputs = w.backend.stop()
+        except Exception as exc:
+            self._fault(w, "stop", exc, stopped=True)
+            return
+        for out in outputs:
+            if w.plan.strict:
+                self._finish(w, out)
+            else:
+                if self._finalizer is None:
+                    self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
+                self._pending.append(self._finalizer.submit(self._finish_quietly, w, out))
+
+    # ---- outputs, manifest, faults ----------------------------------------------------------
+    def _finish_quietly(self, w: Window, out: Output) -> None:
+        try:
+            self._finish(w, out)
+        except Exception as exc:
+            self._fault(w, "export", exc, stopped=True)
+
+    def _finish(self, w: Window, out: Output) -> None:
+        spec, rp = w.spec, w.plan
+        meta = self._row(w, out)
+        if out.finalize_to is not None:
+            dest = spec.run_dir / out.finalize_to
+            try:
+                meta["path"] = dest.name
+                out.bytes, truncated = finalize_trace(out.path, dest, meta, rp.max_bytes_per_window)
+            finally:
+                out.path.unlink(missing_ok=True)
+            out.path = dest
+            if truncated:
+                out.status = "truncated"
+                log.warning("rlprof: window %s passed its budget of %d bytes; cut to %d bytes and marked truncated",
+                            dest.name, rp.max_bytes_per_window, out.bytes)
+        row = self._row(w, out)
+        with self._lock:
+            append_row(spec.run_dir, row)
+            self.windows_written += 1
+        if rp.analysis and out.path is not None and out.finalize_to is not None:
+            if self._analysis is None:
+                from .analysis_hook import AnalysisHook
+
+                self._analysis = AnalysisHook()
+            self._analysis.submit(str(out.path), str(spec.run_dir))
+
+    def _row(self, w: Window, out: Output | None, error: str | None = None) -> dict:
+        spec, rp = w.spec, w.plan
+        row = {
+            "run_id": self.run_id, "step": spec.steps[0], "steps": list(spec.steps), "role": spec.role,
+            "stage": spec.stage or "e2e", "rank": spec.rank, "world_size": spec.world_size,
+            "replica": spec.replica, "tool": rp.tool, "mode": rp.mode,
+            "unit": rp.schedule.unit if rp.schedule else None,
+            "window": (out.index or 0) if out else 0,
+            "path": (out.path.name if out and out.path is not None else None),
+            "bytes": out.bytes if out else 0,
+            "start_ns": out.start_ns if out else w.start_ns,
+            "end_ns": out.end_ns if out else time.time_ns(),
+            "status": out.status if out else "failed",
+            "roles": list(self.roles),
+        }
+        if error:
+            row["error"] = error
+        return row
+
+    def _fault(self, w: Window, phase: str, exc: BaseException, stopped: bool = False) -> None:
+        """A backend failure: strict plans raise; otherwise log once, mark the window failed, go on."""
+        name = w.spec.base_name(None)
+        message = f"{w.plan.tool} backend failed to {phase} window {name}: {type(exc).__name__}: {exc}"
+        if w.plan.strict:
+            w.failed = True
+            raise CollectError(message) from exc
+        self._note_once(("fault", w.plan.tool, phase, type(exc).__name__),
+                        "rlprof: %s (window marked failed; training goes on)", message)
+        already = w.failed
+        w.failed = True
+        if not stopped and phase != "start" and w.backend is not None:
+            try:  # release the profiler so later windows can start
+                w.backend.stop()
+            except Exception:
+                pass
+        if not already:
+            with self._lock:
+                append_row(w.spec.run_dir, self._row(w, None, error=message))
+
+    def _note_once(self, key, fmt: str, *args) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            log.warning(fmt, *args)
+
+
+def _close_at_exit(ref) -> None:
+    prof = ref()
+    if prof is not None:
+        try:
+            prof.close(wait_analysis=False)
+        except Exception as exc:  # never turn interpreter exit into a traceback
+            log.warning("rlprof: closing the profiler at exit failed: %s", exc)
+
+
+class stage:
+    """`@rlprof.stage("actor_update", role="actor")` on a worker method, or `with rlprof.stage(...)`.
+
+    Uses the current process's Profiler; without one, it is a plain call.
+    """
+
+    __slots__ = ("name", "role", "_scope")
+
+    def __init__(self, name: str, role: str | None = None):
+        if name not in STAGES:
+            raise ConfigError("stage", name, ", ".join(STAGES))
+        if role is not None and role not in ROLES:
+            raise ConfigError("role", role, ", ".join(ROLES))
+        self.name, self.role, self._scope = name, role, None
+
+    def __call__(self, fn):
+        name, role = self.name, self.role
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            prof = _current
+            if prof is None:
+                return fn(*args, **kwargs)
+            with prof.stage(name, role):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def __enter__(self):
+        prof = _current
+        self._scope = NULL if prof is None else prof.stage(self.name, self.role)
+        return self._scope.__enter__()
+
+    def __exit__(self, *exc):
+        scope, self._scope = self._scope, None
+        return scope.__exit__(*exc)
+
+
+def mark(name: str):
+    """`with rlprof.mark("name"):` a named range in the current window, if one is open."""
+    prof = _current
+    return NULL if prof is None else prof.mark(name)
+
+
+def tick(unit: str) -> None:
+    prof = _current
+    if prof is not None:
+        prof.tick(unit)
+
+
+__all__ = ["Profiler", "stage", "mark", "tick", "current", "NULL", "UNITS", "ROLE_STAGES", "STAGE_ROLE"]

@@ -1,0 +1,94 @@
+"""Configuration: three YAML dialects -> one validated, immutable ProfilePlan. Never imports torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Sequence
+
+from ..errors import ConfigError
+from . import global_role, integrated, legacy
+from .plan import MemoryOptions, ProfilePlan, RolePlan, Schedule, disabled_plan
+from .source import get, load_config
+from .vocab import ROLES, STAGES, TOOLS, UNITS
+
+__all__ = ["ProfilePlan", "RolePlan", "Schedule", "MemoryOptions", "load_plan", "resolve_plan", "load_config",
+           "detect_dialect", "machine_device", "machine_warnings", "ROLES", "STAGES", "TOOLS", "UNITS"]
+
+DIALECTS = {"global_role": global_role, "legacy": legacy, "integrated": integrated}
+ROLLOUT_MODE_KEYS = ("actor_rollout_ref.rollout.mode", "rollout.mode")
+
+
+def machine_device() -> str:
+    """'npu', 'cuda' or 'cpu', judged without importing torch (a dry run must stay cheap)."""
+    if importlib.util.find_spec("torch_npu") is not None:
+        return "npu"
+    return "cuda" if os.path.exists("/dev/nvidiactl") else "cpu"
+
+
+def detect_dialect(data: dict) -> str | None:
+    found = {name: mod.detect_keys(data) for name, mod in DIALECTS.items()}
+    present = {name: keys for name, keys in found.items() if keys}
+    if len(present) > 1:
+        (a, ka), (b, kb) = list(present.items())[:2]
+        raise ConfigError("config", f"{ka[0]} + {kb[0]}", "keys of one dialect only (global_role: global_profiler "
+                          "+ role profilers; legacy: trainer.profile_steps; integrated: profiler_config)",
+                          problem=f"mixes the {a} and {b} dialects")
+    if present:
+        return next(iter(present))
+    if get(data, "critic.profiler") is not None or get(data, "reward_model.profiler") is not None:
+        return "global_role"
+    return None
+
+
+def _async_rollout(data: dict) -> bool:
+    for key in ROLLOUT_MODE_KEYS:
+        mode = get(data, key)
+        if mode is not None:
+            if mode not in ("sync", "async"):
+                raise ConfigError(key, mode, "sync, async")
+            return mode == "async"
+    return False
+
+
+def resolve_plan(data: dict, *, device: str | None = None) -> ProfilePlan:
+    """Validate a merged config dict and normalise it into a ProfilePlan."""
+    dialect = detect_dialect(data)
+    device = device or machine_device()
+    if dialect is None:
+        plan = disabled_plan()
+    elif dialect == "integrated":
+        plan = integrated.parse(data, device=device)
+    else:
+        plan = DIALECTS[dialect].parse(data)
+    is_async = _async_rollout(data)
+    rollout = plan.role("rollout")
+    if is_async and rollout.enabled and rollout.mode != "discrete":
+        key = {"global_role": f"actor_rollout_ref.rollout.profiler.tool_config.{rollout.tool}.discrete",
+               "legacy": "actor_rollout_ref.profiler.discrete"}.get(plan.dialect, "rollout discrete")
+        raise ConfigError(key, False, "true: async rollout (agent loop) profiles each replica in its own "
+                          "process, so the rollout role needs discrete mode")
+    if is_async:
+        plan = ProfilePlan(dialect=plan.dialect, roles=plan.roles, continuous_steps=plan.continuous_steps,
+                           async_rollout=True)
+    return plan
+
+
+def load_plan(path: str | os.PathLike | None = None, overrides: Sequence[str] = (), *,
+              device: str | None = None) -> ProfilePlan:
+    """Read YAML + Hydra-style overrides and resolve the plan. Raises ConfigError on bad input."""
+    return resolve_plan(load_config(path, overrides), device=device)
+
+
+def machine_warnings(plan: ProfilePlan, device: str | None = None) -> list[str]:
+    """What this machine could not collect (a dry run still resolves the plan)."""
+    device = device or machine_device()
+    tools = {r.tool for r in plan.roles if r.enabled}
+    warnings = []
+    if "npu" in tools and device != "npu":
+        warnings.append("warning: tool npu needs torch_npu, which this machine lacks; collection here would fail")
+    if "nsys" in tools and device != "cuda":
+        warnings.append("warning: tool nsys needs CUDA, which this machine lacks; collection here would fail")
+    if "torch_memory" in tools and device != "cuda":
+        warnings.append("warning: tool torch_memory needs CUDA; on this machine it only prints a notice")
+    return warnings

@@ -1,0 +1,126 @@
+"""Small validators. Each names the dotted key, the bad value and what is allowed."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any, Iterable, Mapping
+
+from ..errors import ConfigError, UnknownKeyError
+
+IGNORED_KEYS = frozenset({"_target_"})  # Hydra instantiation hints found in real framework configs
+
+
+def join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def mapping(key: str, value: Any, known: Iterable[str], *, nullable: bool = True) -> dict:
+    """A block of keys; an unknown key inside it is an error (with a did-you-mean hint)."""
+    if value is None and nullable:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, value, "a mapping of " + ", ".join(sorted(known)), problem="is not a mapping")
+    known = list(known)
+    out = {}
+    for k, v in value.items():
+        if k in IGNORED_KEYS:
+            continue
+        if k not in known:
+            close = difflib.get_close_matches(str(k), known, n=1)
+            raise UnknownKeyError(join(key, str(k)), v, known, close[0] if close else None)
+        out[k] = v
+    return out
+
+
+def boolean(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(key, value, "true or false", problem="is not a boolean")
+
+
+def integer(key: str, value: Any, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        allowed = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ConfigError(key, value, allowed, problem="is not an integer")
+    if minimum is not None and value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}")
+    return value
+
+
+def optional_integer(key: str, value: Any, *, minimum: int | None = None) -> int | None:
+    return None if value is None else integer(key, value, minimum=minimum)
+
+
+def choice(key: str, value: Any, allowed: Iterable[str], *, nullable: bool = False) -> str | None:
+    allowed = tuple(allowed)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        shown = ", ".join(allowed) + (", null" if nullable else "")
+        raise ConfigError(key, value, shown)
+    return value
+
+
+def string(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, value, "a non-empty string", problem="is not a string")
+    return value
+
+
+def as_list(key: str, value: Any, what: str) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise ConfigError(key, value, f"a list of {what}", problem="is not a list")
+
+
+def positive_steps(key: str, value: Any) -> tuple[int, ...]:
+    """Steps are 1-based; null or [] means collect nothing."""
+    if value is None:
+        return ()
+    items = as_list(key, value, "positive integers (1-based steps) or null")
+    for i, step in enumerate(items):
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ConfigError(f"{key}[{i}]", step, "positive integers (1-based steps)", problem="is not an integer")
+        if step < 1:
+            raise ConfigError(f"{key}[{i}]", step, "positive integers (steps are 1-based)")
+    return tuple(sorted(set(items)))
+
+
+def rank_list(key: str, value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    items = as_list(key, value, "non-negative integer ranks")
+    for i, rank in enumerate(items):
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise ConfigError(f"{key}[{i}]", rank, "non-negative integer ranks", problem="is not an integer")
+        if rank < 0:
+            raise ConfigError(f"{key}[{i}]", rank, "non-negative integer ranks")
+    return tuple(sorted(set(items)))
+
+
+def choices(key: str, value: Any, allowed: Iterable[str]) -> tuple[str, ...]:
+    allowed = tuple(allowed)
+    items = as_list(key, value, "names from: " + ", ".join(allowed))
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or item not in allowed:
+            raise ConfigError(f"{key}[{i}]", item, ", ".join(allowed))
+    return tuple(dict.fromkeys(items))  # keep order, drop repeats
+
+
+def writable_dir(key: str, path: Any) -> str:
+    """A directory that exists and is writable, or could be created (checked without creating it)."""
+    path = string(key, path)
+    probe = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise ConfigError(key, path, "a directory path that can be created and written",
+                          problem=f"cannot be created ({probe} is not a directory)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(key, path, "a directory path that can be created and written",
+                          problem=f"cannot be written ({probe} is not writable)")
+    return path

@@ -1,0 +1,114 @@
+"""The resolved plan for one process, in words or as JSON (`rlprof plan`)."""
+
+from __future__ import annotations
+
+from .plan import ProfilePlan, RolePlan
+
+
+def role_json(plan: ProfilePlan, role: RolePlan, rank: int) -> dict:
+    return {
+        "enabled": role.enabled,
+        "collects_on_rank": role.collects_on(rank),
+        "tool": role.tool,
+        "mode": role.mode,
+        "contents": list(role.contents),
+        "level": role.level,
+        "export_type": role.export_type,
+        "analysis": role.analysis,
+        "steps": list(role.steps),
+        "stages": list(role.stages),
+        "ranks": list(role.ranks),
+        "all_ranks": role.all_ranks,
+        "schedule": None if role.schedule is None else {
+            f: getattr(role.schedule, f) for f in ("unit", "skip_first", "wait", "warmup", "active", "repeat")},
+        "save_path": role.save_path,
+        "max_bytes_per_window": role.max_bytes_per_window,
+        "strict": role.strict,
+        "windows_per_process": windows_per_process(plan, role),
+    }
+
+
+def plan_json(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> dict:
+    return {
+        "dialect": plan.dialect,
+        "rank": rank,
+        "world_size": world_size,
+        "async_rollout": plan.async_rollout,
+        "continuous_steps": plan.continuous_steps,
+        "roles": {r.role: role_json(plan, r, rank) for r in plan.roles},
+        "warnings": list(warnings),
+    }
+
+
+def windows_per_process(plan: ProfilePlan, role: RolePlan) -> int:
+    """Collection windows one selected process of this role opens (before schedule repeats)."""
+    if not role.enabled or not role.steps or not role.stages:
+        return 0
+    groups = len(plan.step_groups(role.steps))
+    return groups if role.mode == "e2e" else groups * len(role.stages)
+
+
+def _files_per_window(role: RolePlan) -> str:
+    if role.tool == "nsys":
+        return "no files of its own (one capture range each; the outer `nsys profile` writes the report)"
+    per = "one directory" if role.tool == "npu" else "one file"
+    if role.schedule is None or role.schedule.repeat == 1:
+        return per + " each"
+    if role.schedule.repeat == 0:
+        return per + " per schedule cycle (repeat 0: as many cycles as the window holds)"
+    return f"up to {role.schedule.repeat} files each (one per schedule cycle)"
+
+
+def collecting_ranks(role: RolePlan, world_size: int) -> str:
+    if role.all_ranks:
+        return f"all {world_size} ranks"
+    inside = [r for r in role.ranks if r < world_size]
+    outside = [r for r in role.ranks if r >= world_size]
+    text = "ranks " + ", ".join(map(str, inside)) if inside else "no rank"
+    if outside:
+        text += f" (listed {', '.join(map(str, outside))} do not exist at world size {world_size})"
+    return text
+
+
+def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> str:
+    lines = [f"dialect: {plan.dialect}" + ("  (async rollout: rollout ranks are replica indices)"
+                                           if plan.async_rollout else "")]
+    active = [r for r in plan.roles if r.enabled and r.steps and r.stages]
+    if not active:
+        lines.append("nothing will be collected (no role is enabled with a tool, steps and stages)")
+    for role in plan.roles:
+        if role not in active:
+            why = ("disabled" if not role.enabled else "no steps selected" if not role.steps else "no stages selected")
+            lines.append(f"  {role.role:<8} {why}")
+            continue
+        steps = ", ".join(map(str, role.steps))
+        if plan.continuous_steps:
+            steps += " (consecutive steps share one window)"
+        sched = ""
+        if role.schedule is not None:
+            s = role.schedule
+            sched = (f"; inside each window, on {s.unit} ticks: skip_first {s.skip_first}, wait {s.wait}, "
+                     f"warmup {s.warmup}, active {s.active}, repeat {s.repeat}")
+        here = "collects on this rank" if role.collects_on(rank) else "not on this rank"
+        unit_of = "replica" if plan.async_rollout and role.role == "rollout" else "rank"
+        lines.append(
+            f"  {role.role:<8} tool {role.tool}, {role.mode}, steps {steps}; stages {', '.join(role.stages)}; "
+            f"{collecting_ranks(role, world_size).replace('rank', unit_of)} ({unit_of} {rank}: {here})")
+        detail = []
+        if role.contents:
+            detail.append("contents " + ", ".join(role.contents))
+        if role.level:
+            detail.append(f"level {role.level}")
+        if role.export_type:
+            detail.append(f"export {role.export_type}")
+        if role.analysis:
+            detail.append("analysis after each window (background)")
+        if role.max_bytes_per_window:
+            detail.append(f"budget {role.max_bytes_per_window} bytes per window")
+        if detail:
+            lines.append("           " + "; ".join(detail) + sched)
+        n = windows_per_process(plan, role)
+        lines.append(f"           {n} window(s) per collecting process, {_files_per_window(role)}; "
+                     f"saved under {role.save_path}/<run_id>/")
+    lines.extend(warnings)
+    return "\n".join(lines)

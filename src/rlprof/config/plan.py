@@ -1,0 +1,121 @@
+"""The one internal model every dialect resolves to: an immutable, validated ProfilePlan."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .vocab import ROLES
+
+
+class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """torch.profiler-style schedule, driven on ticks of `unit` inside a window.
+
+    Unit index k (0-based, counted from the window's start) is: skipped for k < skip_first,
+    then cycles of `wait` idle, `warmup` started-but-discarded and `active` recorded units,
+    `repeat` times (0 = until the window closes).
+    """
+
+    unit: str = "step"
+    skip_first: int = 0
+    wait: int = 0
+    warmup: int = 0
+    active: int = 1
+    repeat: int = 1
+
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def phase(self, k: int) -> tuple[str, int]:
+        """('skip'|'wait'|'warmup'|'active'|'done', cycle index) of unit k."""
+        if k < self.skip_first:
+            return "skip", -1
+        k -= self.skip_first
+        cycle, pos = divmod(k, self.cycle())
+        if self.repeat and cycle >= self.repeat:
+            return "done", cycle
+        if pos < self.wait:
+            return "wait", cycle
+        if pos < self.wait + self.warmup:
+            return "warmup", cycle
+        return "active", cycle
+
+    def active_units(self, limit: int) -> list[int]:
+        return [k for k in range(limit) if self.phase(k)[0] == "active"]
+
+
+class MemoryOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    max_entries: int = 100_000
+    stack_depth: int = 32
+
+
+class RolePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    role: str
+    enabled: bool
+    tool: str | None
+    ranks: tuple[int, ...]
+    all_ranks: bool
+    mode: str
+    contents: tuple[str, ...]
+    level: str | None
+    export_type: str | None
+    analysis: bool
+    schedule: Schedule | None
+    stages: tuple[str, ...]
+    steps: tuple[int, ...]
+    save_path: str
+    max_bytes_per_window: int | None = None
+    strict: bool = False
+    memory: MemoryOptions = MemoryOptions()
+
+    def collects_on(self, rank: int) -> bool:
+        """Whether a process of this role with this rank (replica index for async rollout) collects."""
+        if not self.enabled or not self.steps or not self.stages:
+            return False
+        return self.all_ranks or rank in self.ranks
+
+
+class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    dialect: str
+    roles: tuple[RolePlan, ...]
+    continuous_steps: bool = False
+    async_rollout: bool = False
+
+    def role(self, name: str) -> RolePlan:
+        for plan in self.roles:
+            if plan.role == name:
+                return plan
+        raise KeyError(name)
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(sorted({s for r in self.roles if r.enabled for s in r.steps}))
+
+    def step_groups(self, steps: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Collection windows over steps: one per step, or runs of consecutive steps if continuous."""
+        if not self.continuous_steps:
+            return [(s,) for s in steps]
+        groups: list[list[int]] = []
+        for s in steps:
+            if groups and s == groups[-1][-1] + 1:
+                groups[-1].append(s)
+            else:
+                groups.append([s])
+        return [tuple(g) for g in groups]
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self)
+
+
+def disabled_plan(dialect: str = "none") -> ProfilePlan:
+    """A plan that collects nothing (no profiling keys in the config)."""
+    from .vocab import DEFAULT_SAVE_PATH
+
+    return ProfilePlan(
+        dialect=dialect,
+        roles=tuple(
+            RolePlan(role=r, enabled=False, tool=None, ranks=(), all_ranks=False, mode="e2e",
+                     contents=(), level=None, export_type=None, analysis=False, schedule=None,
+                     stages=(), steps=(), save_path=DEFAULT_SAVE_PATH)
+            for r in ROLES
+        ),
+    )

@@ -1,0 +1,71 @@
+"""Read a config: a YAML file, then Hydra-style `key=value` overrides, merged in that order."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ..errors import ConfigError
+
+
+def _override_pairs(overrides: Sequence[str]) -> list[str]:
+    pairs = []
+    for raw in overrides:
+        item = raw[2:] if raw.startswith("++") else raw[1:] if raw.startswith("+") else raw
+        key, sep, _ = item.partition("=")
+        if not sep or not key or key.startswith("~"):
+            raise ConfigError("override", raw, "key=value, +key=value or ++key=value (Hydra style)",
+                              problem="is not an override")
+        pairs.append(item)
+    return pairs
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Merged plain-dict config. Interpolations (${...}) are resolved."""
+    layers = []
+    if path is not None:
+        if not os.path.isfile(path):
+            raise ConfigError("config", str(path), "a readable YAML file", problem="does not exist")
+        try:
+            layers.append(OmegaConf.load(path))
+        except (OmegaConfBaseException, ValueError, OSError) as exc:
+            raise ConfigError("config", str(path), "a YAML mapping",
+                              problem=f"could not be read ({_first_line(exc)})") from None
+    for pair in _override_pairs(overrides):
+        try:
+            layers.append(OmegaConf.from_dotlist([pair]))
+        except (OmegaConfBaseException, ValueError) as exc:
+            raise ConfigError("override", pair, "key=value with a YAML value",
+                              problem=f"could not be parsed ({_first_line(exc)})") from None
+    if not layers:
+        return {}
+    try:
+        merged = OmegaConf.merge(*layers)
+        data = OmegaConf.to_container(merged, resolve=True)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError("config", str(path or "overrides"), "a consistent YAML mapping",
+                          problem=f"could not be merged ({_first_line(exc)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", data, "a YAML mapping at the top level", problem="is not a mapping")
+    return data
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def get(data: dict, dotted: str, default: Any = None) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def has(data: dict, dotted: str) -> bool:
+    sentinel = object()
+    return get(data, dotted, sentinel) is not sentinel

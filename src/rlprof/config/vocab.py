@@ -1,0 +1,53 @@
+"""The closed vocabularies of a profiling plan (SPEC §1d). Data only; no torch import."""
+
+from __future__ import annotations
+
+TOOLS = ("torch", "torch_memory", "nsys", "npu", "markers")
+ROLES = ("actor", "rollout", "ref", "critic", "reward")
+STAGES = (
+    "rollout_generate",
+    "actor_compute_log_prob",
+    "ref_compute_log_prob",
+    "critic_compute_values",
+    "reward_compute",
+    "advantage_compute",
+    "actor_update",
+    "critic_update",
+    "weight_sync",
+)
+# Which role runs each stage; a stage window belongs to (and follows the plan of) this role.
+STAGE_ROLE = {
+    "rollout_generate": "rollout",
+    "actor_compute_log_prob": "actor",
+    "ref_compute_log_prob": "ref",
+    "critic_compute_values": "critic",
+    "reward_compute": "reward",
+    "advantage_compute": "actor",
+    "actor_update": "actor",
+    "critic_update": "critic",
+    "weight_sync": "actor",
+}
+ROLE_STAGES = {role: tuple(s for s in STAGES if STAGE_ROLE[s] == role) for role in ROLES}
+
+UNITS = ("step", "stage", "mini_batch", "micro_batch", "decode_step")
+MODES = ("e2e", "discrete")
+LEVELS = ("level_none", "level0", "level1", "level2")
+EXPORT_TYPES = ("text", "db")
+CONTENTS = {
+    "torch": ("cpu", "cuda", "memory", "shapes", "stack", "module"),
+    "npu": ("npu", "cpu", "memory", "shapes", "stack", "module"),
+}
+DEFAULT_CONTENTS = {"torch": ("cpu", "cuda"), "npu": ("npu", "cpu")}
+
+# Integrated (MindSpeed-RL style) stage names -> canonical names.
+INTEGRATED_STAGE_NAMES = {
+    "actor_generate": "rollout_generate",
+    "actor_compute_log_prob": "actor_compute_log_prob",
+    "reference_compute_log_prob": "ref_compute_log_prob",
+    "actor_update": "actor_update",
+    "critic_compute_values": "critic_compute_values",
+    "critic_update": "critic_update",
+}
+
+DEFAULT_SAVE_PATH = "outputs/profile"
+DEFAULT_INTEGRATED_SAVE_PATH = "./profiler_data"
