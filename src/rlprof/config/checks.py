@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import tempfile
 from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError, UnknownKeyError
@@ -120,7 +121,10 @@ def writable_dir(key: str, path: Any) -> str:
     if not os.path.isdir(probe):
         raise ConfigError(key, path, "a directory path that can be created and written",
                           problem=f"cannot be created ({probe} is not a directory)")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    try:  # a real write probe: permission bits say nothing for root or on read-only filesystems
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
         raise ConfigError(key, path, "a directory path that can be created and written",
-                          problem=f"cannot be written ({probe} is not writable)")
+                          problem=f"cannot be written ({probe}: {exc.strerror or exc})") from None
     return path

@@ -120,7 +120,8 @@ def parse(data: dict) -> ProfilePlan:
     steps = c.positive_steps("global_profiler.steps", g.get("steps"))
     continuous = c.boolean("global_profiler.continuous_steps", g.get("continuous_steps", False))
     raw_blocks = {role: c.mapping(path, get(data, path), ROLE_KEYS) for role, path in ROLE_BLOCKS.items()}
+    inherited = {k: v for k, v in raw_blocks["actor"].items() if k != "stages"}  # stages are per role
     for role in INHERITS_FROM_ACTOR:  # omitted fields follow the actor's settings
-        raw_blocks[role] = _deep_merge(raw_blocks["actor"], raw_blocks[role])
+        raw_blocks[role] = _deep_merge(inherited, raw_blocks[role])
     roles = tuple(_role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps) for role in ROLES)
     return ProfilePlan(dialect="global_role", roles=roles, continuous_steps=continuous)

@@ -7,8 +7,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import warnings
+
 from .base import Backend, Output
 from ..naming import TRACE_SUFFIX
+
+# A schedule without warmup and one file per cycle are deliberate choices of the plan, not mistakes.
+warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
 
 
 def _activities(torch, contents: tuple[str, ...]):

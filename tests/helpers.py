@@ -1,0 +1,45 @@
+import gzip
+import json
+from pathlib import Path
+
+from rlprof.collect import Profiler
+from rlprof.collect.manifest import read_rows
+from rlprof.config import load_plan
+from rlprof.demo import DemoShape, run_demo
+
+A = "actor_rollout_ref.actor.profiler"
+R = "actor_rollout_ref.rollout.profiler"
+
+
+def profiler(tmp_path, *overrides, tool="torch", steps="[2]", **kwargs):
+    plan = load_plan(None, [f"global_profiler.tool={tool}", f"global_profiler.steps={steps}",
+                            f"global_profiler.save_path={tmp_path}/profile", f"{A}.enable=true", *overrides])
+    return Profiler(plan, run_id="run", **kwargs)
+
+
+def run(tmp_path, *overrides, shape=None, **kwargs):
+    prof = profiler(tmp_path, *overrides, **kwargs)
+    with prof:
+        run_demo(prof, shape or DemoShape(steps=3))
+    return run_dir(tmp_path)
+
+
+def run_dir(tmp_path) -> Path:
+    return tmp_path / "profile" / "run"
+
+
+def load_trace(path) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def names(trace, prefix) -> list[str]:
+    return [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)]
+
+
+def rows(d):
+    return read_rows(d) if (Path(d) / "manifest.jsonl").exists() else []
+
+
+def trace_files(d):
+    return sorted(p.name for p in Path(d).glob("*.json.gz")) if Path(d).exists() else []
