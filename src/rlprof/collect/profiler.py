@@ -209,6 +209,7 @@ class Profiler:
             if r not in ROLES:
                 raise ConfigError("role", r, ", ".join(ROLES))
         self.roles = hosted
+        self._noted: set = set()
         self._collecting: dict[str, RolePlan] = {}
         for r in hosted:
             rp = plan.role(r)
@@ -237,7 +238,6 @@ class Profiler:
         self._open: list[Window] = []
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
-        self._noted: set = set()
         self._finalizer: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._analysis = None

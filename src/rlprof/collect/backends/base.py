@@ -82,7 +82,11 @@ class CycleTracker:
             return "active", 0
         return self.schedule.phase(self.k)
 
-    def advance(self) -> tuple[tuple[str, int], tuple[str, int]]:
-        before = self.phase()
+    def advance(self) -> tuple[int | None, bool]:
+        """Move to the next unit: (the active cycle that just ended or None, whether one begins)."""
+        before, c0 = self.phase()
         self.k += 1
-        return before, self.phase()
+        after, c1 = self.phase()
+        ended = c0 if before == "active" and (after != "active" or c1 != c0) else None
+        began = after == "active" and (before != "active" or c1 != c0)
+        return ended, began

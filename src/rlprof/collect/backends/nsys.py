@@ -86,10 +86,10 @@ class NsysBackend(Backend):
             self._capture(True)
 
     def step(self) -> None:
-        (before, cycle), (after, _) = self._cycles.advance()
-        if before == "active" and after != "active":
-            self._capture(False, cycle)
-        elif after == "active" and self._since is None:
+        ended, began = self._cycles.advance()
+        if ended is not None:
+            self._capture(False, ended)
+        if began:
             self._capture(True)
 
     def range(self, name: str):

@@ -44,10 +44,10 @@ class TorchMemoryBackend(Backend):
             self._begin()
 
     def step(self) -> None:
-        (before, cycle), (after, _) = self._cycles.advance()
-        if before == "active" and after != "active":
-            self._end(cycle)
-        elif after == "active" and self._recording_since is None:
+        ended, began = self._cycles.advance()
+        if ended is not None:
+            self._end(ended)
+        if began:
             self._begin()
 
     def range(self, name: str):
