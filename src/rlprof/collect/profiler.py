@@ -503,7 +503,7 @@ class stage:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             prof = _current
-            if prof is None:
+            if prof is None or name not in prof._stage_now:  # unselected: a plain call, no `with`
                 return fn(*args, **kwargs)
             with prof.stage(name, role):
                 return fn(*args, **kwargs)

@@ -110,5 +110,13 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
         n = windows_per_process(plan, role)
         lines.append(f"           {n} window(s) per collecting process, {_files_per_window(role)}; "
                      f"saved under {role.save_path}/<run_id>/")
+    e2e = [r.role for r in active if r.mode == "e2e"]
+    discrete = [r.role for r in active if r.mode == "discrete"]
+    if e2e and discrete:
+        lines.append(f"note: a process hosting {e2e[0]} (e2e) and {', '.join(discrete)} (discrete) has one window "
+                     f"per step; the discrete stages are marked as ranges inside it")
+    if len(e2e) > 1:
+        lines.append(f"note: in a process hosting several roles, the e2e window follows the settings of the first "
+                     f"({e2e[0]}); roles in their own processes each follow their own")
     lines.extend(warnings)
     return "\n".join(lines)

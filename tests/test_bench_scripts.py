@@ -1,0 +1,19 @@
+"""Benchmarks print one JSON object with the documented keys (their figures are not asserted here)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_overhead_bench_prints_documented_json():
+    env = dict(os.environ, RLPROF_BENCH_REEXEC="1")  # measure in this interpreter, verl or not
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "overhead.py")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("bare_call_ns", "unselected_stage_ns", "unselected_tick_ns", "markers_stage_ns"):
+        assert isinstance(figures[key], float) and figures[key] >= 0
+    assert "verl_disabled_annotate_ns" in figures  # a number, or null where verl is not importable
