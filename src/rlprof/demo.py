@@ -53,6 +53,15 @@ def _chunks(x: torch.Tensor, n: int):
     return torch.chunk(x, n, dim=0)
 
 
+@torch.no_grad()
+def _batched_log_probs(prof: Profiler, model: TinyPolicy, seqs: torch.Tensor, n_micro: int) -> torch.Tensor:
+    parts = []
+    for part in _chunks(seqs, n_micro):
+        with prof.unit("micro_batch"):
+            parts.append(_log_probs(model, part))
+    return torch.cat(parts)
+
+
 def run_demo(prof: Profiler, shape: DemoShape = DemoShape()) -> list[float]:
     """Run the loop; returns the mean reward per step."""
     torch.manual_seed(shape.seed)
@@ -76,18 +85,10 @@ def run_demo(prof: Profiler, shape: DemoShape = DemoShape()) -> list[float]:
                         seqs = torch.cat([seqs, nxt], dim=1)
             with prof.stage("reward_compute"):
                 rewards = (seqs[:, 1:] >= target).float().mean(dim=1)
-            with prof.stage("ref_compute_log_prob"), torch.no_grad():
-                ref_lp = []
-                for part in _chunks(seqs, n_micro):
-                    with prof.unit("micro_batch"):
-                        ref_lp.append(_log_probs(ref, part))
-                ref_lp = torch.cat(ref_lp)
-            with prof.stage("actor_compute_log_prob"), torch.no_grad():
-                old_lp = []
-                for part in _chunks(seqs, n_micro):
-                    with prof.unit("micro_batch"):
-                        old_lp.append(_log_probs(actor, part))
-                old_lp = torch.cat(old_lp)
+            with prof.stage("ref_compute_log_prob"):
+                ref_lp = _batched_log_probs(prof, ref, seqs, n_micro)
+            with prof.stage("actor_compute_log_prob"):
+                old_lp = _batched_log_probs(prof, actor, seqs, n_micro)
             with prof.stage("advantage_compute"):
                 adv = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
             with prof.stage("actor_update"):

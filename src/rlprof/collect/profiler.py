@@ -226,8 +226,8 @@ class Profiler:
                                 problem, r)
                 del self._collecting[r]
             elif problem:
-                raise ConfigError(f"{r}.tool", rp.tool, "a tool this machine has (torch, markers"
-                                  + (", nsys, torch_memory" if rp.tool != "nsys" else "") + ")",
+                usable = [t for t in ("torch", "markers", "nsys", "torch_memory", "npu") if not _tool_available(t)]
+                raise ConfigError(f"{r}.tool", rp.tool, "a tool this machine has: " + ", ".join(usable),
                                   problem=f"cannot collect here: {problem}")
             else:
                 self._factories[rp.tool] = backend_class(rp.tool)

@@ -75,29 +75,26 @@ def as_list(key: str, value: Any, what: str) -> list:
     raise ConfigError(key, value, f"a list of {what}", problem="is not a list")
 
 
-def positive_steps(key: str, value: Any) -> tuple[int, ...]:
-    """Steps are 1-based; null or [] means collect nothing."""
+def int_list(key: str, value: Any, *, minimum: int, what: str) -> tuple[int, ...]:
+    """A list of integers >= minimum, sorted and de-duplicated; null means empty."""
     if value is None:
         return ()
-    items = as_list(key, value, "positive integers (1-based steps) or null")
-    for i, step in enumerate(items):
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise ConfigError(f"{key}[{i}]", step, "positive integers (1-based steps)", problem="is not an integer")
-        if step < 1:
-            raise ConfigError(f"{key}[{i}]", step, "positive integers (steps are 1-based)")
+    items = as_list(key, value, what)
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ConfigError(f"{key}[{i}]", item, what, problem="is not an integer")
+        if item < minimum:
+            raise ConfigError(f"{key}[{i}]", item, what)
     return tuple(sorted(set(items)))
+
+
+def positive_steps(key: str, value: Any) -> tuple[int, ...]:
+    """Steps are 1-based; null or [] means collect nothing."""
+    return int_list(key, value, minimum=1, what="positive integers (steps are 1-based) or null")
 
 
 def rank_list(key: str, value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    items = as_list(key, value, "non-negative integer ranks")
-    for i, rank in enumerate(items):
-        if isinstance(rank, bool) or not isinstance(rank, int):
-            raise ConfigError(f"{key}[{i}]", rank, "non-negative integer ranks", problem="is not an integer")
-        if rank < 0:
-            raise ConfigError(f"{key}[{i}]", rank, "non-negative integer ranks")
-    return tuple(sorted(set(items)))
+    return int_list(key, value, minimum=0, what="non-negative integer ranks")
 
 
 def choices(key: str, value: Any, allowed: Iterable[str]) -> tuple[str, ...]:

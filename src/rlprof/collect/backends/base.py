@@ -90,3 +90,20 @@ class CycleTracker:
         ended = c0 if before == "active" and (after != "active" or c1 != c0) else None
         began = after == "active" and (before != "active" or c1 != c0)
         return ended, began
+
+
+class PushPopRange:
+    """A context manager over a push(name) -> handle / pop(handle) marker API (NVTX, mstx)."""
+
+    __slots__ = ("push", "pop", "name", "handle")
+
+    def __init__(self, push, pop, name: str):
+        self.push, self.pop, self.name, self.handle = push, pop, name, None
+
+    def __enter__(self):
+        self.handle = self.push(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        self.pop(self.handle)
+        return False

@@ -55,19 +55,19 @@ def _device_ranges():
     try:
         import torch_npu
 
-        from .npu import MstxRange
+        from .npu import mstx_range
 
-        return lambda name: MstxRange(torch_npu.npu.mstx, name)
+        return lambda name: mstx_range(torch_npu.npu.mstx, name)
     except ImportError:
         pass
     try:
         import torch
 
         if torch.cuda.is_available():
-            from .nsys import CudaNvtxApi, NvtxRange
+            from .nsys import CudaNvtxApi, nvtx_range
 
             api = CudaNvtxApi()
-            return lambda name: NvtxRange(api, name)
+            return lambda name: nvtx_range(api, name)
     except ImportError:
         pass
     return None

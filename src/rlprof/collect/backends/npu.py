@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import time
 
-from .base import Backend, Output
+from .base import Backend, Output, PushPopRange
 
 LEVELS = {"level_none": "Level_none", "level0": "Level0", "level1": "Level1", "level2": "Level2"}
 EXPORT_TYPES = {"text": "Text", "db": "Db"}
 
 
-class MstxRange:
-    __slots__ = ("mstx", "name", "rid")
-
-    def __init__(self, mstx, name: str):
-        self.mstx, self.name, self.rid = mstx, name, None
-
-    def __enter__(self):
-        self.rid = self.mstx.range_start(self.name)
-        return self
-
-    def __exit__(self, *exc):
-        self.mstx.range_end(self.rid)
-        return False
+def mstx_range(mstx, name: str) -> PushPopRange:
+    return PushPopRange(mstx.range_start, mstx.range_end, name)
 
 
 def profiler_kwargs(tnp, plan, dir_name: str, worker_name: str) -> dict:
@@ -75,7 +64,7 @@ class NpuBackend(Backend):
         self._prof.step()
 
     def range(self, name: str):
-        return MstxRange(self._mstx, name)
+        return mstx_range(self._mstx, name)
 
     def stop(self) -> list[Output]:
         self._prof.stop()

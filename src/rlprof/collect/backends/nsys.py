@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from .base import Backend, CycleTracker, Output
+from .base import Backend, CycleTracker, Output, PushPopRange
 
 
 class CudaNvtxApi:
@@ -42,19 +42,8 @@ class CudaNvtxApi:
             self._torch_nvtx.range_pop()
 
 
-class NvtxRange:
-    __slots__ = ("api", "name", "handle")
-
-    def __init__(self, api, name: str):
-        self.api, self.name, self.handle = api, name, None
-
-    def __enter__(self):
-        self.handle = self.api.range_push(self.name)
-        return self
-
-    def __exit__(self, *exc):
-        self.api.range_pop(self.handle)
-        return False
+def nvtx_range(api, name: str) -> PushPopRange:
+    return PushPopRange(api.range_push, api.range_pop, name)
 
 
 class NsysBackend(Backend):
@@ -81,7 +70,7 @@ class NsysBackend(Backend):
 
     def start(self) -> None:
         label = self.spec.base_name(None)
-        self._window_range = NvtxRange(self._api, label).__enter__()
+        self._window_range = nvtx_range(self._api, label).__enter__()
         if self._cycles.phase()[0] == "active":
             self._capture(True)
 
@@ -93,7 +82,7 @@ class NsysBackend(Backend):
             self._capture(True)
 
     def range(self, name: str):
-        return NvtxRange(self._api, name)
+        return nvtx_range(self._api, name)
 
     def stop(self) -> list[Output]:
         if self._since is not None:
