@@ -102,6 +102,22 @@ def demo(
         typer.echo("no windows were collected (the plan selects nothing on this process)")
 
 
+@app.command(context_settings={"allow_extra_args": False})
+@_guarded
+def train(
+    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] then key=value overrides"),
+):
+    """Train GRPO/DAPO on a tiny model built from a config, profiled by the plan in the same config.
+
+    With no profiling keys, step 2 is profiled with the torch tool. Under torchrun
+    (`torchrun --nproc_per_node 2 -m rlprof.trainer ...`) each rank trains its data-parallel shard.
+    """
+    from .trainer.launch import main as train_main
+
+    config, overrides = split_config_args(list(args or []))
+    raise typer.Exit(train_main(config, overrides))
+
+
 def _print_manifest(run_dir, rows) -> None:
     from rich.console import Console
     from rich.table import Table

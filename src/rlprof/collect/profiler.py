@@ -141,6 +141,7 @@ class _StageScope:
                 return self
             self.window = prof._open_window(self.target, self.name, (prof._step,))
             self.opened = True
+            prof._stage_now[self.name] = None  # entered again this step (a DAPO refill): first one only
         self.range = self.window.range("rlprof:stage:" + self.name)
         self.range.__enter__()
         return self

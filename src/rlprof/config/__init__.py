@@ -19,6 +19,20 @@ DIALECTS = {"global_role": global_role, "legacy": legacy, "integrated": integrat
 ROLLOUT_MODE_KEYS = ("actor_rollout_ref.rollout.mode", "rollout.mode")
 
 
+# What `rlprof train` / `rlprof demo` collect when their config has no profiling keys at all.
+DEFAULT_PROFILE = ("global_profiler.tool=torch", "global_profiler.steps=[2]",
+                   "actor_rollout_ref.actor.profiler.enable=true")
+
+
+def with_default_profile(data: dict) -> dict:
+    if detect_dialect(data) is not None:
+        return data
+    from .source import load_config
+
+    merged = load_config(None, DEFAULT_PROFILE)
+    return {**data, **merged}
+
+
 def machine_device() -> str:
     """'npu', 'cuda' or 'cpu', judged without importing torch (a dry run must stay cheap)."""
     if importlib.util.find_spec("torch_npu") is not None:

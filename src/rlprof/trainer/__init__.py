@@ -1,0 +1,1 @@
+"""Reference GRPO/DAPO trainer, instrumented with rlprof (the host profiled by `rlprof train`)."""

@@ -1,0 +1,94 @@
+"""Actor and reference workers: log-probs over micro-batches, and the policy update."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+
+from .algorithms import aggregate, clipped_surrogate, entropy_from_logits, kl_k3
+from .rollout import Rollout, positions
+
+
+def response_log_probs(model, batch: Rollout, temperature: float, with_entropy: bool = False):
+    """Log-prob (and entropy) of each response token under `model`: (B, T) each."""
+    ids, attn = batch.input_ids, batch.attention_mask
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=False).logits
+    t = batch.response_ids.shape[1]
+    logits = logits[:, -t - 1:-1].float() / temperature
+    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids[..., None]).squeeze(-1)
+    return log_probs, (entropy_from_logits(logits) if with_entropy else None)
+
+
+@torch.no_grad()
+def batched_log_probs(model, batch: Rollout, micro_batch_size: int, temperature: float, unit=nullcontext):
+    """Inference log-probs in micro-batches (old policy, reference), one micro_batch unit each."""
+    out = []
+    for start in range(0, batch.response_ids.shape[0], micro_batch_size):
+        with unit():
+            idx = torch.arange(start, min(start + micro_batch_size, batch.response_ids.shape[0]))
+            out.append(response_log_probs(model, batch.select(idx), temperature)[0])
+    return torch.cat(out)
+
+
+def _set_grad_sync(model, enabled: bool) -> None:
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter only on the last micro-batch
+        model.set_requires_gradient_sync(enabled)
+
+
+def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs, advantages, *, cfg, generator,
+                  mini_batch=nullcontext, micro_batch=nullcontext, slow_ms: float = 0.0) -> dict:
+    """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW."""
+    a = cfg.actor
+    clip_high, kl_coef, agg = cfg.clip_high(), cfg.kl_coef(), cfg.loss_agg()
+    n = batch.response_ids.shape[0]
+    stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+    tokens_seen = micro_batches = updates = 0
+    params = [p for p in model.parameters() if p.requires_grad]
+    for _ in range(a.ppo_epochs):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, a.mini_batch_size):
+            with mini_batch():
+                idx = order[start:start + a.mini_batch_size]
+                mask_all = batch.response_mask[idx]
+                total_tokens, total_seqs = float(mask_all.sum()), float(len(idx))
+                optimizer.zero_grad(set_to_none=True)
+                chunks = list(torch.split(idx, a.micro_batch_size))
+                for k, j in enumerate(chunks):
+                    with micro_batch():
+                        _set_grad_sync(model, k == len(chunks) - 1)
+                        mb = batch.select(j)
+                        mask = mb.response_mask.float()
+                        log_probs, entropy = response_log_probs(model, mb, cfg.rollout.temperature, True)
+                        pg, clipped = clipped_surrogate(log_probs, old_log_probs[j], advantages[j],
+                                                        a.clip_ratio_low, clip_high)
+                        per_token = pg
+                        kl = kl_k3(log_probs, ref_log_probs[j]) if ref_log_probs is not None else None
+                        if kl is not None and kl_coef:
+                            per_token = per_token + kl_coef * kl
+                        loss = aggregate(per_token, mask, agg, total_tokens=total_tokens, total_seqs=total_seqs)
+                        if slow_ms:
+                            time.sleep(slow_ms / 1000.0)  # the debug knob: this rank computes slower
+                        loss.backward()
+                        with torch.no_grad():
+                            tokens = float(mask.sum())
+                            tokens_seen += tokens
+                            micro_batches += 1
+                            stats["pg_loss"] += float((pg * mask).sum())
+                            stats["clip_frac"] += float((clipped * mask).sum())
+                            stats["entropy"] += float((entropy * mask).sum())
+                            if kl is not None:
+                                stats["kl"] += float((kl * mask).sum())
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
+                if hasattr(grad_norm, "full_tensor"):
+                    grad_norm = grad_norm.full_tensor()
+                stats["grad_norm"] += float(grad_norm)
+                optimizer.step()
+                updates += 1
+    for key in ("pg_loss", "clip_frac", "entropy", "kl"):
+        stats[key] /= max(tokens_seen, 1.0)
+    stats["grad_norm"] /= max(updates, 1)
+    stats["micro_batches"] = micro_batches
+    stats["optimizer_steps"] = updates
+    return stats

@@ -1,0 +1,201 @@
+"""Trainer configuration: typed sections, validated before any model is built.
+
+The same YAML file (and override list) may carry a profiling dialect; those keys belong to
+rlprof.config and are skipped here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from ..config import checks as c
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    slow_rank: Optional[int] = None  # this rank sleeps slow_ms in each stage's compute (cluster demos/tests)
+    slow_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainerSection:
+    algorithm: Literal["grpo", "dapo"] = "grpo"
+    steps: int = 30
+    seed: int = 0
+    device: Literal["cpu", "cuda"] = "cpu"
+    output_dir: str = "outputs/train"
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: Optional[str] = None  # a local Hugging Face checkpoint directory instead of the tiny default
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    max_position_embeddings: int = 128
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    task: Literal["sum_mod10"] = "sum_mod10"
+    prompts_per_step: int = 8  # across all data-parallel ranks
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    n: int = 8  # samples per prompt (the GRPO group)
+    max_new_tokens: int = 6
+    temperature: float = 1.0
+    top_p: float = 1.0
+    ignore_eos: bool = False  # always generate max_new_tokens (fixed decode length, for profiling studies)
+    mode: Literal["sync", "async"] = "sync"
+    replicas: int = 2  # async mode: rollout replica processes (Ray actors)
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    lr: float = 5e-3
+    weight_decay: float = 0.0
+    ppo_epochs: int = 1
+    mini_batch_size: int = 32  # sequences per optimizer step, per rank
+    micro_batch_size: int = 8  # sequences per forward/backward, per rank
+    grad_clip: float = 1.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    kl_coef: float = 0.01
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+
+
+@dataclass(frozen=True)
+class DapoConfig:
+    clip_ratio_high: float = 0.28
+    dynamic_sampling: bool = True
+    max_sampling_retries: int = 3
+    overlong_buffer: int = 2
+    overlong_penalty: float = 0.5
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.data.prompts_per_step * self.rollout.n
+
+    def clip_high(self) -> float:
+        return self.dapo.clip_ratio_high if self.trainer.algorithm == "dapo" else self.actor.clip_ratio_high
+
+    def kl_coef(self) -> float:
+        return 0.0 if self.trainer.algorithm == "dapo" else self.actor.kl_coef  # DAPO: no KL term
+
+    def loss_agg(self) -> str:
+        return "token-mean" if self.trainer.algorithm == "dapo" else self.actor.loss_agg  # DAPO: token-level
+
+
+# Keys of the profiling dialects, owned by rlprof.config and skipped here.
+PROFILING_TOP_KEYS = ("global_profiler", "actor_rollout_ref", "critic", "reward_model", "profiler_config")
+PROFILING_TRAINER_KEYS = ("profile_steps", "npu_profile")
+
+
+def _convert(key: str, value: Any, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:  # Optional[X]
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _convert(key, value, inner)
+    if origin is Literal:
+        return c.choice(key, value, typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return _section(key, tp, value)
+    if tp is bool:
+        return c.boolean(key, value)
+    if tp is int:
+        return c.integer(key, value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, value, "a number", problem="is not a number")
+        return float(value)
+    if tp is str:
+        return c.string(key, value)
+    raise TypeError(tp)
+
+
+def _section(prefix: str, cls, data: Any, skip: tuple[str, ...] = ()):
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    raw = c.mapping(prefix, {k: v for k, v in (data or {}).items() if k not in skip} if isinstance(data, dict)
+                    else data, names)
+    return cls(**{k: _convert(c.join(prefix, k), v, hints[k]) for k, v in raw.items()})
+
+
+def parse_train_config(data: dict) -> TrainConfig:
+    """Typed, validated TrainConfig from a merged config dict (profiling keys are skipped)."""
+    hints = typing.get_type_hints(TrainConfig)
+    raw = c.mapping("", data, [f.name for f in dataclasses.fields(TrainConfig)] + list(PROFILING_TOP_KEYS))
+    sections = {}
+    for name, value in raw.items():
+        if name in PROFILING_TOP_KEYS:
+            continue
+        skip = PROFILING_TRAINER_KEYS if name == "trainer" else ()
+        sections[name] = _section(name, hints[name], value, skip)
+    cfg = TrainConfig(**sections)
+    validate(cfg)
+    return cfg
+
+
+def _positive(key: str, value: float, allowed: str = "a number > 0") -> None:
+    if value <= 0:
+        raise ConfigError(key, value, allowed)
+
+
+def validate(cfg: TrainConfig, world_size: int = 1) -> None:
+    """Cross-field checks; world_size known only at launch (checked again then)."""
+    t, r, a, d = cfg.trainer, cfg.rollout, cfg.actor, cfg.data
+    for key, value in (("trainer.steps", t.steps), ("data.prompts_per_step", d.prompts_per_step),
+                       ("rollout.n", r.n), ("rollout.max_new_tokens", r.max_new_tokens),
+                       ("actor.ppo_epochs", a.ppo_epochs), ("actor.mini_batch_size", a.mini_batch_size),
+                       ("actor.micro_batch_size", a.micro_batch_size), ("rollout.replicas", r.replicas)):
+        if value < 1:
+            raise ConfigError(key, value, "an integer >= 1")
+    for key, value in (("actor.lr", a.lr), ("rollout.temperature", r.temperature)):
+        _positive(key, value)
+    if not 0 < r.top_p <= 1:
+        raise ConfigError("rollout.top_p", r.top_p, "a number in (0, 1]")
+    if t.algorithm == "grpo" and r.n < 2:
+        raise ConfigError("rollout.n", r.n, "at least 2 for GRPO (advantages are normalised within a group)")
+    if d.prompts_per_step % world_size:
+        raise ConfigError("data.prompts_per_step", d.prompts_per_step,
+                          f"a multiple of the {world_size} data-parallel ranks")
+    per_rank = cfg.sequences_per_step // world_size
+    if per_rank % a.mini_batch_size:
+        raise ConfigError("actor.mini_batch_size", a.mini_batch_size,
+                          f"a divisor of the {per_rank} sequences per rank per step "
+                          f"(prompts_per_step x n / world size)")
+    if a.mini_batch_size % a.micro_batch_size:
+        raise ConfigError("actor.micro_batch_size", a.micro_batch_size,
+                          f"a divisor of actor.mini_batch_size ({a.mini_batch_size})")
+    if cfg.model.path is not None and not os.path.isdir(cfg.model.path):
+        raise ConfigError("model.path", cfg.model.path, "a local Hugging Face checkpoint directory",
+                          problem="does not exist")
+    if cfg.model.hidden_size % cfg.model.num_heads or cfg.model.num_heads % cfg.model.num_kv_heads:
+        raise ConfigError("model.num_heads", cfg.model.num_heads,
+                          "a divisor of hidden_size and a multiple of num_kv_heads")
+    if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
+        raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
+    if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":
+        raise ConfigError("dapo.overlong_buffer", cfg.dapo.overlong_buffer,
+                          f"an integer < rollout.max_new_tokens ({r.max_new_tokens})")

@@ -1,0 +1,77 @@
+"""`rlprof train`: validate everything, start torch.distributed when launched by torchrun, train, report."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..config import load_config, resolve_plan, with_default_profile
+from ..errors import ConfigError
+from .config import TrainConfig, parse_train_config, validate
+
+
+def prepare(config: str | None, overrides: list[str]) -> tuple[TrainConfig, object, int, int]:
+    """Everything that can be wrong is found here, before a model is built or a process group started."""
+    data = load_config(config, overrides)
+    cfg = parse_train_config(data)
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    validate(cfg, world_size)
+    if cfg.rollout.mode == "async" and world_size > 1:
+        raise ConfigError("rollout.mode", "async", "sync under torchrun; async rollout runs from one driver process "
+                          "with rollout.replicas Ray actors")
+    if cfg.rollout.mode == "async":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("rollout.mode", "async", "sync (async rollout needs ray: pip install ray)")
+    if cfg.trainer.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("trainer.device", "cuda", "cpu (this machine has no CUDA device)")
+    plan = resolve_plan(with_default_profile(data))
+    return cfg, plan, rank, world_size
+
+
+def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    cfg, plan, rank, world_size = prepare(config, overrides)
+    import torch
+    import torch.distributed as dist
+
+    from .train import run_training, write_metrics
+    from .summary import print_summary, ProgressPrinter
+
+    if world_size > 1 and not dist.is_initialized():
+        if cfg.trainer.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if cfg.trainer.device == "cuda" else "gloo")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    printer = ProgressPrinter(cfg.trainer.steps, enabled=rank == 0 and not quiet)
+    started = time.perf_counter()
+    try:
+        with printer:
+            history, trainer = run_training(cfg, plan, rank=rank, world_size=world_size, on_step=printer.update)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if rank == 0:
+        out_dir = Path(cfg.trainer.output_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
+        metrics_path = write_metrics(history, out_dir)
+        run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
+        print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    from ..cli import split_config_args
+    from ..errors import RLProfError
+
+    config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return main(config, overrides)
+    except RLProfError as exc:
+        print(f"rlprof: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,82 @@
+"""Rollout: batched sampling with a KV cache, one decode_step per generated token."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Rollout:
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P)
+    response_ids: torch.Tensor  # (B, T) right-padded with pad
+    response_mask: torch.Tensor  # (B, T) 1 for generated tokens (EOS included)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+
+    def select(self, idx: torch.Tensor) -> "Rollout":
+        return Rollout(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx], self.response_mask[idx])
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on the first real token of each left-padded row."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None):
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:  # nucleus: keep the smallest set of tokens whose mass reaches top_p
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
+             pad_id: int, temperature: float = 1.0, top_p: float = 1.0, ignore_eos: bool = False,
+             generator: torch.Generator | None = None, decode_step=lambda: nullcontext(), use_cache: bool = True
+             ) -> Rollout:
+    """Sample up to max_new_tokens per row. `decode_step()` wraps each token (rlprof's unit range + tick)."""
+    device = prompt_ids.device
+    batch = prompt_ids.shape[0]
+    attn = prompt_mask.clone()
+    seqs = prompt_ids
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    tokens, masks = [], []
+    cache = None
+    logits = None
+    for t in range(max_new_tokens):
+        with decode_step():
+            if use_cache:
+                step_ids = seqs if cache is None else seqs[:, -1:]
+                pos = positions(attn) if cache is None else positions(attn)[:, -1:]
+                out = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                            use_cache=True)
+                cache = out.past_key_values
+            else:  # the reference path: recompute the whole sequence every token
+                out = model(input_ids=seqs, attention_mask=attn, position_ids=positions(attn), use_cache=False)
+            logits = out.logits[:, -1]
+            nxt = sample_next(logits, temperature, top_p, generator)
+            nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
+            active = ~finished  # rows still generating: this token is real (EOS included)
+            tokens.append(nxt)
+            masks.append(active)
+            if not ignore_eos:
+                finished = finished | (nxt == eos_id)
+            seqs = torch.cat([seqs, nxt[:, None]], dim=1)
+            attn = torch.cat([attn, active.long()[:, None]], dim=1)
+            if not ignore_eos and bool(finished.all()):
+                break
+    return Rollout(prompt_ids, prompt_mask, torch.stack(tokens, 1), torch.stack(masks, 1).long())

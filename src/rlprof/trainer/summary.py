@@ -1,0 +1,99 @@
+"""What `rlprof train` shows: a progress bar with compact metrics, then a per-stage summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+STAGE_ORDER = ("weight_sync", "rollout_generate", "reward_compute", "ref_compute_log_prob",
+               "actor_compute_log_prob", "advantage_compute", "actor_update")
+
+
+def metrics_line(m: dict) -> str:
+    line = (f"step {m['step']:>3}  reward {m['reward_mean']:.3f}  acc {m['accuracy']:.2f}  kl {m['kl']:.4f}  "
+            f"clip {m['clip_frac']:.3f}  ent {m['entropy']:.2f}  len {m['response_length']:.1f}  "
+            f"{m['step_ms']:.0f} ms")
+    if "informative_groups" in m:
+        line += f"  groups {m['informative_groups']}"
+    return line
+
+
+class ProgressPrinter:
+    def __init__(self, steps: int, enabled: bool = True):
+        self.enabled = enabled
+        self.console = Console(width=max(110, Console().width))
+        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=self.console, disable=not enabled, transient=True)
+        self.task = self.progress.add_task("train", total=steps)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def update(self, m: dict) -> None:
+        if self.enabled:
+            self.progress.console.print(metrics_line(m), highlight=False)
+            self.progress.advance(self.task)
+
+
+def stage_table(history: list[dict]) -> Table:
+    """Mean time per stage over the steps after the first (which pays one-time costs)."""
+    steps = history[1:] or history
+    stages = [s for s in STAGE_ORDER if any(s in m["stage_ms"] for m in steps)]
+    total = sum(m["step_ms"] for m in steps) / len(steps)
+    table = Table(title=f"per-stage time (mean over steps {steps[0]['step']}-{steps[-1]['step']})")
+    for col in ("stage", "mean ms", "share of step"):
+        table.add_column(col, justify="right" if col != "stage" else "left")
+    for s in stages:
+        mean = sum(m["stage_ms"].get(s, 0.0) for m in steps) / len(steps)
+        table.add_row(s, f"{mean:.1f}", f"{100 * mean / total:.0f}%")
+    table.add_row("[bold]step", f"[bold]{total:.1f}", "100%")
+    return table
+
+
+def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[Path], seconds: float,
+                  quiet: bool = False) -> None:
+    from ..analyze.window import analyze_window_file
+    from ..collect.manifest import read_rows
+
+    console = Console(width=max(120, Console().width))
+    first = history[: min(5, len(history))]
+    last = history[-min(5, len(history)):]
+    mean = lambda ms, k: sum(m[k] for m in ms) / len(ms)  # noqa: E731
+    console.print(f"{cfg.trainer.algorithm.upper()}: {len(history)} steps in {seconds:.1f} s; mean reward "
+                  f"first 5 steps {mean(first, 'reward_mean'):.3f} -> last 5 steps {mean(last, 'reward_mean'):.3f}; "
+                  f"accuracy {mean(first, 'accuracy'):.2f} -> {mean(last, 'accuracy'):.2f}")
+    if quiet:
+        return
+    console.print(stage_table(history))
+    console.print(f"metrics: {metrics_path}")
+    for run_dir in run_dirs:
+        manifest = run_dir / "manifest.jsonl"
+        if not manifest.exists():
+            continue
+        rows = read_rows(run_dir)
+        table = Table(title=f"profiled windows in {run_dir}")
+        for col in ("step", "role", "stage", "rank", "tool", "status", "MB", "file"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(str(r["step"]), r["role"], r["stage"], str(r["rank"]), r["tool"], r["status"],
+                          f"{r['bytes'] / 1e6:.2f}", str(r["path"]))
+        console.print(table)
+        traces = [run_dir / r["path"] for r in rows if r["path"] and str(r["path"]).endswith(".json.gz")]
+        if traces:
+            summary = analyze_window_file(traces[0])
+            import json
+
+            data = json.loads(summary.read_text())
+            ops = Table(title=f"top operators in {traces[0].name}")
+            for col in ("operator", "count", "total ms"):
+                ops.add_column(col)
+            for op in data["top_ops"][:8]:
+                ops.add_row(op["name"], str(op["count"]), f"{op['total_ms']:.2f}")
+            console.print(ops)

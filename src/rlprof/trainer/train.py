@@ -1,0 +1,228 @@
+"""The GRPO / DAPO training loop, instrumented with rlprof at every stage and unit.
+
+One step: (weight_sync) -> rollout_generate -> reward_compute [-> DAPO refill] ->
+ref_compute_log_prob -> actor_compute_log_prob -> advantage_compute -> actor_update.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..collect import Profiler
+from .actor import batched_log_probs, policy_update
+from .algorithms import group_advantages, informative_groups, overlong_penalty
+from .config import TrainConfig
+from .data import PromptBatch, SumMod10Task
+from .model import build_model, build_tokenizer
+from .reward import exact_match, verify
+from .rollout import Rollout, generate
+
+SYNC_ROLES = ("actor", "rollout", "ref", "reward")
+ASYNC_DRIVER_ROLES = ("actor", "ref", "reward")  # rollout profiles itself in the replicas
+
+
+def _repeat(batch: PromptBatch, n: int) -> PromptBatch:
+    """Each prompt n times, consecutively: the n samples of a group sit next to each other."""
+    return PromptBatch(batch.input_ids.repeat_interleave(n, 0), batch.attention_mask.repeat_interleave(n, 0),
+                       [a for a in batch.answers for _ in range(n)])
+
+
+def _shard(model) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, run_id: str | None = None):
+        self.cfg, self.plan, self.rank, self.world_size = cfg, plan, rank, world_size
+        self.device = torch.device(cfg.trainer.device)
+        self.distributed = world_size > 1
+        self.is_async = cfg.rollout.mode == "async"
+        seed = cfg.trainer.seed
+        self.tok = build_tokenizer(cfg.model)
+        self.task = SumMod10Task(self.tok, seed + 7919 * rank)
+        self.actor = build_model(cfg.model, self.tok.vocab_size, seed).to(self.device)
+        self.ref = copy.deepcopy(self.actor).eval().requires_grad_(False)
+        self.rollout_model = None  # a separate copy only where rollout holds its own weights
+        if self.distributed:
+            self.rollout_model = copy.deepcopy(self.actor).eval()
+            _shard(self.actor)
+            _shard(self.ref)
+        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=cfg.actor.lr,
+                                           weight_decay=cfg.actor.weight_decay)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
+        self.shuffle_gen = torch.Generator().manual_seed(seed + rank)
+        roles = ASYNC_DRIVER_ROLES if self.is_async else SYNC_ROLES
+        self.prof = Profiler(plan, rank=rank, world_size=world_size, role=roles, run_id=run_id)
+        self.engine = None
+        if self.is_async:
+            from .async_rollout import AsyncRollout
+
+            self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id)
+        self.slow_ms = cfg.trainer.debug.slow_ms if cfg.trainer.debug.slow_rank == rank else 0.0
+        self.timings: dict[str, float] = {}
+
+    # ---- helpers ----------------------------------------------------------------------------
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.perf_counter()
+        with self.prof.stage(name):
+            yield
+        self.timings[name] = self.timings.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
+
+    def unit(self, name: str):
+        return lambda: self.prof.unit(name)
+
+    def _gen_params(self) -> dict:
+        r = self.cfg.rollout
+        return dict(max_new_tokens=r.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
+                    temperature=r.temperature, top_p=r.top_p, ignore_eos=r.ignore_eos)
+
+    def _mean_across_ranks(self, values: list[float]) -> list[float]:
+        if not self.distributed:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return (t / self.world_size).tolist()
+
+    # ---- stages -----------------------------------------------------------------------------
+    def weight_sync(self, step: int) -> None:
+        if self.engine is not None:
+            with self.stage("weight_sync"):
+                self.engine.push_weights(self.actor)
+        elif self.rollout_model is not None:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            with self.stage("weight_sync"):
+                full = get_model_state_dict(self.actor, options=StateDictOptions(full_state_dict=True))
+                self.rollout_model.load_state_dict(full)
+
+    def sample(self, step: int, prompts: PromptBatch) -> tuple[Rollout, torch.Tensor, torch.Tensor, list[str]]:
+        """Generate n samples per prompt and score them (DAPO: refill with informative groups)."""
+        cfg, n = self.cfg, self.cfg.rollout.n
+        batch = _repeat(prompts, n)
+        rollout, rewards, scores = self._generate_and_score(step, batch)
+        answers = batch.answers
+        if cfg.trainer.algorithm != "dapo" or not cfg.dapo.dynamic_sampling:
+            return rollout, rewards, scores, answers
+        want = prompts.input_ids.shape[0]
+        keep = informative_groups(scores, n)
+        pools = [(rollout, rewards, scores, answers, keep)]
+        for _ in range(cfg.dapo.max_sampling_retries):
+            if sum(int(k.sum()) for *_, k in pools) >= want:
+                break
+            extra = _repeat(self.task.sample(want), n)
+            r2, rw2, s2 = self._generate_and_score(step, extra)
+            pools.append((r2, rw2, s2, extra.answers, informative_groups(s2, n)))
+        # informative groups first; fill up with the others (zero advantage) so every rank keeps its shape
+        chosen = [(p, g) for p, (*_, k) in enumerate(pools) for g in range(len(k)) if k[g]]
+        chosen += [(p, g) for p, (*_, k) in enumerate(pools) for g in range(len(k)) if not k[g]]
+        chosen = chosen[:want]
+        self.kept_groups = sum(1 for p, g in chosen if pools[p][4][g])
+        rows = lambda g: torch.arange(g * n, (g + 1) * n)  # noqa: E731
+        parts = [(pools[p][0].select(rows(g)), pools[p][1][rows(g)], pools[p][2][rows(g)],
+                  pools[p][3][g * n:(g + 1) * n]) for p, g in chosen]
+        width = max(x[0].response_ids.shape[1] for x in parts)
+        pad = self.tok.pad_id
+        f = torch.nn.functional.pad
+        rollout = Rollout(torch.cat([x[0].prompt_ids for x in parts]), torch.cat([x[0].prompt_mask for x in parts]),
+                          torch.cat([f(x[0].response_ids, (0, width - x[0].response_ids.shape[1]), value=pad)
+                                     for x in parts]),
+                          torch.cat([f(x[0].response_mask, (0, width - x[0].response_mask.shape[1]), value=0)
+                                     for x in parts]))
+        return (rollout, torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts]),
+                [a for x in parts for a in x[3]])
+
+    def _generate_and_score(self, step: int, batch: PromptBatch):
+        cfg = self.cfg
+        ids, mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
+        with self.stage("rollout_generate"):
+            if self.engine is not None:
+                rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params())
+                rollout = Rollout(*(t.to(self.device) for t in (rollout.prompt_ids, rollout.prompt_mask,
+                                                                 rollout.response_ids, rollout.response_mask)))
+            else:
+                model = self.rollout_model or self.actor
+                rollout = generate(model, ids, mask, generator=self.sample_gen, decode_step=self.unit("decode_step"),
+                                   **self._gen_params())
+        with self.stage("reward_compute"):
+            rewards = verify(rollout.response_ids.cpu(), rollout.response_mask.cpu(), batch.answers, self.tok)
+            scores = rewards.clone()
+            if cfg.trainer.algorithm == "dapo":
+                lengths = rollout.response_mask.sum(1).cpu()
+                scores = scores + overlong_penalty(lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer,
+                                                   cfg.dapo.overlong_penalty)
+        return rollout, rewards, scores
+
+    def train_step(self, step: int) -> dict:
+        cfg = self.cfg
+        self.timings = {}
+        self.kept_groups = None
+        t0 = time.perf_counter()
+        with self.prof.step(step):
+            self.weight_sync(step)
+            prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
+            rollout, rewards, scores, answers = self.sample(step, prompts)
+            mb = cfg.actor.micro_batch_size
+            ref_lp = None
+            if cfg.kl_coef() > 0:
+                with self.stage("ref_compute_log_prob"):
+                    ref_lp = batched_log_probs(self.ref, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"))
+            with self.stage("actor_compute_log_prob"):
+                old_lp = batched_log_probs(self.actor, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"))
+            with self.stage("advantage_compute"):
+                advantages = group_advantages(scores, cfg.rollout.n).to(self.device)
+            with self.stage("actor_update"):
+                stats = policy_update(self.actor, self.optimizer, rollout, old_lp, ref_lp, advantages, cfg=cfg,
+                                      generator=self.shuffle_gen, mini_batch=self.unit("mini_batch"),
+                                      micro_batch=self.unit("micro_batch"), slow_ms=self.slow_ms)
+        lengths = rollout.response_mask.sum(1).float()
+        acc = exact_match(rollout.response_ids.cpu(), rollout.response_mask.cpu(), answers, self.tok)
+        reward, acc, length, kl, clip, ent = self._mean_across_ranks(
+            [float(rewards.mean()), acc, float(lengths.mean()), stats["kl"], stats["clip_frac"], stats["entropy"]])
+        metrics = {"step": step, "reward_mean": reward, "accuracy": acc, "response_length": length, "kl": kl,
+                   "clip_frac": clip, "entropy": ent, "grad_norm": stats["grad_norm"], "pg_loss": stats["pg_loss"],
+                   "micro_batches": stats["micro_batches"], "step_ms": (time.perf_counter() - t0) * 1e3,
+                   "stage_ms": dict(self.timings)}
+        if self.kept_groups is not None:
+            metrics["informative_groups"] = self.kept_groups
+        return metrics
+
+    def close(self) -> dict | None:
+        replica_steps = self.engine.close() if self.engine is not None else None
+        self.prof.close()
+        return replica_steps
+
+
+def run_training(cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None,
+                 run_id: str | None = None) -> tuple[list[dict], Trainer]:
+    trainer = Trainer(cfg, plan, rank=rank, world_size=world_size, run_id=run_id)
+    history = []
+    try:
+        for step in range(1, cfg.trainer.steps + 1):
+            metrics = trainer.train_step(step)
+            history.append(metrics)
+            if on_step is not None:
+                on_step(metrics)
+    finally:
+        trainer.replica_steps = trainer.close()
+    return history, trainer
+
+
+def write_metrics(history: list[dict], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "metrics.jsonl"
+    with open(path, "w") as f:
+        for m in history:
+            f.write(json.dumps(m) + "\n")
+    return path
