@@ -17,3 +17,14 @@ def test_overhead_bench_prints_documented_json():
     for key in ("bare_call_ns", "unselected_stage_ns", "unselected_tick_ns", "markers_stage_ns"):
         assert isinstance(figures[key], float) and figures[key] >= 0
     assert "verl_disabled_annotate_ns" in figures  # a number, or null where verl is not importable
+
+
+def test_volume_bench_prints_documented_json():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "volume.py")], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("full_stage_bytes", "micro_batch_bytes", "markers_bytes", "full_stage_events",
+                "micro_batch_events", "markers_events", "ratio"):
+        assert figures[key] > 0
+    assert figures["full_stage_bytes"] > figures["micro_batch_bytes"] > figures["markers_bytes"]
