@@ -118,6 +118,39 @@ def train(
     raise typer.Exit(train_main(config, overrides))
 
 
+@app.command()
+@_guarded
+def analyze(
+    path: str = typer.Argument(..., help="a run directory, a manifest.jsonl, or one trace file"),
+    as_json: bool = typer.Option(False, "--json", help="print the analysis to stdout instead of writing files"),
+    export: str = typer.Option("csv", "--export", help="tables as: csv (one file each) or db (one DuckDB file)"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: next to the input)"),
+    ray: bool = typer.Option(False, "--ray", help="fan the per-file work out over a Ray cluster"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+):
+    """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory."""
+    from pathlib import Path
+
+    from .analyze.engine import analyze as run_analysis
+    from .analyze.export import write_analysis
+    from .analyze.summary import print_analysis
+
+    if export not in ("csv", "db"):
+        fail(f"--export {export!r} is not allowed; allowed: csv, db")
+    doc = run_analysis(path, workers=workers, use_ray=ray)
+    for warning in doc["warnings"]:
+        typer.echo(f"rlprof: warning: {warning}", err=True)
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
+    src = Path(path)
+    out_dir = Path(out) if out else (src / "analysis" if src.is_dir() else src.parent / (src.name.split(".")[0]
+                                                                                          + "_analysis"))
+    written = write_analysis(doc, out_dir, export)
+    print_analysis(doc)
+    typer.echo(f"wrote {', '.join(str(p) for p in written[:3])}" + (" ..." if len(written) > 3 else ""))
+
+
 def _print_manifest(run_dir, rows) -> None:
     from rich.console import Console
     from rich.table import Table

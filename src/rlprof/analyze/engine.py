@@ -1,0 +1,107 @@
+"""`rlprof analyze`: inputs -> per-file analysis (in parallel) -> one analysis document."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ..errors import RLProfError
+from .breakdown import window_rows
+from .ops import collectives, launch_overhead, memory, top_ops
+from .readers.kineto import NotATrace, read_kineto
+
+SCHEMA_VERSION = 1
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class AnalyzeError(RLProfError):
+    pass
+
+
+def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
+    """(trace file, manifest metadata) pairs for a run directory, a manifest, or one trace."""
+    from .manifest import manifest_inputs
+
+    path = Path(path)
+    if not path.exists():
+        raise AnalyzeError(f"{path} does not exist; allowed: a run directory, a manifest.jsonl or a trace file")
+    if path.is_file() and path.name.endswith(".jsonl"):
+        return manifest_inputs(path)
+    if path.is_file():
+        return [(path, {})]
+    if (path / "manifest.jsonl").exists():
+        return manifest_inputs(path / "manifest.jsonl")
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                   and not p.name.endswith((".summary.json", "analysis.json")))
+    if not files:
+        raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz) and no manifest.jsonl")
+    return [(p, {}) for p in files]
+
+
+def analyze_file(path: Path, meta: dict) -> dict:
+    """Everything rlprof reports about one trace file (small: safe to send between processes)."""
+    try:
+        trace = read_kineto(path)
+    except NotATrace as exc:
+        return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
+                "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+    info = dict(trace.meta.rlprof or {})
+    info.update({k: v for k, v in meta.items() if v is not None})
+    info.setdefault("rank", trace.rank)
+    info["file"] = path.name
+    device = trace.has_device
+    rows = window_rows(trace.table, device, info)
+    tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
+           "stage": info.get("stage"), "file": path.name}
+    return {
+        "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
+                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read},
+        "warnings": trace.warnings,
+        "rows": rows,
+        "ops": [{**tag, **op} for op in top_ops(trace.table)],
+        "collectives": [{**tag, **c} for c in collectives(trace.table, device)],
+        "launch": {**tag, **launch_overhead(trace.table)} if device else None,
+        "memory": {**tag, **memory(trace.table)},
+    }
+
+
+def _run(job):
+    return analyze_file(*job)
+
+
+def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None) -> dict:
+    inputs = find_inputs(path)
+    if use_ray:
+        from .distributed import ray_map
+
+        results = ray_map(_run, inputs)
+    elif len(inputs) == 1 or workers == 1:
+        results = [_run(job) for job in inputs]
+    else:
+        n = min(len(inputs), workers or os.cpu_count() or 1)
+        with ProcessPoolExecutor(n) as pool:
+            results = []
+            for res in pool.map(_run, inputs):
+                results.append(res)
+                if progress:
+                    progress()
+    doc = {"schema_version": SCHEMA_VERSION, "inputs": [], "warnings": [], "partial": False, "rows": [], "ops": [],
+           "collectives": [], "launch": [], "memory": []}
+    for res in results:
+        doc["inputs"].append(res["input"])
+        doc["warnings"].extend(res["warnings"])
+        doc["partial"] |= bool(res["input"].get("partial"))
+        for key in ("rows", "ops", "collectives"):
+            doc[key].extend(res[key])
+        for key in ("launch", "memory"):
+            if res[key] is not None:
+                doc[key].append(res[key])
+    if not any(i.get("events") for i in doc["inputs"]):
+        raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
+    doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
+    return doc
+
+
+def _k(v):
+    return (v is None, v if v is not None else 0)

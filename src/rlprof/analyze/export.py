@@ -1,0 +1,79 @@
+"""Writing an analysis: analysis.json, CSV tables, or one DuckDB file with the same tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+TABLES = ("rows", "ops", "collectives", "launch", "inputs")
+
+
+def _columns(records: list[dict]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in records:
+        for k, v in r.items():
+            if not isinstance(v, (list, dict)):
+                cols.setdefault(k)
+    return list(cols)
+
+
+def memory_points(doc: dict) -> list[dict]:
+    return [{"rank": m.get("rank"), "file": m.get("file"), "ts_us": ts, "allocated_bytes": b}
+            for m in doc["memory"] for ts, b in m.get("timeline", [])]
+
+
+def write_csv(doc: dict, out_dir: Path) -> list[Path]:
+    written = []
+    tables = {name: doc[name] for name in TABLES} | {"memory": memory_points(doc)}
+    for name, records in tables.items():
+        path = out_dir / f"{name}.csv"
+        cols = _columns(records)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(records)
+        written.append(path)
+    return written
+
+
+def _sql_type(values: list) -> str:
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return "BOOLEAN"
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "BIGINT"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def write_duckdb(doc: dict, path: Path) -> Path:
+    """One DuckDB file with the same tables as the CSV export (query them with SQL)."""
+    import duckdb
+
+    path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        tables = {name: doc[name] for name in TABLES} | {"memory": memory_points(doc)}
+        for name, records in tables.items():
+            cols = _columns(records)
+            if not cols:
+                continue
+            types = {c: _sql_type([r.get(c) for r in records]) for c in cols}
+            con.execute(f'CREATE TABLE "{name}" (' + ", ".join(f'"{c}" {types[c]}' for c in cols) + ")")
+            rows = [[(str(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
+                    for r in records]
+            con.executemany(f'INSERT INTO "{name}" VALUES (' + ", ".join("?" * len(cols)) + ")", rows)
+    finally:
+        con.close()
+    return path
+
+
+def write_analysis(doc: dict, out_dir: Path, export: str = "csv") -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    main = out_dir / "analysis.json"
+    main.write_text(json.dumps(doc, indent=1))
+    if export == "db":
+        return [main, write_duckdb(doc, out_dir / "analysis.duckdb")]
+    return [main, *write_csv(doc, out_dir)]

@@ -1,0 +1,27 @@
+"""Reading rlprof manifests (the analysis side never imports collect)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+
+def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
+    run_dir = path.parent
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                continue  # a torn last line from a crashed writer
+            p = row.get("path")
+            if row.get("status") == "failed" or not p or not str(p).endswith((".json", ".json.gz")):
+                continue
+            meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window")}
+            out.append((run_dir / p, meta))
+    return out

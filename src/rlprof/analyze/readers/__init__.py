@@ -1,0 +1,1 @@
+"""Trace readers: each turns files into an EventTable plus metadata and warnings."""

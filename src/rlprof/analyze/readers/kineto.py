@@ -1,0 +1,266 @@
+"""Kineto / torch.profiler Chrome traces (.json, .json.gz), read in typed chunks.
+
+Kineto writes one event per top-level array element separated by "},\\n  {" at two-space indent;
+that separator cannot occur inside a string (raw newlines are escaped) or a nested object (deeper
+indent), so the event array is cut there and each chunk decoded with msgspec into typed events.
+Memory stays bounded by the chunk size plus the numeric columns. Other layouts are decoded whole.
+Damaged input keeps the events before the damage, with a warning naming the file and byte offset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from ..table import CPU_OP, KIND_OF_CATEGORY, OTHER, ColumnBuilder, EventTable
+
+CHUNK = 8 << 20
+SEP = b"},\n  {"
+ARRAY_KEY = b'"traceEvents"'
+ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), then the array's bracket
+
+
+class Args(msgspec.Struct, gc=False):
+    total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | str = 0.0
+    dur: float | str = 0.0
+    args: Args | None = None
+
+
+class Meta(msgspec.Struct):
+    """Top-level keys other than traceEvents (wherever they sit in the object)."""
+
+    distributedInfo: dict | None = None
+    baseTimeNanoseconds: int | None = None
+    rlprof: dict | None = None
+    deviceProperties: list | None = None
+
+
+class WholeTrace(msgspec.Struct):
+    traceEvents: list[Event] = []
+    distributedInfo: dict | None = None
+    baseTimeNanoseconds: int | None = None
+    rlprof: dict | None = None
+    deviceProperties: list | None = None
+
+
+@dataclass
+class Trace:
+    path: Path
+    table: EventTable
+    meta: Meta
+    warnings: list[str] = field(default_factory=list)
+    partial: bool = False
+    bytes_read: int = 0
+
+    @property
+    def rank(self) -> int | None:
+        for source in (self.meta.rlprof or {}, self.meta.distributedInfo or {}):
+            if isinstance(source.get("rank"), int):
+                return source["rank"]
+        return None
+
+    @property
+    def has_device(self) -> bool:
+        from ..table import DEVICE_KINDS
+
+        return bool(self.table.mask(*DEVICE_KINDS).any())
+
+
+class NotATrace(ValueError):
+    pass
+
+
+_decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_meta = msgspec.json.Decoder(Meta).decode
+_decode_whole = msgspec.json.Decoder(WholeTrace | list[Event]).decode
+
+
+def _num(x) -> float:
+    return float(x) if not isinstance(x, str) else float(x.strip() or 0)
+
+
+class _Sink:
+    def __init__(self):
+        self.cols = ColumnBuilder()
+
+    def add(self, events: list[Event]) -> None:
+        names, threads = self.cols.names, self.cols.threads
+        start, end, kind, name, thread = [], [], [], [], []
+        for e in events:
+            if e.ph == "X":
+                t = _num(e.ts)
+                start.append(t)
+                end.append(t + _num(e.dur))
+                kind.append(KIND_OF_CATEGORY.get(e.cat, CPU_OP if not e.cat else OTHER))
+                name.append(names(e.name))
+                thread.append(threads(f"{e.pid}/{e.tid}"))
+            elif e.ph == "i" and e.name == "[memory]" and e.args is not None and e.args.total_allocated is not None:
+                self.cols.add_memory(_num(e.ts), e.args.total_allocated)
+        self.cols.add(start, end, kind, name, thread)
+
+
+def _open(path: Path):
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def read_kineto(path: str | Path) -> Trace:
+    path = Path(path)
+    sink, warnings = _Sink(), []
+    partial = False
+    offset = 0  # decompressed bytes consumed so far
+    header = b""
+    with _open(path) as f:
+        buf = b""
+        stream_error = None
+
+        def more() -> bytes:
+            nonlocal stream_error
+            if stream_error is not None:
+                return b""
+            try:
+                return f.read(CHUNK)
+            except (EOFError, OSError, zlib.error) as exc:
+                stream_error = exc
+                return b""
+
+        # 1. header: everything up to the event array's "["
+        while True:
+            data = more()
+            buf += data
+            k = buf.find(ARRAY_KEY)
+            if k >= 0 and buf.find(b"[", k) >= 0:
+                open_at = buf.find(b"[", k)
+                header, buf = buf[:k], buf[open_at + 1:]
+                offset = open_at + 1
+                break
+            if not data:
+                return _read_whole(path, buf, stream_error)
+        if b"\n  {" not in buf[:64] and not buf.lstrip().startswith(b"]"):
+            # not Kineto's pretty layout: decode the whole file (small traces from other writers)
+            rest = buf
+            while data := more():
+                rest += data
+            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, stream_error)
+        # 2. events, chunk by chunk, cut at the separator
+        tail = b""
+        while True:
+            data = more()
+            buf += data
+            cut = buf.rfind(SEP)
+            if data and cut < 0:
+                continue
+            if not data:  # last piece: events up to the array's closing bracket, then the tail keys
+                close = ARRAY_END.search(buf)
+                if close is None:
+                    partial = True
+                    good = _salvage(buf, sink)
+                    warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
+                                    f"({_why(stream_error) or 'no closing bracket'}); events before it were kept")
+                    break
+                body, tail = buf[:close.start() + 4], buf[close.end():]
+                if body.strip():
+                    ok = _decode_into(b"[" + body + b"]", sink)
+                    if not ok:
+                        partial = True
+                        good = _salvage(body, sink)
+                        warnings.append(f"{path}: damaged event near byte {offset + good}; events before it kept")
+                break
+            piece, buf = buf[:cut + 1], buf[cut + len(SEP) - 1:]
+            if not _decode_into(b"[" + piece + b"]", sink):
+                partial = True
+                good = _salvage(piece, sink)
+                warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
+                break
+            offset += cut + len(SEP) - 1
+    if stream_error is not None and not partial:
+        partial = True
+        warnings.append(f"{path}: {_why(stream_error)} at byte {offset}; events before it were kept")
+    meta = _meta(header, tail)
+    return Trace(path, sink.cols.build(), meta, warnings, partial, offset)
+
+
+def _why(exc) -> str | None:
+    if exc is None:
+        return None
+    return f"compressed stream is cut or corrupt ({type(exc).__name__}: {exc})"
+
+
+def _decode_into(data: bytes, sink: _Sink) -> bool:
+    try:
+        sink.add(_decode_events(data))
+        return True
+    except msgspec.DecodeError:
+        return False
+
+
+def _salvage(piece: bytes, sink: _Sink) -> int:
+    """Decode the events of `piece` one by one up to the first damaged one; returns bytes kept."""
+    kept = 0
+    pos = 0
+    events = []
+    while True:
+        cut = piece.find(SEP, pos)
+        end = len(piece) if cut < 0 else cut + 1
+        try:
+            events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=Event))
+        except msgspec.DecodeError:
+            break
+        kept = end
+        if cut < 0:
+            break
+        pos = cut + len(SEP) - 1
+    sink.add(events)
+    return kept
+
+
+def _meta(header: bytes, tail: bytes) -> Meta:
+    text = header.strip()
+    if not text.startswith(b"{"):
+        return Meta()
+    doc = text + b'"traceEvents":[]' + tail.strip()
+    if not doc.endswith(b"}"):
+        doc += b"}"
+    try:
+        return _decode_meta(doc)
+    except msgspec.DecodeError:
+        try:  # the tail may be cut: the header alone
+            return _decode_meta(text + b'"traceEvents":[]}')
+        except msgspec.DecodeError:
+            return Meta()
+
+
+def _read_whole(path: Path, data: bytes, stream_error) -> Trace:
+    if not data.strip():
+        raise NotATrace(f"{path}: empty file; allowed: a Chrome/Kineto trace JSON object with traceEvents")
+    try:
+        doc = _decode_whole(data)
+    except msgspec.DecodeError as exc:
+        raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
+                        "with traceEvents, or an array of trace events") from None
+    sink = _Sink()
+    if isinstance(doc, list):
+        sink.add(doc)
+        meta = Meta()
+    else:
+        if not doc.traceEvents and b"traceEvents" not in data:
+            raise NotATrace(f"{path}: JSON without traceEvents; allowed: a Chrome/Kineto trace")
+        sink.add(doc.traceEvents)
+        meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
+    warnings = [f"{path}: {_why(stream_error)}"] if stream_error is not None else []
+    return Trace(path, sink.cols.build(), meta, warnings, stream_error is not None, len(data))

@@ -1,0 +1,79 @@
+"""Typed, columnar event tables: what every reader produces and every analysis reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Event kinds (uint8 codes); collectives are recognised by name within device kernels or CPU ops.
+OTHER, CPU_OP, KERNEL, MEMCPY, MEMSET, USER_ANNOTATION, GPU_ANNOTATION, RUNTIME, PYTHON = range(9)
+KIND_OF_CATEGORY = {
+    "cpu_op": CPU_OP, "operator": CPU_OP, "kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
+    "user_annotation": USER_ANNOTATION, "gpu_user_annotation": GPU_ANNOTATION, "cuda_runtime": RUNTIME,
+    "cuda_driver": RUNTIME, "python_function": PYTHON, "mark": USER_ANNOTATION, "stage": USER_ANNOTATION,
+    "micro_batch": USER_ANNOTATION, "mini_batch": USER_ANNOTATION, "decode_step": USER_ANNOTATION,
+}
+DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
+
+
+class Interner:
+    """Names -> dense integer ids (the tables hold ids, not strings)."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+@dataclass
+class EventTable:
+    """Complete events ('X') of one trace, one column per field, times in microseconds."""
+
+    start: np.ndarray  # float64, absolute µs
+    end: np.ndarray  # float64
+    kind: np.ndarray  # uint8 (codes above)
+    name: np.ndarray  # int32 id into names
+    thread: np.ndarray  # int32 id into threads ("pid/tid")
+    names: list[str]
+    threads: list[str]
+    memory: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # (ts µs, total allocated bytes)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def mask(self, *kinds: int) -> np.ndarray:
+        return np.isin(self.kind, kinds)
+
+
+class ColumnBuilder:
+    """Appends decoded events chunk by chunk into growable numpy columns (bounded memory)."""
+
+    def __init__(self):
+        self.names, self.threads = Interner(), Interner()
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._memory: list[tuple[float, float]] = []
+
+    def add(self, start, end, kind, name, thread) -> None:
+        if len(start):
+            self._chunks.append((np.asarray(start, np.float64), np.asarray(end, np.float64),
+                                 np.asarray(kind, np.uint8), np.asarray(name, np.int32),
+                                 np.asarray(thread, np.int32)))
+
+    def add_memory(self, ts: float, total: float) -> None:
+        self._memory.append((ts, total))
+
+    def build(self) -> EventTable:
+        if self._chunks:
+            cols = [np.concatenate([c[i] for c in self._chunks]) for i in range(5)]
+        else:
+            cols = [np.zeros(0, t) for t in (np.float64, np.float64, np.uint8, np.int32, np.int32)]
+        self._chunks = []
+        memory = np.array(sorted(self._memory), dtype=np.float64).reshape(-1, 2)
+        return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory)

@@ -1,0 +1,162 @@
+"""`rlprof analyze` on real traces: buckets recomputed independently, damaged input, exports."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from conftest import REAL, run_cli
+
+BUCKETS = ("compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
+
+
+def union(intervals):
+    """Plain-Python union length (the test's own arithmetic, independent of rlprof's numpy code)."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
+
+
+def analyze_json(path, cwd=None):
+    proc = run_cli("analyze", path, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+def test_gpu_nccl_buckets_match_independent_interval_unions():
+    doc, _ = analyze_json(REAL / "gpu_nccl_rank0.json.gz")
+    (row,) = doc["rows"]
+    assert row["rank"] == 0 and row["step"] is None and row["stage"] is None
+    with gzip.open(REAL / "gpu_nccl_rank0.json.gz", "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    iv = lambda e: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))  # noqa: E731
+    nccl = [iv(e) for e in events if e.get("cat") == "kernel" and e["name"].lower().startswith("nccl")]
+    compute = [iv(e) for e in events if e.get("cat") == "kernel" and not e["name"].lower().startswith("nccl")]
+    copies = [iv(e) for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
+    assert len(nccl) == 80
+    span = max(e for _, e in map(iv, events)) - min(s for s, _ in map(iv, events))
+    c, m, cm, busy = union(compute), union(nccl), union(compute + nccl), union(compute + nccl + copies)
+    expected = {"compute_ms": c, "comm_ms": cm - c, "overlap_ms": c + m - cm, "memcpy_ms": busy - cm,
+                "idle_ms": span - busy, "wall_ms": span}
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value / 1e3, rel=1e-9, abs=1e-6), key
+    assert sum(row[b] for b in BUCKETS if b != "overlap_ms") == pytest.approx(row["wall_ms"], rel=1e-9)
+    (coll,) = doc["collectives"]
+    assert coll["count"] == 80 and coll["name"].startswith("ncclKernel_SendRecv")
+    assert row["comm_ms"] > 0 and doc["launch"][0]["launches"] > 0
+
+
+def test_cpu_only_trace_counts_gloo_as_communication():
+    doc, _ = analyze_json(REAL / "cpu_only_rank34.json.gz")
+    (row,) = doc["rows"]
+    assert row["rank"] == 34
+    assert row["comm_ms"] > 1000 and row["compute_ms"] < 1
+    assert [(c["name"], c["count"]) for c in doc["collectives"]] == [("gloo:all_reduce", 10)]
+
+
+def test_rocm_and_compact_layouts_are_read():
+    for name in ("rocm_mi250_train.json.gz", "compare_base.json.gz"):
+        doc, _ = analyze_json(REAL / name)
+        assert doc["inputs"][0]["events"] > 0 and not doc["partial"]
+        assert doc["inputs"][0]["device"] is True
+
+
+def test_trainer_run_rows_per_stage_with_units(tmp_path):
+    a = "actor_rollout_ref.actor.profiler"
+    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=torch",
+                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p", f"{a}.enable=true",
+                   f"{a}.tool_config.torch.discrete=true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = list((tmp_path / "p").iterdir())
+    doc, _ = analyze_json(run)
+    stages = {(r["step"], r["role"], r["stage"], r["rank"]) for r in doc["rows"] if r["unit"] is None}
+    assert stages == {(2, "rollout", "rollout_generate", 0), (2, "ref", "ref_compute_log_prob", 0),
+                      (2, "actor", "actor_compute_log_prob", 0), (2, "actor", "advantage_compute", 0),
+                      (2, "actor", "actor_update", 0)}
+    micro = [r for r in doc["rows"] if r["stage"] == "actor_update" and r["unit"] == "micro_batch"]
+    assert sorted(r["index"] for r in micro) == list(range(8))
+    decode = [r for r in doc["rows"] if r["unit"] == "decode_step"]
+    assert decode and all(r["stage"] == "rollout_generate" for r in decode)
+    for r in doc["rows"]:
+        parts = r["compute_ms"] + r["comm_ms"] + r["memcpy_ms"] + r["idle_ms"]
+        assert parts == pytest.approx(r["wall_ms"], rel=1e-6, abs=1e-6)
+
+
+def _copy(tmp_path, name):
+    dst = tmp_path / name
+    shutil.copy(REAL / name, dst)
+    return dst
+
+
+def test_truncated_gzip_keeps_events_before_the_damage(tmp_path):
+    data = (REAL / "gpu_nccl_rank0.json.gz").read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    doc, err = analyze_json(cut)
+    assert doc["partial"] is True
+    assert 0 < doc["inputs"][0]["events"] < 67217
+    assert "cut.json.gz" in err and "byte" in err
+
+
+def test_file_cut_mid_event(tmp_path):
+    raw = gzip.open(REAL / "rocm_mi250_train.json.gz").read()
+    cut = tmp_path / "mid.json"
+    cut.write_bytes(raw[: int(len(raw) * 0.6)])
+    doc, err = analyze_json(cut)
+    assert doc["partial"] and 0 < doc["inputs"][0]["events"] < 113
+    assert "mid.json" in err and "byte" in err
+
+
+@pytest.mark.parametrize("content,what", [(b"", "empty"), (b'{"hello": 1}', "traceEvents"),
+                                          (b"not json at all", "not a readable trace")])
+def test_unreadable_single_file_exits_2(tmp_path, content, what):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    proc = run_cli("analyze", bad)
+    assert proc.returncode == 2
+    assert "bad.json" in proc.stderr and what in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_directory_without_traces_exits_2(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    proc = run_cli("analyze", tmp_path)
+    assert proc.returncode == 2 and "no trace files" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_exports_csv_and_duckdb(tmp_path):
+    trace = _copy(tmp_path, "gpu_nccl_rank0.json.gz")
+    proc = run_cli("analyze", trace, "-o", tmp_path / "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in (tmp_path / "csv").iterdir()} >= {"analysis.json", "rows.csv", "ops.csv",
+                                                             "collectives.csv"}
+    doc = json.loads((tmp_path / "csv" / "analysis.json").read_text())
+    assert doc["schema_version"] == 1
+    proc = run_cli("analyze", trace, "-o", tmp_path / "db", "--export", "db")
+    assert proc.returncode == 0, proc.stderr
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "db" / "analysis.duckdb"), read_only=True)
+    (count,) = con.execute("SELECT sum(count) FROM collectives WHERE name LIKE 'nccl%'").fetchone()
+    assert count == 80
+    (wall,) = con.execute("SELECT wall_ms FROM rows").fetchone()
+    assert wall == pytest.approx(doc["rows"][0]["wall_ms"])
+
+
+@pytest.mark.slow
+def test_ray_gives_the_same_numbers_as_local(tmp_path):
+    _copy(tmp_path, "gpu_nccl_rank0.json.gz")
+    _copy(tmp_path, "cpu_only_rank34.json.gz")
+    local, _ = analyze_json(tmp_path)
+    proc = run_cli("analyze", tmp_path, "--json", "--ray", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    remote = json.loads(proc.stdout)
+    assert remote["rows"] == local["rows"] and len(local["rows"]) == 2
+    assert remote["ops"] == local["ops"]
