@@ -160,3 +160,42 @@ def test_ray_gives_the_same_numbers_as_local(tmp_path):
     remote = json.loads(proc.stdout)
     assert remote["rows"] == local["rows"] and len(local["rows"]) == 2
     assert remote["ops"] == local["ops"]
+
+
+def test_ascend_output_directory():
+    import csv
+    from collections import Counter
+
+    doc, _ = analyze_json(REAL / "ascend")
+    assert doc["inputs"][0]["kind"] == "ascend" and doc["inputs"][0]["events"] > 0
+    events = json.loads((REAL / "ascend" / "trace_view.json").read_text())
+    assert isinstance(events[0]["ts"], str)  # string timestamps, parsed
+    pid = {e["args"]["name"]: str(e["pid"]) for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    lane_of = {(str(e["pid"]), str(e["tid"])): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    lanes = {}
+    for e in events:
+        if e.get("ph") == "X" and str(e["pid"]) == pid["Overlap Analysis"]:
+            t0 = float(e["ts"])
+            lanes.setdefault(lane_of[(str(e["pid"]), str(e["tid"]))], []).append((t0, t0 + float(e["dur"])))
+    (row,) = doc["rows"]
+    assert row["compute_ms"] == pytest.approx(union(lanes["Computing"]) / 1e3)
+    assert row["idle_ms"] == pytest.approx(union(lanes["Free"]) / 1e3)
+    with open(REAL / "ascend" / "kernel_details.csv", newline="") as f:
+        kinds = Counter(r["Type"] for r in csv.DictReader(f))
+    kernels = {o["name"]: o["count"] for o in doc["ops"] if o["kind"] == "kernel"}
+    assert kernels["MatMul"] == kinds["MatMul"] and kernels["Cast"] == kinds["Cast"]  # from kernel_details.csv
+    hccl = {c["name"]: c["count"] for c in doc["collectives"]}
+    assert hccl["hcom_allReduce_"] == kinds["hcom_allReduce_"] > 0  # HCCL tasks are communication
+
+
+def test_step_trace_time_csv(tmp_path):
+    out = tmp_path / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    (out / "step_trace_time.csv").write_text(
+        "Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,"
+        "Communication(Not Overlapped and Exclude Receive),Preparing\n"
+        "1,1000.0,500.0,250.0,750.0,200.0,0,0,500.0,0\n2,1100.0,400.0,300.0,700.0,100.0,0,0,400.0,0\n")
+    doc, _ = analyze_json(tmp_path)
+    assert [(r["step"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["idle_ms"]) for r in doc["rows"]] == [
+        (1, 1.0, 0.5, 0.25, 0.2), (2, 1.1, 0.4, 0.3, 0.1)]

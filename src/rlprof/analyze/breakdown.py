@@ -52,9 +52,10 @@ def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
     return out
 
 
-def window_rows(t: EventTable, device: bool, meta: dict) -> list[dict]:
+def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
+                ) -> list[dict]:
     """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace."""
-    bd = Breakdown(t, device)
+    bd = bd or Breakdown(t, device)
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
@@ -62,7 +63,7 @@ def window_rows(t: EventTable, device: bool, meta: dict) -> list[dict]:
     stages = [r for r in ranges if r[0] == "stage"]
     rows = []
     if not stages:
-        lo, hi = (float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0)
+        lo, hi = span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         stage = base["stage"] if base["stage"] not in (None, "e2e") else None
         rows.append({**base, "stage": stage, "unit": None, "index": None, "start_us": lo, **bd.window(lo, hi)})
         return rows

@@ -32,8 +32,17 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
         return [(path, {})]
     if (path / "manifest.jsonl").exists():
         return manifest_inputs(path / "manifest.jsonl")
+    from .readers.ascend import is_ascend
+
+    if path.name.endswith("_ascend_pt") or path.name == "ASCEND_PROFILER_OUTPUT":
+        return [(path, {})]
+    ascend = sorted(p for p in path.rglob("*_ascend_pt") if p.is_dir())
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                   and not p.name.endswith((".summary.json", "analysis.json")))
+                   and not p.name.endswith((".summary.json", "analysis.json"))
+                   and not any(a in p.parents for a in ascend) and p.name != "trace_view.json")
+    if not ascend and not files and is_ascend(path):
+        return [(path, {})]
+    files = ascend + files
     if not files:
         raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz) and no manifest.jsonl")
     return [(p, {}) for p in files]
@@ -41,6 +50,10 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
 
 def analyze_file(path: Path, meta: dict) -> dict:
     """Everything rlprof reports about one trace file (small: safe to send between processes)."""
+    from .readers.ascend import is_ascend
+
+    if is_ascend(Path(path)):
+        return analyze_ascend(Path(path), meta)
     try:
         trace = read_kineto(path)
     except NotATrace as exc:
@@ -97,7 +110,7 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
-    if not any(i.get("events") for i in doc["inputs"]):
+    if not doc["rows"]:
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
     return doc
@@ -105,3 +118,42 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
 
 def _k(v):
     return (v is None, v if v is not None else 0)
+
+
+def analyze_ascend(path: Path, meta: dict) -> dict:
+    from .breakdown import window_rows
+    from .readers.ascend import OverlapBreakdown, read_ascend
+
+    try:
+        trace = read_ascend(path)
+    except NotATrace as exc:
+        return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
+                "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+    info = {k: v for k, v in meta.items() if v is not None}
+    info["file"] = path.name
+    tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
+           "stage": info.get("stage"), "file": path.name}
+    table = trace.table
+    if trace.steps:
+        rows = [{"step": s["step"], "role": info.get("role"), "stage": info.get("stage"), "rank": info.get("rank"),
+                 "replica": info.get("replica"), "file": path.name, "unit": None, "index": None, "start_us": None,
+                 **{k: s[k] for k in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")}}
+                for s in trace.steps]
+    elif trace.overlap:
+        lanes = [c for c in trace.overlap.values() if len(c.s)]  # the device timeline the lanes describe
+        lo, hi = min(float(c.s[0]) for c in lanes), max(float(c.e[-1]) for c in lanes)
+        rows = window_rows(table, True, info, OverlapBreakdown(trace.overlap), span=(lo, hi))
+    else:
+        rows = window_rows(table, True, info)
+    kernels = getattr(trace, "kernel_table", None) or table
+    return {
+        "input": {"path": str(path), "kind": "ascend", "events": max(len(table), len(kernels), len(trace.steps)),
+                  "device": True,
+                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
+        "warnings": trace.warnings,
+        "rows": rows,
+        "ops": [{**tag, **op} for op in top_ops(kernels)],
+        "collectives": [{**tag, **c} for c in collectives(kernels, True)],
+        "launch": None,
+        "memory": None,
+    }

@@ -20,8 +20,10 @@ def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
             except msgspec.DecodeError:
                 continue  # a torn last line from a crashed writer
             p = row.get("path")
-            if row.get("status") == "failed" or not p or not str(p).endswith((".json", ".json.gz")):
+            if row.get("status") == "failed" or not p:
                 continue
+            if not str(p).endswith((".json", ".json.gz")) and not (run_dir / p).is_dir():
+                continue  # memory snapshots and other non-trace outputs
             meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window")}
             out.append((run_dir / p, meta))
     return out

@@ -27,6 +27,7 @@ ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), th
 
 class Args(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+    name: str | None = None  # process_name / thread_name metadata events
 
 
 class Event(msgspec.Struct, gc=False):
