@@ -199,3 +199,37 @@ def test_step_trace_time_csv(tmp_path):
     doc, _ = analyze_json(tmp_path)
     assert [(r["step"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["idle_ms"]) for r in doc["rows"]] == [
         (1, 1.0, 0.5, 0.25, 0.2), (2, 1.1, 0.4, 0.3, 0.1)]
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch pwned",))
+
+
+def test_malicious_memory_snapshot_is_refused(tmp_path):
+    import pickle
+
+    bad = tmp_path / "step1_actor_e2e_rank0.memory_snapshot.pickle"
+    bad.write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Evil()]]}))
+    proc = run_cli("analyze", bad, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "refused" in proc.stderr and ("posix.system" in proc.stderr or "os.system" in proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_memory_snapshot_peak_and_timeline(tmp_path):
+    import pickle
+
+    snap = {"segments": [{"total_size": 4096, "blocks": [{"size": 1024, "state": "active_allocated"}]}],
+            "device_traces": [[{"action": "alloc", "size": 1024, "time_us": 1},
+                               {"action": "alloc", "size": 2048, "time_us": 2},
+                               {"action": "free_completed", "size": 2048, "time_us": 3}]]}
+    path = tmp_path / "snap.memory_snapshot.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    doc, _ = analyze_json(path)
+    (mem,) = doc["memory"]
+    assert mem["peak_bytes"] == 3072 and mem["reserved_bytes"] == 4096
+    assert mem["timeline"] == [[1.0, 1024.0], [2.0, 3072.0], [3.0, 1024.0]]

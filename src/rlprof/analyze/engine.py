@@ -12,7 +12,7 @@ from .ops import collectives, launch_overhead, memory, top_ops
 from .readers.kineto import NotATrace, read_kineto
 
 SCHEMA_VERSION = 1
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
 
 
 class AnalyzeError(RLProfError):
@@ -54,11 +54,12 @@ def analyze_file(path: Path, meta: dict) -> dict:
 
     if is_ascend(Path(path)):
         return analyze_ascend(Path(path), meta)
+    if str(path).endswith(".pickle"):
+        return analyze_snapshot(Path(path), meta)
     try:
         trace = read_kineto(path)
     except NotATrace as exc:
-        return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
-                "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+        return _failed(path, exc)
     info = dict(trace.meta.rlprof or {})
     info.update({k: v for k, v in meta.items() if v is not None})
     info.setdefault("rank", trace.rank)
@@ -110,7 +111,7 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
-    if not doc["rows"]:
+    if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
     return doc
@@ -127,8 +128,7 @@ def analyze_ascend(path: Path, meta: dict) -> dict:
     try:
         trace = read_ascend(path)
     except NotATrace as exc:
-        return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
-                "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+        return _failed(path, exc)
     info = {k: v for k, v in meta.items() if v is not None}
     info["file"] = path.name
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
@@ -157,3 +157,21 @@ def analyze_ascend(path: Path, meta: dict) -> dict:
         "launch": None,
         "memory": None,
     }
+
+
+def _failed(path: Path, exc: Exception) -> dict:
+    return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
+            "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+
+
+def analyze_snapshot(path: Path, meta: dict) -> dict:
+    from .readers.memory_snapshot import read_snapshot, snapshot_memory
+
+    try:
+        mem = snapshot_memory(read_snapshot(path))
+    except NotATrace as exc:
+        return _failed(path, exc)
+    tag = {k: meta.get(k) for k in ("rank", "step", "role", "stage")} | {"file": path.name}
+    return {"input": {"path": str(path), "kind": "memory_snapshot", "events": len(mem["timeline"]), "device": True,
+                      "rank": meta.get("rank"), "partial": False, "bytes_read": path.stat().st_size},
+            "warnings": [], "rows": [], "ops": [], "collectives": [], "launch": None, "memory": {**tag, **mem}}

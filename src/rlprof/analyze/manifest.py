@@ -22,8 +22,8 @@ def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
             p = row.get("path")
             if row.get("status") == "failed" or not p:
                 continue
-            if not str(p).endswith((".json", ".json.gz")) and not (run_dir / p).is_dir():
-                continue  # memory snapshots and other non-trace outputs
+            if not str(p).endswith((".json", ".json.gz", ".pickle")) and not (run_dir / p).is_dir():
+                continue
             meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window")}
             out.append((run_dir / p, meta))
     return out
