@@ -233,3 +233,34 @@ def test_memory_snapshot_peak_and_timeline(tmp_path):
     (mem,) = doc["memory"]
     assert mem["peak_bytes"] == 3072 and mem["reserved_bytes"] == 4096
     assert mem["timeline"] == [[1.0, 1024.0], [2.0, 3072.0], [3.0, 1024.0]]
+
+
+def test_self_time_of_nested_ops():
+    import numpy as np
+
+    from rlprof.analyze.ops import self_times, top_ops
+    from rlprof.analyze.table import CPU_OP, EventTable
+
+    # thread 0: A [0,100) holds B [10,40) (which holds C [15,25)) and D [50,60); thread 1: E [0,30)
+    start = np.array([0, 10, 15, 50, 0], dtype=float)
+    end = np.array([100, 40, 25, 60, 30], dtype=float)
+    t = EventTable(start, end, np.full(5, CPU_OP, np.uint8), np.arange(5, dtype=np.int32),
+                   np.array([0, 0, 0, 0, 1], dtype=np.int32), names=list("ABCDE"), threads=["t0", "t1"])
+    assert self_times(t, np.arange(5)).tolist() == [60, 20, 10, 10, 30]
+    ops = {o["name"]: o for o in top_ops(t)}
+    assert ops["A"]["self_ms"] == 0.06 and ops["A"]["total_ms"] == 0.1 and ops["A"]["count"] == 1
+
+
+def test_self_times_in_segments_equal_the_whole(monkeypatch):
+    import numpy as np
+
+    import rlprof.analyze.ops as ops
+    from rlprof.analyze.readers.kineto import read_kineto
+    from rlprof.analyze.table import CPU_OP
+
+    t = read_kineto(REAL / "gpu_nccl_rank0.json.gz").table
+    sel = np.flatnonzero(t.kind == CPU_OP)
+    whole = ops.self_times(t, sel)
+    monkeypatch.setattr(ops, "SEGMENT", 500)
+    assert np.allclose(ops.self_times(t, sel), whole)
+    assert whole.sum() <= (t.end[sel] - t.start[sel]).sum()

@@ -63,7 +63,7 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     stages = [r for r in ranges if r[0] == "stage"]
     rows = []
     if not stages:
-        lo, hi = span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
+        lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         stage = base["stage"] if base["stage"] not in (None, "e2e") else None
         rows.append({**base, "stage": stage, "unit": None, "index": None, "start_us": lo, **bd.window(lo, hi)})
         return rows

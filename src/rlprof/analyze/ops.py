@@ -5,29 +5,57 @@ from __future__ import annotations
 import numpy as np
 
 from .classify import COLLECTIVE, LAUNCH, name_flags
-from .table import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, EventTable
+from .table import CPU_OP, KERNEL, MEMCPY, MEMSET, EventTable
+
+
+SEGMENT = 1 << 20  # events per self-time segment: bounds the temporaries on huge traces
 
 
 def self_times(t: EventTable, sel: np.ndarray) -> np.ndarray:
-    """Duration minus the time of directly nested events on the same thread, aligned with `sel`."""
-    order = np.lexsort((-(t.end[sel] - t.start[sel]), t.start[sel], t.thread[sel]))
-    idx = sel[order]
-    self_t = t.end[idx] - t.start[idx]
-    starts, ends, threads = t.start[idx].tolist(), t.end[idx].tolist(), t.thread[idx].tolist()
-    stack: list[int] = []
-    thread = None
-    for j in range(len(idx)):
-        if threads[j] != thread:
-            stack, thread = [], threads[j]
-        while stack and ends[stack[-1]] <= starts[j]:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            self_t[parent] -= min(ends[j], ends[parent]) - starts[j]
-        stack.append(j)
-    out = np.empty(len(sel))
+    """Duration minus the time of directly nested events on the same thread, aligned with `sel`.
+
+    Vectorised: events sorted by (thread, start, longest first); an event's depth is the number of
+    earlier events still open at its start; its parent is the nearest earlier event one level up.
+    Nesting never crosses a depth-0 event, so the parent search runs in bounded segments.
+    """
+    n = len(sel)
+    if n == 0:
+        return np.zeros(0)
+    base = float(t.start[sel].min())
+    lane = (float(t.end[sel].max()) - base) * 2 + 1.0  # threads laid end to end on one axis
+    s = (t.start[sel] - base) + t.thread[sel] * lane
+    e = s + (t.end[sel] - t.start[sel])
+    order = np.lexsort((s - e, s)).astype(np.int32)
+    s, e = s[order], e[order]
+    depth = (np.arange(n) - np.searchsorted(np.sort(e), s, side="right")).astype(np.int32)
+    np.clip(depth, 0, None, out=depth)
+    self_t = e - s
+    roots = np.flatnonzero(depth == 0)
+    cuts = [0] + [int(roots[k]) for k in np.searchsorted(roots, np.arange(SEGMENT, n, SEGMENT))
+                  if k < len(roots)] + [n]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b > a:
+            self_t[a:b] -= _children_time(s[a:b], e[a:b], depth[a:b])
+    np.clip(self_t, 0, None, out=self_t)
+    out = np.empty(n)
     out[order] = self_t
     return out
+
+
+def _children_time(s: np.ndarray, e: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    n = len(s)
+    by_depth = np.argsort(depth, kind="stable")  # grouped by depth, ascending positions within a level
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(depth))])
+    parent = np.full(n, -1, dtype=np.int64)
+    for level in range(1, len(bounds) - 1):
+        above = by_depth[bounds[level - 1]:bounds[level]]
+        here = by_depth[bounds[level]:bounds[level + 1]]
+        pos = np.searchsorted(above, here) - 1
+        ok = pos >= 0
+        parent[here[ok]] = above[pos[ok]]
+    child = np.flatnonzero(parent >= 0)
+    covered = np.clip(np.minimum(e[child], e[parent[child]]) - s[child], 0, None)
+    return np.bincount(parent[child], weights=covered, minlength=n)
 
 
 def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | None, top: int) -> list[dict]:
@@ -63,11 +91,12 @@ def collectives(t: EventTable, device: bool) -> list[dict]:
 
 
 def launch_overhead(t: EventTable) -> dict:
-    flags = name_flags(t.names, LAUNCH)[t.name] if len(t) else np.zeros(0, bool)
-    sel = (t.kind == RUNTIME) & flags
-    dur = t.end[sel] - t.start[sel]
-    return {"launches": int(sel.sum()), "total_ms": float(dur.sum()) / 1e3,
-            "mean_us": float(dur.mean()) if len(dur) else 0.0}
+    count = total = 0.0
+    for name, (n, us) in t.runtime.items():
+        if LAUNCH.match(name):
+            count += n
+            total += us
+    return {"launches": int(count), "total_ms": total / 1e3, "mean_us": total / count if count else 0.0}
 
 
 def memory(t: EventTable, points: int = 400) -> dict:

@@ -44,6 +44,8 @@ class EventTable:
     names: list[str]
     threads: list[str]
     memory: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # (ts µs, total allocated bytes)
+    runtime: dict[str, list[float]] = field(default_factory=dict)  # runtime API name -> [count, total µs]
+    span: tuple[float, float] | None = None  # first start, last end over every complete event
 
     def __len__(self) -> int:
         return len(self.start)
@@ -59,6 +61,11 @@ class ColumnBuilder:
         self.names, self.threads = Interner(), Interner()
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._memory: list[tuple[float, float]] = []
+        self.runtime: dict[str, list[float]] = {}
+        self.span: tuple[float, float] | None = None
+
+    def extend_span(self, lo: float, hi: float) -> None:
+        self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
 
     def add(self, start, end, kind, name, thread) -> None:
         if len(start):
@@ -70,10 +77,14 @@ class ColumnBuilder:
         self._memory.append((ts, total))
 
     def build(self) -> EventTable:
-        if self._chunks:
-            cols = [np.concatenate([c[i] for c in self._chunks]) for i in range(5)]
-        else:
-            cols = [np.zeros(0, t) for t in (np.float64, np.float64, np.uint8, np.int32, np.int32)]
+        dtypes = (np.float64, np.float64, np.uint8, np.int32, np.int32)
+        cols = []
+        for i, dtype in enumerate(dtypes):  # column by column, releasing the pieces as we go
+            pieces = [c[i] for c in self._chunks]
+            cols.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype))
+            self._chunks = [c[:i] + (None,) + c[i + 1:] for c in self._chunks]
+            del pieces
         self._chunks = []
         memory = np.array(sorted(self._memory), dtype=np.float64).reshape(-1, 2)
-        return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory)
+        return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory,
+                          runtime=self.runtime, span=self.span)

@@ -98,9 +98,9 @@ def _trace_view(path: Path, cols: ColumnBuilder) -> dict[str, Coverage]:
         events = msgspec.json.decode(path.read_bytes(), type=list[Event])
     except msgspec.DecodeError as exc:
         raise NotATrace(f"{path}: not an Ascend trace_view.json ({exc})") from None
-    process = {str(e.pid): e.args.name for e in events if e.ph == "M" and e.name == "process_name" and e.args}
-    thread = {(str(e.pid), str(e.tid)): e.args.name for e in events
-              if e.ph == "M" and e.name == "thread_name" and e.args}
+    process = {str(e.pid): e.decoded_args().name for e in events if e.ph == "M" and e.name == "process_name"}
+    thread = {(str(e.pid), str(e.tid)): e.decoded_args().name for e in events
+              if e.ph == "M" and e.name == "thread_name"}
     lanes: dict[str, list[tuple[float, float]]] = {k: [] for k in OVERLAP_THREADS}
     start, end, kind, name, tid = [], [], [], [], []
     for e in events:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
-from ..table import CPU_OP, KIND_OF_CATEGORY, OTHER, ColumnBuilder, EventTable
+from ..table import CPU_OP, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable
 
 CHUNK = 8 << 20
 SEP = b"},\n  {"
@@ -38,7 +39,13 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str = 0
     ts: float | str = 0.0
     dur: float | str = 0.0
-    args: Args | None = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # decoded only where needed
+
+    def decoded_args(self) -> Args:
+        try:
+            return _decode_args(self.args) if len(self.args) else Args()
+        except msgspec.DecodeError:
+            return Args()
 
 
 class Meta(msgspec.Struct):
@@ -86,6 +93,7 @@ class NotATrace(ValueError):
 
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_args = msgspec.json.Decoder(Args).decode
 _decode_meta = msgspec.json.Decoder(Meta).decode
 _decode_whole = msgspec.json.Decoder(WholeTrace | list[Event]).decode
 
@@ -94,24 +102,54 @@ def _num(x) -> float:
     return float(x) if not isinstance(x, str) else float(x.strip() or 0)
 
 
+_KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
+
+
 class _Sink:
+    """Turns decoded events into columns. Whole-list comprehensions, not a per-event loop: this is
+    the hot path of ingestion."""
+
     def __init__(self):
         self.cols = ColumnBuilder()
+        self._thread_ids: dict[tuple, int] = {}
+
+    def _ids(self, keys: list, table: dict, labels: list, label=str) -> list[int]:
+        for key in dict.fromkeys(keys):
+            if key not in table:
+                table[key] = len(labels)
+                labels.append(label(key))
+        return [table[k] for k in keys]
 
     def add(self, events: list[Event]) -> None:
-        names, threads = self.cols.names, self.cols.threads
-        start, end, kind, name, thread = [], [], [], [], []
-        for e in events:
-            if e.ph == "X":
-                t = _num(e.ts)
-                start.append(t)
-                end.append(t + _num(e.dur))
-                kind.append(KIND_OF_CATEGORY.get(e.cat, CPU_OP if not e.cat else OTHER))
-                name.append(names(e.name))
-                thread.append(threads(f"{e.pid}/{e.tid}"))
-            elif e.ph == "i" and e.name == "[memory]" and e.args is not None and e.args.total_allocated is not None:
-                self.cols.add_memory(_num(e.ts), e.args.total_allocated)
-        self.cols.add(start, end, kind, name, thread)
+        xs = [e for e in events if e.ph == "X"]
+        if len(xs) != len(events):
+            for e in events:
+                if e.ph == "i" and e.name == "[memory]":
+                    total = e.decoded_args().total_allocated
+                    if total is not None:
+                        self.cols.add_memory(_num(e.ts), total)
+        if not xs:
+            return
+        start = np.array([e.ts for e in xs], dtype=np.float64)  # numpy parses string timestamps too
+        end = start + np.array([e.dur for e in xs], dtype=np.float64)
+        self.cols.extend_span(float(start.min()), float(end.max()))
+        kind = np.array([_KIND.get(e.cat, OTHER) for e in xs], dtype=np.uint8)
+        # runtime API calls are only ever summed (launch overhead): aggregate now, do not store them
+        runtime = np.flatnonzero(kind == RUNTIME)
+        if len(runtime):
+            stats = self.cols.runtime
+            for i in runtime.tolist():
+                entry = stats.setdefault(xs[i].name, [0, 0.0])
+                entry[0] += 1
+                entry[1] += end[i] - start[i]
+        keep = np.flatnonzero((kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON))
+        if len(keep) != len(xs):
+            xs = [xs[i] for i in keep.tolist()]
+            start, end, kind = start[keep], end[keep], kind[keep]
+        names = self._ids([e.name for e in xs], self.cols.names.ids, self.cols.names.names)
+        threads = self._ids([(e.pid, e.tid) for e in xs], self._thread_ids, self.cols.threads.names,
+                            lambda k: f"{k[0]}/{k[1]}")
+        self.cols.add(start, end, kind, names, threads)
 
 
 def _open(path: Path):
