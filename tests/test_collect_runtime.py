@@ -137,9 +137,9 @@ def test_mark_ranges_and_analysis_hook(tmp_path):
             pass
     trace = load_trace(tmp_path / "r" / "step1_actor_e2e_rank0.pt.trace.json.gz")
     assert names(trace, "rlprof:mark:") == ["rlprof:mark:my_region"]
-    summary = json.loads((tmp_path / "r" / "step1_actor_e2e_rank0.summary.json").read_text())
-    assert summary["rlprof"]["step"] == 1
-    assert [r["name"] for r in summary["ranges"]] == ["rlprof:stage:actor_update", "rlprof:mark:my_region"]
+    analysis = json.loads((tmp_path / "r" / "step1_actor_e2e_rank0.analysis.json").read_text())
+    assert [(r["step"], r["stage"], r["rank"]) for r in analysis["rows"]] == [(1, "actor_update", 0)]
+    assert analysis["input"]["events"] > 0
 
 
 def test_stage_decorator_uses_current_profiler(tmp_path):

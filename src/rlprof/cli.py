@@ -137,7 +137,7 @@ def analyze(
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
-    doc = run_analysis(path, workers=workers, use_ray=ray)
+    doc = _analyze_with_progress(run_analysis, path, workers, ray, quiet=as_json)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
     if as_json:
@@ -149,6 +149,25 @@ def analyze(
     written = write_analysis(doc, out_dir, export)
     print_analysis(doc)
     typer.echo(f"wrote {', '.join(str(p) for p in written[:3])}" + (" ..." if len(written) > 3 else ""))
+
+
+def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
+    """A progress bar over input files on stderr (long inputs); none with --json or when piped."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .analyze.engine import find_inputs
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return run_analysis(path, workers=workers, use_ray=ray)
+    total = len(find_inputs(path))
+    with Progress(TextColumn("[bold]analyze"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("analyze", total=total)
+        doc = run_analysis(path, workers=workers, use_ray=ray, progress=lambda: bar.advance(task))
+        bar.update(task, completed=total)
+    return doc
 
 
 def _print_manifest(run_dir, rows) -> None:

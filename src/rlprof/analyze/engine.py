@@ -91,7 +91,11 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
 
         results = ray_map(_run, inputs)
     elif len(inputs) == 1 or workers == 1:
-        results = [_run(job) for job in inputs]
+        results = []
+        for job in inputs:
+            results.append(_run(job))
+            if progress:
+                progress()
     else:
         n = min(len(inputs), workers or os.cpu_count() or 1)
         with ProcessPoolExecutor(n) as pool:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def main() -> int:
-    from ..analyze.window import analyze_window_file
+    from ..analyze.engine import analyze_file
 
     for line in sys.stdin:
         line = line.strip()
@@ -18,7 +19,12 @@ def main() -> int:
             continue
         job = json.loads(line)
         try:
-            analyze_window_file(job["path"])
+            path = Path(job["path"])
+            result = analyze_file(path, {})
+            out = path.with_name(path.name.split(".")[0] + ".analysis.json")
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(result))
+            tmp.replace(out)
         except Exception as exc:  # one bad window must not stop the others
             print(f"rlprof: analysis of {job['path']} failed: {exc}", file=sys.stderr)
     return 0

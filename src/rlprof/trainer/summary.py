@@ -59,7 +59,6 @@ def stage_table(history: list[dict]) -> Table:
 
 def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[Path], seconds: float,
                   quiet: bool = False) -> None:
-    from ..analyze.window import analyze_window_file
     from ..collect.manifest import read_rows
 
     console = Console(width=max(120, Console().width))
@@ -85,15 +84,27 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
             table.add_row(str(r["step"]), r["role"], r["stage"], str(r["rank"]), r["tool"], r["status"],
                           f"{r['bytes'] / 1e6:.2f}", str(r["path"]))
         console.print(table)
-        traces = [run_dir / r["path"] for r in rows if r["path"] and str(r["path"]).endswith(".json.gz")]
-        if traces:
-            summary = analyze_window_file(traces[0])
-            import json
+        from ..analyze.engine import AnalyzeError, analyze
+        from ..analyze.export import write_analysis
 
-            data = json.loads(summary.read_text())
-            ops = Table(title=f"top operators in {traces[0].name}")
-            for col in ("operator", "count", "total ms"):
-                ops.add_column(col)
-            for op in data["top_ops"][:8]:
-                ops.add_row(op["name"], str(op["count"]), f"{op['total_ms']:.2f}")
-            console.print(ops)
+        try:
+            doc = analyze(run_dir, workers=1)
+        except AnalyzeError as exc:
+            console.print(f"analysis skipped: {exc}")
+            continue
+        written = write_analysis(doc, run_dir / "analysis")
+        stages = Table(title="profiled stages: where the time went (ms)")
+        for col in ("step", "role", "stage", "rank", "wall", "compute", "comm", "idle"):
+            stages.add_column(col)
+        for r in doc["rows"]:
+            if r["unit"] is None:
+                stages.add_row(*(str(r[k]) for k in ("step", "role", "stage", "rank")),
+                               *(f"{r[k]:.1f}" for k in ("wall_ms", "compute_ms", "comm_ms", "idle_ms")))
+        console.print(stages)
+        ops = Table(title="top operators by self time")
+        for col in ("operator", "count", "self ms", "total ms"):
+            ops.add_column(col)
+        for op in sorted(doc["ops"], key=lambda o: -o["self_ms"])[:8]:
+            ops.add_row(op["name"][:60], str(op["count"]), f"{op['self_ms']:.2f}", f"{op['total_ms']:.2f}")
+        console.print(ops)
+        console.print(f"analysis: {written[0]}")
