@@ -264,3 +264,17 @@ def test_self_times_in_segments_equal_the_whole(monkeypatch):
     monkeypatch.setattr(ops, "SEGMENT", 500)
     assert np.allclose(ops.self_times(t, sel), whole)
     assert whole.sum() <= (t.end[sel] - t.start[sel]).sum()
+
+
+def test_markers_timeline_windows_are_analysed(tmp_path):
+    a = "actor_rollout_ref.actor.profiler"
+    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=markers",
+                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p", f"{a}.enable=true",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = list((tmp_path / "p").iterdir())
+    doc, _ = analyze_json(run)
+    stages = [r["stage"] for r in doc["rows"] if r["unit"] is None]
+    assert stages == ["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
+                      "advantage_compute", "actor_update"]
+    assert any(r["unit"] == "decode_step" for r in doc["rows"])

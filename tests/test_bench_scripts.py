@@ -28,3 +28,11 @@ def test_volume_bench_prints_documented_json():
                 "micro_batch_events", "markers_events", "ratio"):
         assert figures[key] > 0
     assert figures["full_stage_bytes"] > figures["micro_batch_bytes"] > figures["markers_bytes"]
+
+
+def test_ingest_bench_prints_documented_json():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "ingest.py"), "--mb", "3", "--no-hta"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0

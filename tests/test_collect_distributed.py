@@ -48,6 +48,21 @@ def test_all_ranks_share_one_save_path_without_collision(tmp_path):
         assert trace["rlprof"]["rank"] == r["rank"] and trace["rlprof"]["world_size"] == 2
         if r["stage"] == "actor_update":  # gradients are all-reduced over gloo inside the update
             assert any("all_reduce" in e.get("name", "") for e in trace["traceEvents"])
+    # the analysis gives one row per (step, role, stage, rank) and counts gloo as communication
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "analyze", str(d), "--json"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    doc = json.loads(proc.stdout)
+    stage_rows = [r for r in doc["rows"] if r["unit"] is None]
+    assert sorted((r["step"], r["role"], r["stage"], r["rank"]) for r in stage_rows) == sorted(
+        (2, r["role"], r["stage"], r["rank"]) for r in listed)
+    update_rows = [r for r in stage_rows if r["stage"] == "actor_update"]
+    assert len(update_rows) == 2 and all(r["comm_ms"] + r["overlap_ms"] > 0 for r in update_rows)
+    assert {c["name"] for c in doc["collectives"]} & {"gloo:all_reduce", "c10d::allreduce_"}
+    update_micro = [r for r in doc["rows"] if r["unit"] == "micro_batch" and r["stage"] == "actor_update"]
+    assert len(update_micro) == 2 * 8  # 8 micro-batches per update, per rank
 
 
 def test_run_id_from_environment(tmp_path):
