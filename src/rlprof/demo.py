@@ -136,9 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         steps = int(os.environ.get("RLPROF_DEMO_STEPS", "3"))
         with prof:
             run_demo(prof, DemoShape(steps=steps))
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()  # leave together: gloo aborts a rank whose peer tears down mid-export
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+    from .trainer.shutdown import exit_distributed_rank
+
+    exit_distributed_rank(0)
     return 0
 
 

@@ -54,6 +54,8 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     try:
         with printer:
             history, trainer = run_training(cfg, plan, rank=rank, world_size=world_size, on_step=printer.update)
+        if dist.is_initialized():
+            dist.barrier()  # leave together: gloo aborts a rank whose peer tears down mid-export
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -69,9 +71,13 @@ def cli_main(argv: list[str] | None = None) -> int:
     from ..cli import split_config_args
     from ..errors import RLProfError
 
+    from .shutdown import exit_distributed_rank
+
     config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        return main(config, overrides)
+        code = main(config, overrides)
     except RLProfError as exc:
         print(f"rlprof: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+    exit_distributed_rank(code)
+    return code

@@ -1,0 +1,20 @@
+"""Leaving a torchrun job cleanly.
+
+Gloo keeps C++ worker threads that can abort the interpreter while it finalises ("terminate called
+without an active exception", a known PyTorch issue) even after destroy_process_group(). A rank
+that has finished, flushed and torn down its process group therefore exits at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def exit_distributed_rank(code: int) -> None:
+    """Flush and exit now if this process was a torchrun rank; otherwise return."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
