@@ -1,7 +1,6 @@
 """torchrun with 2 CPU processes (gloo): rank selection and one shared save_path."""
 
 import os
-import shutil
 import subprocess
 import sys
 

@@ -1,7 +1,6 @@
 """`rlprof train`: learning, bad config, and the windows that each profiling config produces."""
 
 import json
-import os
 import subprocess
 import sys
 

@@ -85,8 +85,6 @@ def demo(
     config, overrides = split_config_args(list(args or []))
     data = load_config(config, (DEMO_DEFAULTS if config is None else []) + overrides)
     resolved = resolve_plan(data)
-    import torch  # noqa: F401  (only now: the dry-run commands never pay for it)
-
     from .collect import Profiler
     from .demo import DemoShape, run_demo
 

@@ -114,21 +114,10 @@ def run_demo(prof: Profiler, shape: DemoShape = DemoShape()) -> list[float]:
     return rewards_per_step
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rlprof.demo [CONFIG] [overrides]` (also under torchrun)."""
-    import sys
-
-    from .cli import split_config_args
+def run_module(config: str | None, overrides: list[str]) -> int:
     from .config import load_plan
 
-    from .errors import RLProfError
-
-    config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        plan = load_plan(config, overrides)
-    except RLProfError as exc:
-        print(f"rlprof: {exc}", file=sys.stderr)
-        return 2
+    plan = load_plan(config, overrides)  # validated before any process group starts
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo")
     try:
@@ -141,10 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    from .trainer.shutdown import exit_distributed_rank
-
-    exit_distributed_rank(0)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlprof.demo [CONFIG] [overrides]` (also under torchrun)."""
+    from .trainer.shutdown import module_entry
+
+    return module_entry(run_module, argv)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -68,16 +67,6 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    from ..cli import split_config_args
-    from ..errors import RLProfError
+    from .shutdown import module_entry
 
-    from .shutdown import exit_distributed_rank
-
-    config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        code = main(config, overrides)
-    except RLProfError as exc:
-        print(f"rlprof: {exc}", file=sys.stderr)
-        code = 2
-    exit_distributed_rank(code)
-    return code
+    return module_entry(main, argv)

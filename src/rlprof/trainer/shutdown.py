@@ -18,3 +18,21 @@ def exit_distributed_rank(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def module_entry(run, argv: list[str] | None = None) -> int:
+    """`python -m ...` entry: [CONFIG] [key=value ...] -> run(config, overrides) -> exit code.
+
+    rlprof's own errors become one line and code 2; a torchrun rank exits right away when done.
+    """
+    from ..cli import split_config_args
+    from ..errors import RLProfError
+
+    config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        code = run(config, overrides)
+    except RLProfError as exc:
+        print(f"rlprof: {exc}", file=sys.stderr)
+        code = 2
+    exit_distributed_rank(code)
+    return code
