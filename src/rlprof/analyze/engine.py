@@ -149,7 +149,7 @@ def analyze_ascend(path: Path, meta: dict) -> dict:
         rows = window_rows(table, True, info, OverlapBreakdown(trace.overlap), span=(lo, hi))
     else:
         rows = window_rows(table, True, info)
-    kernels = getattr(trace, "kernel_table", None) or table
+    kernels = trace.kernel_table or table
     return {
         "input": {"path": str(path), "kind": "ascend", "events": max(len(table), len(kernels), len(trace.steps)),
                   "device": True,

@@ -39,7 +39,3 @@ class Coverage:
         total -= max(0.0, lo - self.s[i])
         total -= max(0.0, self.e[j - 1] - hi)
         return float(max(total, 0.0))
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    return Coverage(start, end).total

@@ -10,10 +10,6 @@ import msgspec
 
 from .naming import MANIFEST
 
-ROW_FIELDS = ("run_id", "step", "steps", "role", "stage", "rank", "world_size", "replica", "tool", "mode", "unit",
-              "window", "path", "bytes", "start_ns", "end_ns", "status")
-STATUSES = ("complete", "truncated", "failed")
-
 _encoder = msgspec.json.Encoder()
 
 

@@ -255,11 +255,6 @@ class Profiler:
 
         return cls(load_plan(path, overrides), **kwargs)
 
-    @property
-    def collecting(self) -> bool:
-        """Whether this process collects anything at all."""
-        return bool(self._collecting)
-
     def run_dir(self, role: str = "actor") -> Path:
         return Path(self.plan.role(role).save_path) / self.run_id
 
@@ -349,7 +344,7 @@ class Profiler:
         self._step = None
 
     def _run_dir_for(self, rp: RolePlan) -> Path:
-        path = Path(rp.save_path) / self.run_id
+        path = self.run_dir(rp.role)
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -27,8 +27,6 @@ DEFAULT_PROFILE = ("global_profiler.tool=torch", "global_profiler.steps=[2]",
 def with_default_profile(data: dict) -> dict:
     if detect_dialect(data) is not None:
         return data
-    from .source import load_config
-
     merged = load_config(None, DEFAULT_PROFILE)
     return {**data, **merged}
 

@@ -39,8 +39,6 @@ class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             return "warmup", cycle
         return "active", cycle
 
-    def active_units(self, limit: int) -> list[int]:
-        return [k for k in range(limit) if self.phase(k)[0] == "active"]
 
 
 class MemoryOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -86,9 +84,6 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 return plan
         raise KeyError(name)
 
-    @property
-    def steps(self) -> tuple[int, ...]:
-        return tuple(sorted({s for r in self.roles if r.enabled for s in r.steps}))
 
     def step_groups(self, steps: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Collection windows over steps: one per step, or runs of consecutive steps if continuous."""
@@ -101,9 +96,6 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             else:
                 groups.append([s])
         return [tuple(g) for g in groups]
-
-    def to_dict(self) -> dict:
-        return msgspec.to_builtins(self)
 
 
 def disabled_plan(dialect: str = "none") -> ProfilePlan:

@@ -32,6 +32,7 @@ class AscendTrace:
     steps: list[dict] = field(default_factory=list)  # rows of step_trace_time.csv
     warnings: list[str] = field(default_factory=list)
     partial: bool = False
+    kernel_table: EventTable | None = None  # from kernel_details.csv where it sits beside trace_view.json
 
     @property
     def has_device(self) -> bool:
@@ -88,9 +89,7 @@ def read_ascend(path: Path) -> AscendTrace:
         _kernel_details(files["kernel_details.csv"], kcols)
         kernels = kcols.build()
     table = cols.build()
-    trace = AscendTrace(Path(path), table, lanes, steps, warnings)
-    trace.kernel_table = kernels  # top kernels come from kernel_details.csv where it exists
-    return trace
+    return AscendTrace(Path(path), table, lanes, steps, warnings, kernel_table=kernels)
 
 
 def _trace_view(path: Path, cols: ColumnBuilder) -> dict[str, Coverage]:

@@ -52,7 +52,6 @@ class WindowSpec:
 
 class Backend:
     tool = "base"
-    writes_files = True
 
     def __init__(self, spec: WindowSpec):
         self.spec = spec

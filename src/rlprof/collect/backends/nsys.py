@@ -48,7 +48,6 @@ def nvtx_range(api, name: str) -> PushPopRange:
 
 class NsysBackend(Backend):
     tool = "nsys"
-    writes_files = False
 
     def __init__(self, spec, api=None):
         super().__init__(spec)
