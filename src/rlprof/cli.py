@@ -141,12 +141,77 @@ def analyze(
     if as_json:
         typer.echo(json.dumps(doc))
         return
-    src = Path(path)
-    out_dir = Path(out) if out else (src / "analysis" if src.is_dir() else src.parent / (src.name.split(".")[0]
-                                                                                          + "_analysis"))
+    out_dir = Path(out) if out else _default_out(Path(path), "analysis")
     written = write_analysis(doc, out_dir, export)
     print_analysis(doc)
     typer.echo(f"wrote {', '.join(str(p) for p in written[:3])}" + (" ..." if len(written) > 3 else ""))
+
+
+@app.command()
+@_guarded
+def compare(
+    new: Optional[str] = typer.Option(None, "-d", "--new", help="the run (or trace) to examine"),
+    baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="the run (or trace) to compare against"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: NEW/compare)"),
+    by_shape: bool = typer.Option(False, "--by-shape", help="match operators by name and input shapes"),
+    as_json: bool = typer.Option(False, "--json", help="print the comparison to stdout instead of writing files"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+    top: int = typer.Option(20, "--top", min=1, help="operators shown in the terminal table"),
+):
+    """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
+    from pathlib import Path
+
+    from .compare import compare as run_compare, print_compare, write_compare
+
+    missing = [flag for flag, v in (("-d NEW", new), ("-bp BASELINE", baseline)) if not v]
+    if missing:
+        fail(f"{' and '.join(missing)} missing; usage: rlprof compare -d NEW -bp BASELINE, each a run directory, "
+             "manifest, trace, Ascend directory or analysis.json")
+    doc = run_compare(new, baseline, by_shape=by_shape, workers=workers)
+    for warning in doc["warnings"]:
+        typer.echo(f"rlprof: warning: {warning}", err=True)
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
+    print_compare(doc, top)
+    written = write_compare(doc, Path(out) if out else _default_out(Path(new), "compare"))
+    typer.echo(f"wrote {', '.join(str(p) for p in written)}")
+
+
+@app.command()
+@_guarded
+def cluster(
+    path: str = typer.Argument(..., help="a multi-rank run directory, manifest, or its analysis.json"),
+    as_json: bool = typer.Option(False, "--json", help="print the result to stdout instead of writing files"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: PATH/cluster)"),
+    threshold: float = typer.Option(0.15, "--threshold", min=0.0,
+                                    help="excess compute (fraction of the other ranks' median) to suspect a rank"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+):
+    """Per rank and stage buckets, spread across ranks, and slow-rank detection with the evidence."""
+    from pathlib import Path
+
+    from .analyze.engine import load_analysis
+    from .cluster import cluster as run_cluster, print_cluster
+
+    result = run_cluster(load_analysis(path, workers=workers), threshold)
+    for warning in result["warnings"]:
+        typer.echo(f"rlprof: warning: {warning}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    print_cluster(result)
+    out_dir = Path(out) if out else _default_out(Path(path), "cluster")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "cluster.json").write_text(json.dumps(result, indent=1))
+    typer.echo(f"wrote {out_dir / 'cluster.json'}")
+
+
+def _default_out(src, name: str):
+    """Beside the input: RUN/<name> for a directory, <trace stem>_<name> for a file."""
+    if src.is_dir():
+        return src / name
+    return src.parent / (src.name.split(".")[0] + f"_{name}")
 
 
 def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):

@@ -23,10 +23,11 @@ class Breakdown:
         m = buckets(table, device)
         s, e = table.start, table.end
         c, k, y = m["compute"], m["comm"], m["memcpy"]
-        self.compute = Coverage(s[c], e[c])
         self.comm = Coverage(s[k], e[k])
-        self.compute_or_comm = Coverage(s[c | k], e[c | k])
-        self.busy = Coverage(s[c | k | y], e[c | k | y])
+        self.compute = Coverage(s[c], e[c]) if device else _host_compute(table, c, k)
+        both = np.concatenate([self.compute.s, self.comm.s]), np.concatenate([self.compute.e, self.comm.e])
+        self.compute_or_comm = Coverage(*both)
+        self.busy = Coverage(np.concatenate([both[0], s[y]]), np.concatenate([both[1], e[y]]))
 
     def window(self, lo: float, hi: float) -> dict[str, float]:
         c, m = self.compute.within(lo, hi), self.comm.within(lo, hi)
@@ -34,6 +35,23 @@ class Breakdown:
         span = hi - lo
         return {"wall_ms": span / 1e3, "compute_ms": c / 1e3, "comm_ms": (cm - c) / 1e3,
                 "overlap_ms": (c + m - cm) / 1e3, "memcpy_ms": (busy - cm) / 1e3, "idle_ms": (span - busy) / 1e3}
+
+
+def _host_compute(t: EventTable, compute: np.ndarray, comm: np.ndarray) -> Coverage:
+    """CPU-only traces: a thread blocked in a collective is not computing, even inside an enclosing
+    op (a backward node waiting on its all-gather), so each thread's collectives are cut out of its ops."""
+    sel = np.flatnonzero(compute | comm)
+    sel = sel[np.argsort(t.thread[sel], kind="stable")]
+    cuts = np.flatnonzero(np.diff(t.thread[sel])) + 1
+    runs_s, runs_e = [], []
+    for idx in np.split(sel, cuts):  # one thread at a time
+        c, k = idx[compute[idx]], idx[comm[idx]]
+        own = Coverage(t.start[c], t.end[c]).minus(Coverage(t.start[k], t.end[k]))
+        runs_s.append(own.s)
+        runs_e.append(own.e)
+    if not runs_s:
+        return Coverage(np.zeros(0), np.zeros(0))
+    return Coverage(np.concatenate(runs_s), np.concatenate(runs_e))
 
 
 def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
@@ -82,3 +100,20 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
             index = int(label) if label.isdigit() else label
             rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi)})
     return rows
+
+
+def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[dict]]:
+    """Which stage window (row) each event starts in, -1 outside all, and those windows' rows.
+
+    Device kernels are placed by their own start time, so work queued at a stage's end and run just
+    after it counts for the next one; on a synchronised step boundary this is exact.
+    """
+    stages = [r for r in rows if r["unit"] is None and r["start_us"] is not None]
+    stages.sort(key=lambda r: r["start_us"])
+    if not stages or not len(t):
+        return np.full(len(t), -1, np.int32), stages
+    lo = np.array([r["start_us"] for r in stages])
+    hi = lo + np.array([r["wall_ms"] for r in stages]) * 1e3
+    i = np.searchsorted(lo, t.start, side="right") - 1
+    inside = (i >= 0) & (t.start <= hi[np.clip(i, 0, None)])
+    return np.where(inside, i, -1).astype(np.int32), stages

@@ -9,9 +9,10 @@ import numpy as np
 from .table import CPU_OP, KERNEL, MEMCPY, MEMSET, USER_ANNOTATION, EventTable
 
 # NCCL / RCCL kernels (ncclKernel_*, ncclDevKernel_*, rccl*), HCCL tasks (hcom_*), and the CPU-side
-# collectives of torch.distributed (c10d::*, gloo:*, nccl:* record functions, functional collectives).
-COLLECTIVE = re.compile(r"^(nccl|rccl|hcom_|hccl|c10d::|gloo:|nccl:|_c10d_functional::|record_param_comms)",
-                        re.IGNORECASE)
+# collectives of torch.distributed (c10d::*, gloo:*, nccl:* record functions, functional collectives),
+# plus FSDP2's ranges around its blocking collectives (on CPU the caller waits inside them).
+COLLECTIVE = re.compile(r"^(nccl|rccl|hcom_|hccl|c10d::|gloo:|nccl:|_c10d_functional::|record_param_comms"
+                        r"|FSDP::(all_gather|reduce_scatter|all_reduce)( |$))", re.IGNORECASE)
 RLPROF_RANGE = re.compile(r"^rlprof:(stage|mini_batch|micro_batch|decode_step|mark):(.*)$")
 LAUNCH = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|hipLaunchKernel|"
                     r"hipExtLaunchKernel|hipModuleLaunchKernel|aclnn|launch)", re.IGNORECASE)

@@ -7,7 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..errors import RLProfError
-from .breakdown import window_rows
+from .breakdown import stage_of_events, window_rows
 from .ops import collectives, launch_overhead, memory, top_ops
 from .readers.kineto import NotATrace, read_kineto
 
@@ -48,16 +48,17 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
     return [(p, {}) for p in files]
 
 
-def analyze_file(path: Path, meta: dict) -> dict:
-    """Everything rlprof reports about one trace file (small: safe to send between processes)."""
+def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = False) -> dict:
+    """Everything rlprof reports about one trace file (small: safe to send between processes).
+    Operators and collectives are per stage window; `top` bounds the operators kept per window."""
     from .readers.ascend import is_ascend
 
     if is_ascend(Path(path)):
-        return analyze_ascend(Path(path), meta)
+        return analyze_ascend(Path(path), meta, top)
     if str(path).endswith(".pickle"):
         return analyze_snapshot(Path(path), meta)
     try:
-        trace = read_kineto(path)
+        trace = read_kineto(path, shapes=by_shape)
     except NotATrace as exc:
         return _failed(path, exc)
     info = dict(trace.meta.rlprof or {})
@@ -68,24 +69,37 @@ def analyze_file(path: Path, meta: dict) -> dict:
     rows = window_rows(trace.table, device, info)
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
            "stage": info.get("stage"), "file": path.name}
+    groups, windows = stage_of_events(trace.table, rows)
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read},
         "warnings": trace.warnings,
         "rows": rows,
-        "ops": [{**tag, **op} for op in top_ops(trace.table)],
-        "collectives": [{**tag, **c} for c in collectives(trace.table, device)],
+        "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
+        "collectives": _tagged(collectives(trace.table, device, groups), tag, windows),
         "launch": {**tag, **launch_overhead(trace.table)} if device else None,
         "memory": {**tag, **memory(trace.table)},
     }
+
+
+def _tagged(records: list[dict], tag: dict, windows: list[dict]) -> list[dict]:
+    """Per-window records get their window's step/role/stage; those outside any window the file's."""
+    out = []
+    for rec in records:
+        g = rec.pop("group", -1)
+        where = {k: windows[g][k] for k in ("step", "role", "stage")} if g >= 0 else {}
+        out.append({**tag, **where, **rec})
+    return out
 
 
 def _run(job):
     return analyze_file(*job)
 
 
-def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None) -> dict:
-    inputs = find_inputs(path)
+def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
+            top: int | None = 50, by_shape: bool = False) -> dict:
+    """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes."""
+    inputs = [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
     if use_ray:
         from .distributed import ray_map
 
@@ -125,8 +139,7 @@ def _k(v):
     return (v is None, v if v is not None else 0)
 
 
-def analyze_ascend(path: Path, meta: dict) -> dict:
-    from .breakdown import window_rows
+def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     from .readers.ascend import OverlapBreakdown, read_ascend
 
     try:
@@ -156,7 +169,7 @@ def analyze_ascend(path: Path, meta: dict) -> dict:
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
         "warnings": trace.warnings,
         "rows": rows,
-        "ops": [{**tag, **op} for op in top_ops(kernels)],
+        "ops": [{**tag, **op} for op in top_ops(kernels, top)],
         "collectives": [{**tag, **c} for c in collectives(kernels, True)],
         "launch": None,
         "memory": None,
@@ -179,3 +192,27 @@ def analyze_snapshot(path: Path, meta: dict) -> dict:
     return {"input": {"path": str(path), "kind": "memory_snapshot", "events": len(mem["timeline"]), "device": True,
                       "rank": meta.get("rank"), "partial": False, "bytes_read": path.stat().st_size},
             "warnings": [], "rows": [], "ops": [], "collectives": [], "launch": None, "memory": {**tag, **mem}}
+
+
+def is_analysis_file(path: Path) -> bool:
+    """An analysis.json written by `rlprof analyze` (rather than a trace)."""
+    if not (path.is_file() and path.name.endswith(".json")):
+        return False
+    with open(path, "rb") as f:
+        head = f.read(256)
+    return b'"schema_version"' in head and b'"traceEvents"' not in head
+
+
+def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = False,
+                  workers: int | None = None) -> dict:
+    """An analysis document from anything `rlprof analyze` reads, or from its analysis.json."""
+    path = Path(path)
+    if is_analysis_file(path):
+        import json
+
+        doc = json.loads(path.read_text())
+        if doc.get("schema_version") != SCHEMA_VERSION or "rows" not in doc:
+            raise AnalyzeError(f"{path}: analysis schema {doc.get('schema_version')!r} is not readable; "
+                               f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
+        return doc
+    return analyze(path, workers=workers, top=top, by_shape=by_shape)

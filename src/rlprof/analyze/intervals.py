@@ -25,6 +25,28 @@ class Coverage:
         self.e = np.maximum.reduceat(e, first)
         self.cum = np.concatenate([[0.0], np.cumsum(self.e - self.s)])
 
+    @classmethod
+    def runs(cls, s: np.ndarray, e: np.ndarray) -> "Coverage":
+        """From runs that are already disjoint and sorted."""
+        cov = cls.__new__(cls)
+        cov.s, cov.e = s, e
+        cov.cum = np.concatenate([[0.0], np.cumsum(e - s)])
+        return cov
+
+    def minus(self, other: "Coverage") -> "Coverage":
+        """The parts of this union that `other` does not cover."""
+        if not len(self.s) or not len(other.s):
+            return self
+        cuts = np.unique(np.concatenate([self.s, self.e, other.s, other.e]))
+        lo, hi = cuts[:-1], cuts[1:]
+        mid = (lo + hi) / 2
+        keep = self._covers(mid) & ~other._covers(mid)
+        return Coverage(lo[keep], hi[keep])  # adjacent pieces merge back into runs
+
+    def _covers(self, x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(self.s, x, side="right") - 1
+        return (i >= 0) & (self.e[np.clip(i, 0, None)] > x)
+
     @property
     def total(self) -> float:
         return float(self.cum[-1])

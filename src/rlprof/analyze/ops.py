@@ -58,36 +58,60 @@ def _children_time(s: np.ndarray, e: np.ndarray, depth: np.ndarray) -> np.ndarra
     return np.bincount(parent[child], weights=covered, minlength=n)
 
 
-def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | None, top: int) -> list[dict]:
+def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | None, top: int | None,
+               groups: np.ndarray | None = None, by_shape: bool = False) -> list[dict]:
+    """count/total/self/mean/max per (group, name[, input shape]); the `top` by self time in each group.
+    Rows carry `group` (index into the caller's windows, -1 outside them) when groups are given."""
     if not len(sel):
         return []
     dur = t.end[sel] - t.start[sel]
-    ids = t.name[sel]
-    uniq, inv = np.unique(ids, return_inverse=True)
+    group = groups[sel].astype(np.int64) + 1 if groups is not None else np.zeros(len(sel), np.int64)
+    key = group * len(t.names) + t.name[sel]
+    shaped = by_shape and t.shape is not None
+    if shaped:
+        key = key * max(1, len(t.shapes)) + t.shape[sel]
+    uniq, inv = np.unique(key, return_inverse=True)
     count = np.bincount(inv)
     total = np.bincount(inv, weights=dur)
     mx = np.zeros(len(uniq))
     np.maximum.at(mx, inv, dur)
     slf = np.bincount(inv, weights=self_t) if self_t is not None else total
-    grand = float(slf.sum()) or 1.0
-    order = np.argsort(-slf)[:top]
-    return [{"name": t.names[uniq[i]], "kind": kind, "count": int(count[i]), "total_ms": float(total[i]) / 1e3,
-             "self_ms": float(slf[i]) / 1e3, "mean_ms": float(total[i] / count[i]) / 1e3,
-             "max_ms": float(mx[i]) / 1e3, "share": float(slf[i]) / grand} for i in order]
+    shape_id = uniq % max(1, len(t.shapes)) if shaped else None
+    rest = uniq // max(1, len(t.shapes)) if shaped else uniq
+    name_id, group_of = rest % len(t.names), rest // len(t.names) - 1
+    grand = np.bincount(group_of + 1, weights=slf)  # share: within the op's own group
+    order = np.lexsort((-slf, group_of))
+    if top is not None:
+        first = np.searchsorted(group_of[order], group_of[order], side="left")
+        order = order[np.arange(len(order)) - first < top]
+    rows = []
+    for i in order.tolist():
+        row = {"name": t.names[name_id[i]], "kind": kind, "count": int(count[i]), "total_ms": float(total[i]) / 1e3,
+               "self_ms": float(slf[i]) / 1e3, "mean_ms": float(total[i] / count[i]) / 1e3,
+               "max_ms": float(mx[i]) / 1e3, "share": float(slf[i]) / (float(grand[group_of[i] + 1]) or 1.0)}
+        if shaped:
+            row["shape"] = t.shapes[shape_id[i]]
+        if groups is not None:
+            row["group"] = int(group_of[i])
+        rows.append(row)
+    return rows
 
 
-def top_ops(t: EventTable, top: int = 50) -> list[dict]:
+def top_ops(t: EventTable, top: int | None = 50, groups: np.ndarray | None = None, by_shape: bool = False
+            ) -> list[dict]:
+    """CPU operators (ranked by self time) and device kernels/copies, per group of events."""
     cpu = np.flatnonzero(t.kind == CPU_OP)
     kernels = np.flatnonzero(np.isin(t.kind, (KERNEL, MEMCPY, MEMSET)))
-    return _aggregate(t, cpu, "cpu_op", self_times(t, cpu), top) + _aggregate(t, kernels, "kernel", None, top)
+    return (_aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
+            + _aggregate(t, kernels, "kernel", None, top, groups, by_shape))
 
 
-def collectives(t: EventTable, device: bool) -> list[dict]:
+def collectives(t: EventTable, device: bool, groups: np.ndarray | None = None) -> list[dict]:
     flags = name_flags(t.names, COLLECTIVE)[t.name] if len(t) else np.zeros(0, bool)
     kinds = (KERNEL,) if device else None
     sel = np.flatnonzero(flags & (np.isin(t.kind, kinds) if kinds else (t.kind != KERNEL)))
-    return [{k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms")}
-            for row in _aggregate(t, sel, "collective", None, 1000)]
+    return [{k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms", "group")}
+            for row in _aggregate(t, sel, "collective", None, None, groups)]
 
 
 def launch_overhead(t: EventTable) -> dict:

@@ -46,6 +46,8 @@ class EventTable:
     memory: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # (ts µs, total allocated bytes)
     runtime: dict[str, list[float]] = field(default_factory=dict)  # runtime API name -> [count, total µs]
     span: tuple[float, float] | None = None  # first start, last end over every complete event
+    shape: np.ndarray | None = None  # int32 id into shapes ("Input Dims"), when read with shapes
+    shapes: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -57,8 +59,9 @@ class EventTable:
 class ColumnBuilder:
     """Appends decoded events chunk by chunk into growable numpy columns (bounded memory)."""
 
-    def __init__(self):
-        self.names, self.threads = Interner(), Interner()
+    def __init__(self, shapes: bool = False):
+        self.names, self.threads, self.shapes = Interner(), Interner(), Interner()
+        self.with_shapes = shapes
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._memory: list[tuple[float, float]] = []
         self.runtime: dict[str, list[float]] = {}
@@ -67,17 +70,19 @@ class ColumnBuilder:
     def extend_span(self, lo: float, hi: float) -> None:
         self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
 
-    def add(self, start, end, kind, name, thread) -> None:
+    def add(self, start, end, kind, name, thread, shape=None) -> None:
         if len(start):
-            self._chunks.append((np.asarray(start, np.float64), np.asarray(end, np.float64),
-                                 np.asarray(kind, np.uint8), np.asarray(name, np.int32),
-                                 np.asarray(thread, np.int32)))
+            cols = (np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(kind, np.uint8),
+                    np.asarray(name, np.int32), np.asarray(thread, np.int32))
+            if self.with_shapes:
+                cols += (np.asarray(shape if shape is not None else np.zeros(len(start)), np.int32),)
+            self._chunks.append(cols)
 
     def add_memory(self, ts: float, total: float) -> None:
         self._memory.append((ts, total))
 
     def build(self) -> EventTable:
-        dtypes = (np.float64, np.float64, np.uint8, np.int32, np.int32)
+        dtypes = (np.float64, np.float64, np.uint8, np.int32, np.int32) + ((np.int32,) if self.with_shapes else ())
         cols = []
         for i, dtype in enumerate(dtypes):  # column by column, releasing the pieces as we go
             pieces = [c[i] for c in self._chunks]
@@ -86,5 +91,7 @@ class ColumnBuilder:
             del pieces
         self._chunks = []
         memory = np.array(sorted(self._memory), dtype=np.float64).reshape(-1, 2)
+        shape = cols.pop() if self.with_shapes else None
         return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory,
-                          runtime=self.runtime, span=self.span)
+                          runtime=self.runtime, span=self.span, shape=shape,
+                          shapes=self.shapes.names if self.with_shapes else [])

@@ -37,6 +37,16 @@ def _set_grad_sync(model, enabled: bool) -> None:
         model.set_requires_gradient_sync(enabled)
 
 
+def busy_compute(ms: float, device) -> None:
+    """Real work for `ms` milliseconds (matmuls, so a trace shows compute, not a sleep)."""
+    x = torch.full((256, 256), 0.01, device=device)  # no RNG draw: training stays reproducible
+    deadline = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < deadline:
+        x = torch.tanh(x @ x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
 def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs, advantages, *, cfg, generator,
                   mini_batch=nullcontext, micro_batch=nullcontext, slow_ms: float = 0.0) -> dict:
     """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW."""
@@ -69,7 +79,7 @@ def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs
                             per_token = per_token + kl_coef * kl
                         loss = aggregate(per_token, mask, agg, total_tokens=total_tokens, total_seqs=total_seqs)
                         if slow_ms:
-                            time.sleep(slow_ms / 1000.0)  # the debug knob: this rank computes slower
+                            busy_compute(slow_ms, log_probs.device)  # the debug knob: this rank computes slower
                         loss.backward()
                         with torch.no_grad():
                             tokens = float(mask.sum())

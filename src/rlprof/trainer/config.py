@@ -18,7 +18,7 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class DebugConfig:
-    slow_rank: Optional[int] = None  # this rank sleeps slow_ms in each stage's compute (cluster demos/tests)
+    slow_rank: Optional[int] = None  # slow_ms of extra compute per actor micro-batch here
     slow_ms: float = 0.0
 
 

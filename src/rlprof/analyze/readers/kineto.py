@@ -48,6 +48,20 @@ class Event(msgspec.Struct, gc=False):
             return Args()
 
 
+class ShapeArgs(msgspec.Struct, gc=False):
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+
+
+class ShapeEvent(Event, gc=False):
+    """An event whose input shapes are kept (compare --by-shape); other args are skipped."""
+
+    args: ShapeArgs = msgspec.field(default_factory=ShapeArgs)
+
+    def decoded_args(self):
+        return self.args
+
+
 class Meta(msgspec.Struct):
     """Top-level keys other than traceEvents (wherever they sit in the object)."""
 
@@ -93,9 +107,17 @@ class NotATrace(ValueError):
 
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_shape_events = msgspec.json.Decoder(list[ShapeEvent]).decode
 _decode_args = msgspec.json.Decoder(Args).decode
 _decode_meta = msgspec.json.Decoder(Meta).decode
 _decode_whole = msgspec.json.Decoder(WholeTrace | list[Event]).decode
+
+
+class WholeShapeTrace(WholeTrace):
+    traceEvents: list[ShapeEvent] = []
+
+
+_decode_whole_shapes = msgspec.json.Decoder(WholeShapeTrace | list[ShapeEvent]).decode
 
 
 def _num(x) -> float:
@@ -109,9 +131,12 @@ class _Sink:
     """Turns decoded events into columns. Whole-list comprehensions, not a per-event loop: this is
     the hot path of ingestion."""
 
-    def __init__(self):
-        self.cols = ColumnBuilder()
+    def __init__(self, shapes: bool = False):
+        self.cols = ColumnBuilder(shapes)
         self._thread_ids: dict[tuple, int] = {}
+        self.decode = _decode_shape_events if shapes else _decode_events
+        self.event_type = ShapeEvent if shapes else Event
+        self.shapes = shapes
 
     def _ids(self, keys: list, table: dict, labels: list, label=str) -> list[int]:
         for key in dict.fromkeys(keys):
@@ -149,7 +174,11 @@ class _Sink:
         names = self._ids([e.name for e in xs], self.cols.names.ids, self.cols.names.names)
         threads = self._ids([(e.pid, e.tid) for e in xs], self._thread_ids, self.cols.threads.names,
                             lambda k: f"{k[0]}/{k[1]}")
-        self.cols.add(start, end, kind, names, threads)
+        shapes = None
+        if self.shapes:
+            raw = [bytes(e.args.input_dims).replace(b" ", b"").decode() for e in xs]
+            shapes = self._ids(raw, self.cols.shapes.ids, self.cols.shapes.names)
+        self.cols.add(start, end, kind, names, threads, shapes)
 
 
 def _open(path: Path):
@@ -158,9 +187,10 @@ def _open(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def read_kineto(path: str | Path) -> Trace:
+def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
+    """`shapes`: also keep each op's input shapes (slower: args are decoded)."""
     path = Path(path)
-    sink, warnings = _Sink(), []
+    sink, warnings = _Sink(shapes), []
     partial = False
     offset = 0  # decompressed bytes consumed so far
     header = b""
@@ -189,13 +219,13 @@ def read_kineto(path: str | Path) -> Trace:
                 offset = open_at + 1
                 break
             if not data:
-                return _read_whole(path, buf, stream_error)
+                return _read_whole(path, buf, stream_error, sink)
         if b"\n  {" not in buf[:64] and not buf.lstrip().startswith(b"]"):
             # not Kineto's pretty layout: decode the whole file (small traces from other writers)
             rest = buf
             while data := more():
                 rest += data
-            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, stream_error)
+            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, stream_error, sink)
         # 2. events, chunk by chunk, cut at the separator
         tail = b""
         while True:
@@ -242,7 +272,7 @@ def _why(exc) -> str | None:
 
 def _decode_into(data: bytes, sink: _Sink) -> bool:
     try:
-        sink.add(_decode_events(data))
+        sink.add(sink.decode(data))
         return True
     except msgspec.DecodeError:
         return False
@@ -257,7 +287,7 @@ def _salvage(piece: bytes, sink: _Sink) -> int:
         cut = piece.find(SEP, pos)
         end = len(piece) if cut < 0 else cut + 1
         try:
-            events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=Event))
+            events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=sink.event_type))
         except msgspec.DecodeError:
             break
         kept = end
@@ -284,15 +314,14 @@ def _meta(header: bytes, tail: bytes) -> Meta:
             return Meta()
 
 
-def _read_whole(path: Path, data: bytes, stream_error) -> Trace:
+def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
     if not data.strip():
         raise NotATrace(f"{path}: empty file; allowed: a Chrome/Kineto trace JSON object with traceEvents")
     try:
-        doc = _decode_whole(data)
+        doc = (_decode_whole_shapes if sink.shapes else _decode_whole)(data)
     except msgspec.DecodeError as exc:
         raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                         "with traceEvents, or an array of trace events") from None
-    sink = _Sink()
     if isinstance(doc, list):
         sink.add(doc)
         meta = Meta()

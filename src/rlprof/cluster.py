@@ -1,0 +1,129 @@
+"""`rlprof cluster`: the same buckets per rank and stage, their spread, and who holds the others up.
+
+A rank that is slow in compute reaches each collective late: it waits little there while every other
+rank waits for it. So a suspect is a rank whose compute in a stage exceeds the other ranks' median
+by a clear margin, *and* whose collective wait is shorter than theirs by a good part of that margin.
+Async rollout replicas count as the ranks of the rollout role.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from .analyze.breakdown import BUCKETS
+
+THRESHOLD = 0.15  # excess compute, as a fraction of the other ranks' median, before a rank is suspected
+MIN_EXCESS_MS = 1.0  # below this, differences are timer noise
+WAIT_SHARE = 0.5  # the others must wait at least this share of the excess longer than the suspect
+
+
+def _rank(r: dict):
+    return r["replica"] if r.get("role") == "rollout" and r.get("replica") is not None else r.get("rank")
+
+
+def per_rank(doc: dict) -> list[dict]:
+    """Per (role, stage, rank): the mean per step of each bucket."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in doc["rows"]:
+        if r.get("unit") is None:
+            groups[(r.get("role"), r.get("stage"), _rank(r))].append(r)
+    out = []
+    for (role, stage, rank), rows in groups.items():
+        out.append({"role": role, "stage": stage, "rank": rank, "steps": len(rows),
+                    **{b: statistics.fmean(r[b] for r in rows) for b in BUCKETS}})
+    out.sort(key=lambda r: (str(r["role"]), str(r["stage"]), r["rank"] if r["rank"] is not None else -1))
+    return out
+
+
+def spread(ranks: list[dict]) -> list[dict]:
+    """Per (role, stage) and bucket: min, max, max-min and the coefficient of variation across ranks."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ranks:
+        groups[(r["role"], r["stage"])].append(r)
+    out = []
+    for (role, stage), rows in groups.items():
+        for b in BUCKETS:
+            values = [r[b] for r in rows]
+            mean = statistics.fmean(values)
+            cv = statistics.pstdev(values) / mean if mean else 0.0
+            lo, hi = min(values), max(values)
+            out.append({"role": role, "stage": stage, "bucket": b.removesuffix("_ms"), "ranks": len(values),
+                        "mean_ms": mean, "min_ms": lo, "max_ms": hi, "spread_ms": hi - lo, "cv": cv,
+                        "min_rank": rows[values.index(lo)]["rank"], "max_rank": rows[values.index(hi)]["rank"]})
+    return out
+
+
+def _collective_waits(doc: dict) -> dict[tuple, dict[str, float]]:
+    """(role, stage, rank) -> collective name -> mean ms per step."""
+    steps: dict[tuple, set] = defaultdict(set)
+    total: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for c in doc.get("collectives", []):
+        key = (c.get("role"), c.get("stage"), c.get("rank"))
+        steps[key].add(c.get("step"))
+        total[key][c["name"]] += c["total_ms"]
+    return {k: {name: ms / max(1, len(steps[k])) for name, ms in v.items()} for k, v in total.items()}
+
+
+def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> list[dict]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in ranks:
+        groups[(r["role"], r["stage"])].append(r)
+    waits = _collective_waits(doc)
+    found = []
+    for (role, stage), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        for r in rows:
+            others = [o for o in rows if o is not r]
+            others_compute = statistics.median(o["compute_ms"] for o in others)
+            others_wait = statistics.median(o["comm_ms"] for o in others)
+            excess = r["compute_ms"] - others_compute
+            waited = others_wait - r["comm_ms"]
+            if excess < max(threshold * others_compute, MIN_EXCESS_MS) or waited < WAIT_SHARE * excess:
+                continue
+            mine = waits.get((role, stage, r["rank"]), {})
+            theirs: dict[str, float] = defaultdict(float)
+            for o in others:
+                for name, ms in waits.get((role, stage, o["rank"]), {}).items():
+                    theirs[name] += ms / len(others)
+            colls = sorted(({"name": name, "rank_ms": mine.get(name, 0.0), "others_ms": ms}
+                            for name, ms in theirs.items() if ms > mine.get(name, 0.0)),
+                           key=lambda c: c["rank_ms"] - c["others_ms"])[:5]
+            names = ", ".join(c["name"] for c in colls[:3]) or "collectives"
+            found.append({"rank": r["rank"], "role": role, "stage": stage, "evidence": {
+                "compute_ms": r["compute_ms"], "others_compute_ms": others_compute, "excess_ms": excess,
+                "wait_ms": r["comm_ms"], "others_wait_ms": others_wait, "steps": r["steps"], "collectives": colls,
+                "summary": (f"rank {r['rank']} computes {excess:.1f} ms more per step in {role}/{stage} "
+                            f"({r['compute_ms']:.1f} vs {others_compute:.1f} ms on the others) and waits "
+                            f"{r['comm_ms']:.1f} ms in collectives while the others wait {others_wait:.1f} ms "
+                            f"(in {names})")}})
+    found.sort(key=lambda f: -f["evidence"]["excess_ms"])
+    return found
+
+
+def cluster(doc: dict, threshold: float = THRESHOLD) -> dict:
+    ranks = per_rank(doc)
+    return {"ranks": ranks, "stages": spread(ranks), "slow_ranks": slow_ranks(ranks, doc, threshold),
+            "threshold": threshold, "warnings": doc.get("warnings", []), "partial": doc.get("partial", False)}
+
+
+def print_cluster(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, Console().width))
+    table = Table(title="spread across ranks, per stage (ms per step)")
+    for col in ("role", "stage", "ranks", "bucket", "mean", "min", "max", "spread", "cv", "slowest"):
+        table.add_column(col, justify="right")
+    for s in result["stages"]:
+        if s["bucket"] in ("wall", "compute", "comm"):
+            table.add_row(str(s["role"]), str(s["stage"]), str(s["ranks"]), s["bucket"], f"{s['mean_ms']:.2f}",
+                          f"{s['min_ms']:.2f}", f"{s['max_ms']:.2f}", f"{s['spread_ms']:.2f}", f"{s['cv']:.2f}",
+                          str(s["max_rank"]))
+    console.print(table)
+    if not result["slow_ranks"]:
+        console.print(f"no slow rank: no rank's compute exceeds the others' by {result['threshold']:.0%} "
+                      "with them waiting for it in collectives")
+    for f in result["slow_ranks"]:
+        console.print(f"[bold red]slow rank {f['rank']}[/] ({f['role']}/{f['stage']}): {f['evidence']['summary']}")

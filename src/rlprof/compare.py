@@ -1,0 +1,340 @@
+"""`rlprof compare`: what got slower between two runs, in which stage, and why (SPEC §4).
+
+Both sides become analysis documents (traces are read once, streamed); everything here is matching
+of aggregates: windows by (step, role, stage), operators by name (or name + input shape), collectives
+by name, memory peaks by window. No operator-sequence alignment, so the cost is linear in the traces.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .analyze.breakdown import BUCKETS
+from .analyze.engine import is_analysis_file, load_analysis
+from .analyze.readers.ascend import is_ascend
+from .errors import RLProfError
+
+SCHEMA_VERSION = 1
+INPUTS = "a run directory, a manifest.jsonl, a trace file, an Ascend profiler directory or an analysis.json"
+
+
+class CompareError(RLProfError):
+    pass
+
+
+def input_kind(path: Path, doc: dict | None = None) -> str:
+    """'run' (many windows: a directory, manifest, or a run's analysis.json) or 'trace' (one file)."""
+    if doc is not None:
+        staged = any(r.get("stage") for r in doc["rows"])
+        return "run" if len(doc["inputs"]) > 1 or staged else "trace"
+    if path.is_file() and not path.name.endswith(".jsonl"):
+        return "trace"
+    return "trace" if is_ascend(path) else "run"
+
+
+def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None) -> tuple[str, dict]:
+    p = Path(path)
+    if not p.exists():
+        raise CompareError(f"{flag} {path} does not exist; allowed: {INPUTS}")
+    if is_analysis_file(p):
+        if by_shape:
+            raise CompareError(f"{flag} {path} is an analysis.json, which keeps no input shapes; "
+                               "allowed with --by-shape: traces or a run directory")
+        doc = load_analysis(p)
+        return input_kind(p, doc), doc
+    return input_kind(p), load_analysis(p, top=None, by_shape=by_shape, workers=workers)
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def _stage_rows(doc: dict) -> list[dict]:
+    return [r for r in doc["rows"] if r.get("unit") is None]
+
+
+def _by_key(rows: list[dict], key) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[key(r)].append(r)
+    return out
+
+
+def _step_key(r: dict) -> tuple:
+    return (r.get("step"), r.get("role"), r.get("stage"))
+
+
+def _stage_key(r: dict) -> tuple:
+    return (None, r.get("role"), r.get("stage"))
+
+
+def _label(k: tuple) -> str:
+    step, role, stage = k
+    if stage is None and role is None:
+        return "whole trace" if step is None else f"step {step}"
+    return (f"step {step} " if step is not None else "") + f"{role}/{stage}"
+
+
+def match_windows(base: dict, new: dict) -> tuple[str, dict, dict, list[str]]:
+    """Pick the finest common grouping: (step, role, stage), else (role, stage) averaged over steps."""
+    warnings = []
+    for mode, key in (("step", _step_key), ("stage", _stage_key)):
+        b, n = _by_key(_stage_rows(base), key), _by_key(_stage_rows(new), key)
+        if set(b) & set(n):
+            if mode == "stage":
+                warnings.append("the runs profiled different steps (baseline " + _steps(base) + ", new "
+                                + _steps(new) + "): stages are compared as their mean over steps")
+            return mode, b, n, warnings
+    b, n = _by_key(_stage_rows(base), _step_key), _by_key(_stage_rows(new), _step_key)
+    raise CompareError("the two sides have no stage in common: baseline has "
+                       + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(base)})) or "nothing")
+                       + "; new has " + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(new)}))
+                                         or "nothing")
+                       + "; allowed: runs profiled on at least one common role/stage")
+
+
+def _steps(doc: dict) -> str:
+    return str(sorted({r["step"] for r in _stage_rows(doc) if r.get("step") is not None}))
+
+
+def _ratio(b: float, n: float) -> float | None:
+    return n / b if b else None
+
+
+def compare_stages(b: dict, n: dict) -> list[dict]:
+    """Per matched window and bucket: the mean over ranks (and steps, when matched by stage)."""
+    out = []
+    for key in [k for k in n if k in b]:  # the new run's order (step, then time)
+        step, role, stage = key
+        for bucket in BUCKETS:
+            bv, nv = _mean(r[bucket] for r in b[key]), _mean(r[bucket] for r in n[key])
+            out.append({"step": step, "role": role, "stage": stage, "bucket": bucket.removesuffix("_ms"),
+                        "baseline_ms": bv, "new_ms": nv, "diff_ms": nv - bv, "ratio": _ratio(bv, nv)})
+    return out
+
+
+def _windows(groups: dict, keys) -> dict[tuple, int]:
+    """How many (step, rank) windows each (role, stage) averages over, on one side."""
+    count: dict[tuple, int] = defaultdict(int)
+    for key in keys:
+        count[key[1:]] += len(groups[key])
+    return count
+
+
+def _totals(records: list[dict], matched: set, mode: str, fields, value) -> dict[tuple, list[float]]:
+    out: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for rec in records:
+        key = _step_key(rec) if mode == "step" else _stage_key(rec)
+        if key not in matched:
+            continue
+        slot = out[(rec.get("role"), rec.get("stage")) + tuple(rec.get(f) for f in fields)]
+        slot[0] += rec["count"]
+        slot[1] += value(rec)
+    return out
+
+
+def _status(bc: float, nc: float, diff: float) -> str:
+    if not bc:
+        return "added"
+    if not nc:
+        return "removed"
+    return "slower" if diff > 0 else "faster" if diff < 0 else "same"
+
+
+def compare_records(base: list[dict], new: list[dict], matched: set, mode: str, windows: tuple[dict, dict],
+                    fields: tuple[str, ...], value) -> list[dict]:
+    """Aggregates matched by (role, stage, *fields), per window, sorted by |difference|."""
+    tb, tn = _totals(base, matched, mode, fields, value), _totals(new, matched, mode, fields, value)
+    out = []
+    for key in set(tb) | set(tn):
+        (bc, bms), (nc, nms) = tb.get(key, (0.0, 0.0)), tn.get(key, (0.0, 0.0))
+        wb, wn = windows[0].get(key[:2], 1) or 1, windows[1].get(key[:2], 1) or 1
+        bms, nms, bc, nc = bms / wb, nms / wn, bc / wb, nc / wn
+        diff = nms - bms
+        out.append({"role": key[0], "stage": key[1], **dict(zip(fields, key[2:])), "status": _status(bc, nc, diff),
+                    "baseline_count": round(bc, 3), "new_count": round(nc, 3), "baseline_ms": bms, "new_ms": nms,
+                    "diff_ms": diff, "ratio": _ratio(bms, nms)})
+    out.sort(key=lambda r: (-abs(r["diff_ms"]), r["name"]))
+    return out
+
+
+def _op_ms(rec: dict) -> float:
+    return rec["self_ms"] if rec.get("kind") == "cpu_op" else rec["total_ms"]
+
+
+def compare_memory(base: dict, new: dict) -> list[dict]:
+    def peaks(doc):
+        out: dict[tuple, float] = {}
+        for m in doc.get("memory", []):
+            if m.get("peak_bytes") is not None:
+                key = (m.get("role"), m.get("stage"))
+                out[key] = max(out.get(key, 0.0), m["peak_bytes"])
+        return out
+
+    pb, pn = peaks(base), peaks(new)
+    rows = []
+    for key in sorted(set(pb) | set(pn), key=str):
+        b, n = pb.get(key), pn.get(key)
+        rows.append({"role": key[0], "stage": key[1], "baseline_peak_mb": b / 2**20 if b is not None else None,
+                     "new_peak_mb": n / 2**20 if n is not None else None,
+                     "diff_mb": (n - b) / 2**20 if b is not None and n is not None else None})
+    return rows
+
+
+def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None) -> dict:
+    new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers)
+    base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers)
+    if new_kind != base_kind:
+        raise CompareError(f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; "
+                           "allowed: two runs (directories, manifests or their analysis.json) or two traces")
+    mode, b, n, warnings = match_windows(base, new)
+    matched = set(b) & set(n)
+    windows = (_windows(b, matched), _windows(n, matched))
+    shape = ("shape",) if by_shape else ()
+    ops = compare_records(base["ops"], new["ops"], matched, mode, windows, ("kind", "name") + shape, _op_ms)
+    colls = compare_records(base["collectives"], new["collectives"], matched, mode, windows, ("name",),
+                            lambda r: r["total_ms"])
+    for doc, side in ((base, "baseline"), (new, "new")):
+        warnings += [f"{side}: {w}" for w in doc["warnings"]]
+        if is_analysis_file(Path(base_path if side == "baseline" else new_path)):
+            warnings.append(f"{side} is an analysis.json: only its top operators per window were kept there, "
+                            "so an operator below that cut can show as added/removed; pass the traces for all")
+    unmatched = [{"side": side, "step": k[0], "role": k[1], "stage": k[2]}
+                 for side, mine, other in (("baseline", b, n), ("new", n, b)) for k in mine if k not in other]
+    return {"schema_version": SCHEMA_VERSION, "matched_by": "trace" if matched == {(None,) * 3} else mode,
+            "by_shape": by_shape,
+            "baseline": {"path": str(base_path), "kind": base_kind, "inputs": len(base["inputs"]),
+                         "partial": base["partial"]},
+            "new": {"path": str(new_path), "kind": new_kind, "inputs": len(new["inputs"]), "partial": new["partial"]},
+            "stages": compare_stages(b, n), "ops": ops, "collectives": colls, "memory": compare_memory(base, new),
+            "unmatched": unmatched, "warnings": warnings}
+
+
+# ---- output ----------------------------------------------------------------------------------------
+
+TABLES = ("stages", "ops", "collectives", "memory")
+
+
+def write_compare(doc: dict, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "compare.json"]
+    written[0].write_text(json.dumps(doc, indent=1))
+    for name in TABLES:
+        path = out_dir / f"compare_{name}.csv"
+        records = doc[name]
+        cols = list(dict.fromkeys(k for r in records for k in r)) or ["empty"]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(records)
+        written.append(path)
+    html_path = out_dir / "compare.html"
+    html_path.write_text(compare_html(doc))
+    return written + [html_path]
+
+
+def _fmt(v, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:+.3f}" if signed else f"{v:.3f}"
+    return str(v)
+
+
+def stage_pivot(doc: dict) -> list[dict]:
+    """One line per matched window: wall before/after and the change of every bucket."""
+    lines: dict[tuple, dict] = {}
+    for r in doc["stages"]:
+        line = lines.setdefault((r["step"], r["role"], r["stage"]),
+                                {"step": r["step"], "role": r["role"], "stage": r["stage"]})
+        if r["bucket"] == "wall":
+            line.update(baseline_ms=r["baseline_ms"], new_ms=r["new_ms"], diff_ms=r["diff_ms"], ratio=r["ratio"])
+        else:
+            line[r["bucket"]] = r["diff_ms"]
+    return list(lines.values())
+
+
+PIVOT_COLUMNS = ("step", "role", "stage", "baseline_ms", "new_ms", "diff_ms", "ratio", "compute", "comm", "overlap",
+                 "memcpy", "idle")
+OP_COLUMNS = ("status", "role", "stage", "kind", "name", "baseline_ms", "new_ms", "diff_ms")
+
+
+def print_compare(doc: dict, top: int = 20) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(140, Console().width))
+    table = Table(title=f"per stage: baseline {doc['baseline']['path']} -> new {doc['new']['path']} "
+                        "(ms; bucket columns are the change)")
+    for col in PIVOT_COLUMNS:
+        table.add_column(col.replace("_ms", ""), justify="right")
+    for line in stage_pivot(doc):
+        table.add_row(*(_fmt(line.get(c), signed=c not in ("baseline_ms", "new_ms", "ratio")
+                             and c not in ("step", "role", "stage")) for c in PIVOT_COLUMNS))
+    console.print(table)
+    changed = [o for o in doc["ops"] if o["status"] != "same"][:top]
+    ops = Table(title=f"operators and kernels that moved (top {len(changed)} of "
+                      f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)")
+    for col in OP_COLUMNS + (("shape",) if doc["by_shape"] else ()):
+        ops.add_column(col.replace("_ms", ""))
+    for o in changed:
+        ops.add_row(*(_fmt(o.get(c), signed=c == "diff_ms") if c != "name" else o[c][:80]
+                      for c in OP_COLUMNS + (("shape",) if doc["by_shape"] else ())))
+    console.print(ops)
+    colls = [c for c in doc["collectives"] if c["status"] != "same"][:10]
+    if colls:
+        t = Table(title="collectives (ms per window)")
+        for col in ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"):
+            t.add_column(col.replace("_ms", ""))
+        for c in colls:
+            t.add_row(*(_fmt(c[k], signed=k == "diff_ms") for k in ("status", "role", "stage", "name", "baseline_ms",
+                                                                   "new_ms", "diff_ms")))
+        console.print(t)
+    for m in doc["memory"]:
+        console.print(f"memory peak {m['role']}/{m['stage']}: {_fmt(m['baseline_peak_mb'])} MB -> "
+                      f"{_fmt(m['new_peak_mb'])} MB ({_fmt(m['diff_mb'], True)} MB)")
+    for u in doc["unmatched"]:
+        console.print(f"only in {u['side']}: {_label((u['step'], u['role'], u['stage']))}")
+
+
+def _html_table(records: list[dict], columns: tuple[str, ...], signed: tuple[str, ...] = ()) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for r in records:
+        cells = []
+        for c in columns:
+            v = r.get(c)
+            cls = ""
+            if c in signed and isinstance(v, float) and v:
+                cls = ' class="worse"' if v > 0 else ' class="better"'
+            cells.append(f"<td{cls}>{html.escape(_fmt(v, c in signed))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def compare_html(doc: dict, top: int = 50) -> str:
+    """A self-contained <section> (no scripts, every name escaped) that the HTML report embeds."""
+    signed = ("diff_ms", "compute", "comm", "overlap", "memcpy", "idle", "diff_mb")
+    parts = [
+        '<section class="rlprof-compare">',
+        f"<h2>Compare: {html.escape(doc['baseline']['path'])} &rarr; {html.escape(doc['new']['path'])}</h2>",
+        "<h3>Per stage (ms; bucket columns are the change)</h3>",
+        _html_table(stage_pivot(doc), PIVOT_COLUMNS, signed),
+        "<h3>Operators and kernels that moved (ms per window)</h3>",
+        _html_table([o for o in doc["ops"] if o["status"] != "same"][:top],
+                    OP_COLUMNS + (("shape",) if doc["by_shape"] else ()), signed),
+        "<h3>Collectives</h3>",
+        _html_table(doc["collectives"][:top], ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"),
+                    signed),
+        "<h3>Memory peak</h3>",
+        _html_table(doc["memory"], ("role", "stage", "baseline_peak_mb", "new_peak_mb", "diff_mb"), signed),
+    ]
+    if doc["warnings"]:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in doc["warnings"]) + "</ul>")
+    parts.append("</section>")
+    return "\n".join(parts)

@@ -1,0 +1,209 @@
+"""`rlprof compare` and `rlprof cluster` (SPEC §4) on real traces, trainer runs and bad input."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from conftest import REAL, run_cli
+from helpers import A, R, run
+
+from rlprof.cluster import cluster
+
+BASE, TEST = REAL / "compare_base.json.gz", REAL / "compare_test.json.gz"
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def compare_json(*args, cwd=None):
+    proc = run_cli("compare", *args, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def raw_totals(path):
+    """(kind, name) -> (count, µs) straight from the file (these ops do not nest: self = total)."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    out = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("ph") == "X" and (e["cat"] == "cpu_op" or e["cat"] in DEVICE_CATS):
+            slot = out[("cpu_op" if e["cat"] == "cpu_op" else "kernel", e["name"])]
+            slot[0] += 1
+            slot[1] += e["dur"]
+    return out
+
+
+def test_real_pair_lists_what_differs_with_signs():
+    doc = compare_json("-d", TEST, "-bp", BASE)
+    assert doc["matched_by"] == "trace"
+    base, new = raw_totals(BASE), raw_totals(TEST)
+    expected = {}
+    for key in set(base) | set(new):
+        (bc, bus), (nc, nus) = base.get(key, (0, 0.0)), new.get(key, (0, 0.0))
+        if (bc, bus) != (nc, nus):
+            expected[key] = ("added" if not bc else "removed" if not nc else "slower" if nus > bus else "faster",
+                             (nus - bus) / 1e3)
+    moved = {(o["kind"], o["name"]): (o["status"], o["diff_ms"]) for o in doc["ops"] if o["status"] != "same"}
+    assert moved.keys() == expected.keys()
+    for key, (status, diff) in expected.items():
+        assert moved[key][0] == status
+        assert moved[key][1] == pytest.approx(diff, abs=1e-6)
+    # the three CPU ops only the new trace runs, and the elementwise kernel it launches once less
+    assert {k[1] for k, v in expected.items() if v[0] == "added"} == {"All2All_Pooled_Req", "AddmmBackward0",
+                                                                       "CatBackward0"}
+    (kernel,) = [o for o in doc["ops"] if o["status"] == "faster"]
+    assert "CUDAFunctor_add<int>" in kernel["name"] and (kernel["baseline_count"], kernel["new_count"]) == (3, 2)
+    assert [abs(o["diff_ms"]) for o in doc["ops"]] == sorted((abs(o["diff_ms"]) for o in doc["ops"]), reverse=True)
+    wall = [s for s in doc["stages"] if s["bucket"] == "wall"]
+    assert len(wall) == 1 and wall[0]["baseline_ms"] > 0
+    # reversed, the same operators are removed, with the opposite sign
+    back = compare_json("-d", BASE, "-bp", TEST)
+    rev = {(o["kind"], o["name"]): (o["status"], o["diff_ms"]) for o in back["ops"] if o["status"] != "same"}
+    assert {k for k, v in rev.items() if v[0] == "removed"} == {k for k, v in expected.items() if v[0] == "added"}
+    assert all(rev[k][1] == pytest.approx(-v[1]) for k, v in expected.items())
+
+
+def test_by_shape_keys_operators_by_input_dims(tmp_path):
+    doc = compare_json("-d", TEST, "-bp", BASE, "--by-shape")
+    added = {(o["name"], o["shape"]) for o in doc["ops"] if o["status"] == "added"}
+    assert added == {("All2All_Pooled_Req", "[[2048,34820]]"), ("AddmmBackward0", "[[1024,96]]"),
+                     ("CatBackward0", "[[1024,70904]]")}
+    proc = run_cli("compare", "-d", TEST, "-bp", BASE, "--by-shape", "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert written == {"compare.json", "compare_stages.csv", "compare_ops.csv", "compare_collectives.csv",
+                       "compare_memory.csv", "compare.html"}
+    assert "All2All_Pooled_Req" in proc.stdout  # the terminal table
+
+
+def _train(tmp_path, name, *overrides):
+    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t_{name}", "global_profiler.tool=torch",
+                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/{name}", f"{A}.enable=true",
+                   *overrides, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = list((tmp_path / name).iterdir())
+    return run_dir
+
+
+@pytest.mark.slow
+def test_micro_batch_size_change_shows_in_actor_update(tmp_path):
+    small = _train(tmp_path, "mb2", "actor.micro_batch_size=2")
+    large = _train(tmp_path, "mb16", "actor.micro_batch_size=16")
+    doc = compare_json("-d", small, "-bp", large)
+    assert doc["matched_by"] == "step"
+    update = {s["bucket"]: s for s in doc["stages"] if s["stage"] == "actor_update"}
+    assert update["wall"]["step"] == 2 and update["wall"]["diff_ms"] > 0 and update["wall"]["ratio"] > 1.3
+    ops = [o for o in doc["ops"] if o["stage"] == "actor_update"]
+    mm = next(o for o in ops if o["name"] == "aten::mm")
+    assert mm["new_count"] >= 4 * mm["baseline_count"] > 0  # 16 micro-batches of 2 instead of 2 of 16
+    top = next(o for o in ops if o["status"] != "same")
+    assert top["status"] == "slower" and top["diff_ms"] > 0
+    # the run's own analysis.json is an accepted input too (with a note about its top-N operators)
+    proc = run_cli("compare", "-d", small / "analysis" / "analysis.json", "-bp", large / "analysis" / "analysis.json",
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "analysis.json" in proc.stderr and json.loads(proc.stdout)["stages"]
+
+
+def one_line_exit_2(proc, *words):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    for w in words:
+        assert w in line, line
+
+
+def test_bad_compare_input_exits_2(tmp_path):
+    one_line_exit_2(run_cli("compare", "-d", TEST), "-bp BASELINE", "missing")
+    one_line_exit_2(run_cli("compare", "-bp", BASE), "-d NEW", "missing")
+    one_line_exit_2(run_cli("compare", "-d", tmp_path / "nope", "-bp", BASE), "does not exist", "allowed")
+    only_actor = (f"{A}.tool_config.torch.discrete=true", f"{R}.enable=false", "actor_rollout_ref.ref.profiler.enable=false")
+    actor_update = run(tmp_path / "a", *only_actor, f"{A}.stages=[actor_update]")
+    log_prob = run(tmp_path / "b", *only_actor, f"{A}.stages=[actor_compute_log_prob]")
+    one_line_exit_2(run_cli("compare", "-d", actor_update, "-bp", log_prob), "no stage in common",
+                    "actor/actor_update", "actor/actor_compute_log_prob")
+    one_line_exit_2(run_cli("compare", "-d", actor_update, "-bp", BASE), "is a run", "is a trace", "allowed")
+    (tmp_path / "analysis.json").write_text(json.dumps({"schema_version": 1, "rows": [], "inputs": []}))
+    one_line_exit_2(run_cli("compare", "-d", tmp_path / "analysis.json", "-bp", TEST, "--by-shape"),
+                    "--by-shape")
+
+
+def test_compare_html_escapes_names(tmp_path):
+    evil = "<img src=x onerror=alert(1)>"
+    for side, dur in (("base", 10), ("new", 30)):
+        events = [{"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 0, "dur": dur},
+                  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 50, "dur": 5}]
+        (tmp_path / f"{side}.json").write_text(json.dumps({"traceEvents": events}))
+    proc = run_cli("compare", "-d", tmp_path / "new.json", "-bp", tmp_path / "base.json", "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "compare.html").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img" not in page and "<script" not in page
+
+
+def _torchrun_run(tmp_path, name, *overrides):
+    env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "rlprof.trainer", "trainer.steps=3", f"trainer.output_dir={tmp_path}/t_{name}", "global_profiler.tool=torch",
+           "global_profiler.steps=[2,3]", f"global_profiler.save_path={tmp_path}/{name}", f"{A}.enable=true",
+           f"{A}.all_ranks=true", *overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = list((tmp_path / name).iterdir())
+    return run_dir
+
+
+@pytest.mark.slow
+def test_cluster_names_the_slow_rank_and_only_then(tmp_path):
+    slow = _torchrun_run(tmp_path, "slow", "trainer.debug.slow_rank=1", "trainer.debug.slow_ms=20")
+    proc = run_cli("cluster", slow, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [(f["rank"], f["role"], f["stage"]) for f in result["slow_ranks"]] == [(1, "actor", "actor_update")]
+    evidence = result["slow_ranks"][0]["evidence"]
+    assert evidence["excess_ms"] > 40 and evidence["others_wait_ms"] > evidence["wait_ms"]
+    assert any(c["name"].startswith(("gloo:", "FSDP::all_gather", "c10d::")) for c in evidence["collectives"])
+    assert {(r["rank"], r["stage"]) for r in result["ranks"]} >= {(0, "actor_update"), (1, "actor_update")}
+    spread = next(s for s in result["stages"] if s["stage"] == "actor_update" and s["bucket"] == "compute")
+    assert spread["max_rank"] == 1 and spread["spread_ms"] > 40 and spread["cv"] > 0.2
+    proc = run_cli("cluster", slow)  # the terminal report names it too, and writes cluster.json
+    assert proc.returncode == 0 and "slow rank 1" in proc.stdout and (slow / "cluster" / "cluster.json").exists()
+
+    even = _torchrun_run(tmp_path, "even")
+    result = json.loads(run_cli("cluster", even, "--json").stdout)
+    assert result["slow_ranks"] == [] and {r["rank"] for r in result["ranks"]} == {0, 1}
+
+
+def _rows(role, stage, per_rank, replica=False):
+    return [{"step": step, "role": role, "stage": stage, "rank": 0 if replica else rank,
+             "replica": rank if replica else None, "unit": None, "wall_ms": 100.0, "compute_ms": c, "comm_ms": w,
+             "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": 100.0 - c - w}
+            for rank, (c, w) in per_rank.items() for step in (1, 2)]
+
+
+def test_slow_rank_rule_on_eight_ranks_and_replicas():
+    ranks = {r: (50.0 + r * 0.3, 30.0) for r in range(8)}
+    ranks[5] = (80.0, 2.0)  # computes 30 ms more, barely waits: the others wait for it
+    doc = {"rows": _rows("actor", "actor_update", ranks), "collectives": [
+        {"role": "actor", "stage": "actor_update", "rank": r, "step": 1, "name": "ncclDevKernel_AllGather",
+         "total_ms": w} for r, (_, w) in ranks.items()]}
+    result = cluster(doc)
+    assert [(f["rank"], f["stage"]) for f in result["slow_ranks"]] == [(5, "actor_update")]
+    assert result["slow_ranks"][0]["evidence"]["collectives"][0]["name"] == "ncclDevKernel_AllGather"
+    # more compute without the others waiting (e.g. uneven work that does not gate a collective): no finding
+    ranks[5] = (80.0, 30.0)
+    assert cluster({"rows": _rows("actor", "actor_update", ranks), "collectives": []})["slow_ranks"] == []
+    # async rollout replicas are the ranks of the rollout role
+    replicas = {0: (40.0, 20.0), 1: (40.5, 20.0), 2: (70.0, 1.0)}
+    result = cluster({"rows": _rows("rollout", "rollout_generate", replicas, replica=True), "collectives": []})
+    assert {r["rank"] for r in result["ranks"]} == {0, 1, 2}
+    assert [(f["rank"], f["role"]) for f in result["slow_ranks"]] == [(2, "rollout")]
+
+
+def test_cluster_bad_input_exits_2(tmp_path):
+    one_line_exit_2(run_cli("cluster", tmp_path / "missing"), "does not exist")
+    (tmp_path / "x.json").write_text("{}")
+    one_line_exit_2(run_cli("cluster", tmp_path / "x.json"), "x.json")
