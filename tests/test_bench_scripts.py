@@ -36,3 +36,23 @@ def test_ingest_bench_prints_documented_json():
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
+
+
+def test_compare_bench_prints_documented_json():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "compare.py"), "--mb", "2", "--no-msprof"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["size_mb"] >= 2 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
+
+
+def test_trl_overhead_bench_prints_documented_json():
+    import pytest
+
+    pytest.importorskip("trl")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "trl_overhead.py"), "--steps", "3", "--pairs", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["without_ms_per_step"] > 0 and figures["with_ms_per_step"] > 0
+    assert {"diff_ms_per_step", "diff_pct", "baseline_run_to_run_spread_ms"} <= figures.keys()

@@ -207,6 +207,87 @@ def cluster(
     typer.echo(f"wrote {out_dir / 'cluster.json'}")
 
 
+@app.command()
+@_guarded
+def report(
+    path: str = typer.Argument(..., help="a run directory, manifest, trace, Ascend directory or analysis.json"),
+    baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="add a compare section against this"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="the HTML file (default: PATH/report.html)"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+):
+    """One self-contained HTML report: timeline, breakdown, operators, memory, cluster, compare."""
+    from .report import write_report
+
+    target = write_report(path, out, baseline, workers=workers)
+    typer.echo(f"report: {target} ({target.stat().st_size / 1e6:.1f} MB, opens offline)")
+
+
+@app.command()
+@_guarded
+def view(
+    path: str = typer.Argument(..., help="a run directory"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (default loopback only)"),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="port (0: any free one)"),
+):
+    """Serve the run's report and its raw trace files locally (tunnel to it from a laptop)."""
+    from pathlib import Path
+
+    from .report import write_report
+    from .report.viewer import make_server, tunnel_hint
+
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        fail(f"{path} is not a directory; allowed: a run directory (holding manifest.jsonl or traces)")
+    report_path = run_dir / "report.html"
+    if not report_path.exists():
+        write_report(run_dir, report_path)
+    try:
+        server = make_server(run_dir, report_path, host, port)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port} ({exc.strerror}); allowed: a free port, or --port 0 for any")
+    bound_host, bound_port = server.server_address[:2]
+    typer.echo(f"serving {run_dir} at http://{bound_host}:{bound_port}/ (report) and /files/ (traces)", nl=True)
+    typer.echo(tunnel_hint(bound_host, bound_port))
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command(name="slice")
+@_guarded
+def slice_cmd(
+    path: str = typer.Argument(..., help="a run directory, its manifest, or one trace file"),
+    step: int = typer.Option(..., "--step", help="training step"),
+    role: str = typer.Option(..., "--role", help="role: actor, rollout, ref, reward, critic"),
+    stage: str = typer.Option(..., "--stage", help="stage, e.g. actor_update, rollout_generate"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", min=0, help="one marked micro-batch (0-based)"),
+    decode_steps: Optional[str] = typer.Option(None, "--decode-steps", help="A:B, decode steps A..B-1 (0-based)"),
+    window_ms: Optional[str] = typer.Option(None, "--window-ms", help="A:B, milliseconds from the stage start"),
+    rank: Optional[int] = typer.Option(None, "--rank", min=0, help="rank (default: the lowest with that window)"),
+    out: str = typer.Option(..., "-o", "--out", help="output trace (.json or .json.gz)"),
+):
+    """Write a small valid trace of one stage, micro-batch, decode-step range or time window."""
+    from .report.slice import Selection, parse_range, slice_trace
+
+    chosen = [flag for flag, v in (("--micro-batch", micro_batch), ("--decode-steps", decode_steps),
+                                   ("--window-ms", window_ms)) if v is not None]
+    if len(chosen) > 1:
+        fail(f"{' and '.join(chosen)} given together; allowed: at most one of --micro-batch, --decode-steps, "
+             "--window-ms")
+    if not out.endswith((".json", ".json.gz")):
+        fail(f"-o {out}: allowed: a file name ending in .json or .json.gz")
+    sel = Selection(step, role, stage, micro_batch,
+                    parse_range(decode_steps, "--decode-steps") if decode_steps else None,
+                    parse_range(window_ms, "--window-ms", float) if window_ms else None, rank)
+    res = slice_trace(path, sel, out)
+    typer.echo(f"wrote {res['out']}: {res['events']} of {res['of']} events, "
+               f"{(res['end_us'] - res['start_us']) / 1e3:.3f} ms from {res['source']} ({res['bytes'] / 1e3:.1f} KB)")
+
+
 def _default_out(src, name: str):
     """Beside the input: RUN/<name> for a directory, <trace stem>_<name> for a file."""
     if src.is_dir():

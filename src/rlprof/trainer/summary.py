@@ -108,3 +108,10 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
             ops.add_row(op["name"][:60], str(op["count"]), f"{op['self_ms']:.2f}", f"{op['total_ms']:.2f}")
         console.print(ops)
         console.print(f"analysis: {written[0]}")
+        from ..report import write_report
+
+        try:
+            report = write_report(run_dir, run_dir / "report.html", doc=doc)
+            console.print(f"report: {report}  (open it offline, or: rlprof view {run_dir})")
+        except Exception as exc:  # the report is a convenience; training already finished
+            console.print(f"report skipped: {type(exc).__name__}: {exc}")

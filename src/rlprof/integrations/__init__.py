@@ -1,0 +1,1 @@
+"""Integrations with other trainers and inference engines (they use rlprof.collect)."""

@@ -1,0 +1,176 @@
+"""`rlprof slice`: a small, valid Chrome trace of one stage / micro-batch / decode steps / time window.
+
+The window's events are kept byte for byte (args included); process/thread names and the trace's
+top-level objects come along so Perfetto and chrome://tracing show it as the original. The source
+window file is decoded whole (its raw events are views into the file's bytes: memory ~ its size).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from ..analyze.classify import RLPROF_RANGE
+from ..analyze.manifest import manifest_inputs
+from ..errors import RLProfError
+
+
+class SliceError(RLProfError):
+    pass
+
+
+class Stamp(msgspec.Struct):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    ts: float | str = 0.0
+    dur: float | str = 0.0
+
+
+_raw_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_raw_events = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_stamp = msgspec.json.Decoder(Stamp).decode
+
+
+@dataclass(frozen=True)
+class Selection:
+    step: int
+    role: str
+    stage: str
+    micro_batch: int | None = None
+    decode_steps: tuple[int, int] | None = None  # [A, B) of the decode_step labels
+    window_ms: tuple[float, float] | None = None  # from the stage's start
+    rank: int | None = None
+
+
+def parse_range(text: str, flag: str, cast=int) -> tuple:
+    try:
+        a, b = (cast(x) for x in text.split(":"))
+    except ValueError:
+        raise SliceError(f"{flag} {text!r} is not A:B; allowed: two numbers with A < B, e.g. 30:60") from None
+    if not a < b or a < 0:
+        raise SliceError(f"{flag} {text!r}: allowed: 0 <= A < B")
+    return a, b
+
+
+def _num(x) -> float:
+    return float(x) if not isinstance(x, str) else float(x.strip() or 0)
+
+
+def candidate_files(path: Path, sel: Selection) -> list[Path]:
+    """Window files that may hold the stage of that step: its discrete window or an e2e one."""
+    if path.is_file() and not path.name.endswith(".jsonl"):
+        return [path]
+    manifest = path if path.is_file() else path / "manifest.jsonl"
+    if not manifest.exists():
+        raise SliceError(f"{path} has no manifest.jsonl; allowed: a run directory, its manifest, or one trace file")
+    found = []
+    for file, meta in manifest_inputs(manifest):
+        steps = meta.get("steps") or [meta.get("step")]
+        if sel.step not in steps or meta.get("stage") not in (sel.stage, "e2e"):
+            continue
+        if sel.rank is not None and meta.get("rank") != sel.rank:
+            continue
+        found.append((meta.get("stage") != sel.stage, meta.get("rank") or 0, file))
+    if not found:
+        raise SliceError(f"no window of step {sel.step} holds {sel.stage}"
+                         + (f" on rank {sel.rank}" if sel.rank is not None else "")
+                         + f" in {path}; allowed: a step/stage that `rlprof analyze {path}` lists")
+    return [f for *_, f in sorted(found, key=lambda t: (t[0], t[1]))]
+
+
+def _ranges(stamps: list[Stamp]) -> list[tuple[str, str, float, float]]:
+    out = []
+    for s in stamps:
+        if s.ph == "X" and s.name.startswith("rlprof:"):
+            m = RLPROF_RANGE.match(s.name)
+            if m:
+                lo = _num(s.ts)
+                out.append((m.group(1), m.group(2), lo, lo + _num(s.dur)))
+    out.sort(key=lambda r: r[2])
+    return out
+
+
+def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, float]:
+    stages = [r for r in ranges if r[0] == "stage" and r[1] == sel.stage]
+    if not stages:
+        raise SliceError(f"{file.name} has no {sel.stage} range; allowed stages there: "
+                         + (", ".join(sorted({r[1] for r in ranges if r[0] == 'stage'})) or "none"))
+    k = steps.index(sel.step) if sel.step in steps else 0
+    _, _, lo, hi = stages[min(k, len(stages) - 1)]
+    inside = [r for r in ranges if lo <= (r[2] + r[3]) / 2 <= hi]
+    if sel.micro_batch is not None:
+        mb = [r for r in inside if r[0] == "micro_batch" and r[1] == str(sel.micro_batch)]
+        if not mb:
+            marked = sorted(int(r[1]) for r in inside if r[0] == "micro_batch" and r[1].isdigit())
+            raise SliceError(f"micro-batch {sel.micro_batch} is not marked in step {sel.step} {sel.stage}; "
+                             f"allowed: {marked or 'none (collect with micro-batch ranges)'}")
+        return mb[0][2], mb[0][3]
+    if sel.decode_steps is not None:
+        a, b = sel.decode_steps
+        ds = [r for r in inside if r[0] == "decode_step" and r[1].isdigit() and a <= int(r[1]) < b]
+        if not ds:
+            marked = sorted(int(r[1]) for r in inside if r[0] == "decode_step" and r[1].isdigit())
+            span = f"{marked[0]}..{marked[-1]}" if marked else "none"
+            raise SliceError(f"no decode step in {a}:{b} is marked in step {sel.step} {sel.stage}; "
+                             f"allowed: within {span}")
+        return min(r[2] for r in ds), max(r[3] for r in ds)
+    if sel.window_ms is not None:
+        a, b = sel.window_ms
+        if lo + a * 1e3 >= hi:
+            raise SliceError(f"--window-ms {a}:{b} starts after the stage ends ({(hi - lo) / 1e3:.1f} ms long)")
+        return lo + a * 1e3, min(hi, lo + b * 1e3)
+    return lo, hi
+
+
+def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
+    from ..config.vocab import STAGE_ROLE
+
+    if STAGE_ROLE.get(sel.stage, sel.role) != sel.role:
+        raise SliceError(f"--stage {sel.stage} belongs to role {STAGE_ROLE[sel.stage]}, not {sel.role}; allowed: "
+                         + ", ".join(s for s, r in STAGE_ROLE.items() if r == sel.role))
+    files = candidate_files(Path(path), sel)
+    file = files[0]
+    opener = gzip.open if file.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(file, "rb") as f:
+        data = f.read()
+    try:
+        top = _raw_top(data)
+        raw = _raw_events(top.pop("traceEvents", b"[]"))
+    except msgspec.DecodeError as exc:
+        raise SliceError(f"{file}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace") from None
+    stamps = [_stamp(r) for r in raw]
+    meta = json.loads(bytes(top["rlprof"])) if "rlprof" in top else {}
+    steps = meta.get("steps") or [meta.get("step", sel.step)]
+    lo, hi = window(_ranges(stamps), sel, steps, file)
+    keep = []
+    for r, s in zip(raw, stamps):
+        if s.ph == "M":
+            keep.append(r)
+            continue
+        ts = _num(s.ts)
+        if s.ph == "X":
+            inside = ts + _num(s.dur) > lo and ts < hi  # overlaps: a neighbour that only touches is left out
+        else:
+            inside = lo <= ts <= hi
+        if inside:
+            keep.append(r)
+    meta["slice"] = {"source": file.name, "start_us": lo, "end_us": hi, "step": sel.step, "role": sel.role,
+                     "stage": sel.stage, "micro_batch": sel.micro_batch,
+                     "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
+                     "window_ms": list(sel.window_ms) if sel.window_ms else None}
+    top["rlprof"] = msgspec.Raw(json.dumps(meta).encode())
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gzip.open if out.name.endswith(".gz") else open
+    with writer(out, "wb") as f:
+        f.write(b"{")
+        for key, value in top.items():
+            f.write(json.dumps(key).encode() + b": " + bytes(value) + b",\n")
+        f.write(b'"traceEvents": [\n' + b",\n".join(bytes(r) for r in keep) + b"\n]}\n")
+    return {"source": str(file), "out": str(out), "events": len(keep), "of": len(raw), "start_us": lo, "end_us": hi,
+            "bytes": out.stat().st_size}
