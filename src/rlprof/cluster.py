@@ -2,7 +2,8 @@
 
 A rank that is slow in compute reaches each collective late: it waits little there while every other
 rank waits for it. So a suspect is a rank whose compute in a stage exceeds the other ranks' median
-by a clear margin, *and* whose collective wait is shorter than theirs by a good part of that margin.
+by a clear margin (15% of their compute and a tenth of the stage's wall time), *and* whose collective
+wait is shorter than theirs by at least half that excess.
 Async rollout replicas count as the ranks of the rollout role.
 """
 
@@ -15,6 +16,7 @@ from .analyze.breakdown import BUCKETS
 
 THRESHOLD = 0.15  # excess compute, as a fraction of the other ranks' median, before a rank is suspected
 MIN_EXCESS_MS = 1.0  # below this, differences are timer noise
+MIN_SHARE_OF_WALL = 0.1  # and it must hold the stage up by a tenth of its length: small stages are noisy
 WAIT_SHARE = 0.5  # the others must wait at least this share of the excess longer than the suspect
 
 
@@ -80,7 +82,9 @@ def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> li
             others_wait = statistics.median(o["comm_ms"] for o in others)
             excess = r["compute_ms"] - others_compute
             waited = others_wait - r["comm_ms"]
-            if excess < max(threshold * others_compute, MIN_EXCESS_MS) or waited < WAIT_SHARE * excess:
+            wall = statistics.median(o["wall_ms"] for o in rows)
+            floor = max(threshold * others_compute, MIN_SHARE_OF_WALL * wall, MIN_EXCESS_MS)
+            if excess < floor or waited < WAIT_SHARE * excess:
                 continue
             mine = waits.get((role, stage, r["rank"]), {})
             theirs: dict[str, float] = defaultdict(float)
