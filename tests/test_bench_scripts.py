@@ -30,19 +30,21 @@ def test_volume_bench_prints_documented_json():
     assert figures["full_stage_bytes"] > figures["micro_batch_bytes"] > figures["markers_bytes"]
 
 
-def test_ingest_bench_prints_documented_json():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "ingest.py"), "--mb", "3", "--no-hta"],
-                          capture_output=True, text=True, timeout=600)
+def bench_figures(script: str, *args: str) -> dict:
+    """Run a bench script as a user would; its last stdout line is one JSON object."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_ingest_bench_prints_documented_json():
+    figures = bench_figures("ingest.py", "--mb", "3", "--no-hta")
     assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
 
 
 def test_compare_bench_prints_documented_json():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "compare.py"), "--mb", "2", "--no-msprof"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures = bench_figures("compare.py", "--mb", "2", "--no-msprof")
     assert figures["size_mb"] >= 2 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
 
 
@@ -50,9 +52,6 @@ def test_trl_overhead_bench_prints_documented_json():
     import pytest
 
     pytest.importorskip("trl")
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "trl_overhead.py"), "--steps", "3", "--pairs", "1"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures = bench_figures("trl_overhead.py", "--steps", "3", "--pairs", "1")
     assert figures["without_ms_per_step"] > 0 and figures["with_ms_per_step"] > 0
     assert {"diff_ms_per_step", "diff_pct", "baseline_run_to_run_spread_ms"} <= figures.keys()

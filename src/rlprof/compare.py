@@ -186,8 +186,13 @@ def compare_memory(base: dict, new: dict) -> list[dict]:
     return rows
 
 
-def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None) -> dict:
-    new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers)
+def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None,
+            new_doc: dict | None = None) -> dict:
+    """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
+    if new_doc is not None:
+        new_kind, new = input_kind(Path(new_path), new_doc if is_analysis_file(Path(new_path)) else None), new_doc
+    else:
+        new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers)
     base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers)
     if new_kind != base_kind:
         raise CompareError(f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; "
@@ -199,9 +204,9 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
     ops = compare_records(base["ops"], new["ops"], matched, mode, windows, ("kind", "name") + shape, _op_ms)
     colls = compare_records(base["collectives"], new["collectives"], matched, mode, windows, ("name",),
                             lambda r: r["total_ms"])
-    for doc, side in ((base, "baseline"), (new, "new")):
+    for doc, side, path in ((base, "baseline", base_path), (new, "new", new_path)):
         warnings += [f"{side}: {w}" for w in doc["warnings"]]
-        if is_analysis_file(Path(base_path if side == "baseline" else new_path)):
+        if is_analysis_file(Path(path)):
             warnings.append(f"{side} is an analysis.json: only its top operators per window were kept there, "
                             "so an operator below that cut can show as added/removed; pass the traces for all")
     unmatched = [{"side": side, "step": k[0], "role": k[1], "stage": k[2]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .page import build_page, write_report
+from .page import build_page, page_for, write_report
 
 __all__ = ["build_page", "write_report", "show", "Report"]
 
@@ -27,11 +27,4 @@ class Report:
 
 def show(path: str | Path, baseline: str | None = None, height: int = 900) -> Report:
     """`rlprof.report.show(run_dir)` as the last line of a notebook cell renders the report inline."""
-    from ..analyze.engine import load_analysis
-
-    compare_doc = None
-    if baseline:
-        from ..compare import compare
-
-        compare_doc = compare(str(path), baseline)
-    return Report(build_page(load_analysis(path), Path(path).name, compare_doc=compare_doc), height)
+    return Report(page_for(path, baseline), height)

@@ -128,19 +128,27 @@ def _cluster_parts(result: dict) -> list[str]:
     return parts
 
 
-def write_report(path: str | Path, out: str | Path | None = None, baseline: str | None = None,
-                 doc: dict | None = None, workers: int | None = None) -> Path:
-    """Analyse PATH (unless `doc` is given), optionally compare with BASELINE, write the page."""
+def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = None,
+             workers: int | None = None) -> str:
+    """The report page of PATH (analysed here unless `doc` is given), with a compare section for BASELINE."""
     from ..analyze.engine import load_analysis
 
     src = Path(path)
-    doc = doc if doc is not None else load_analysis(src, workers=workers)
+    # compare needs every operator of NEW, so with a baseline it is read once with all of them kept
+    doc = doc if doc is not None else load_analysis(src, workers=workers, top=None if baseline else 50)
     compare_doc = None
     if baseline:
         from ..compare import compare
 
-        compare_doc = compare(str(src), baseline, workers=workers)
+        compare_doc = compare(str(src), baseline, workers=workers, new_doc=doc)
+    return build_page(doc, src.name or str(src), compare_doc=compare_doc)
+
+
+def write_report(path: str | Path, out: str | Path | None = None, baseline: str | None = None,
+                 doc: dict | None = None, workers: int | None = None) -> Path:
+    src = Path(path)
     target = Path(out) if out else (src / "report.html" if src.is_dir() else src.with_name("report.html"))
+    page = page_for(src, baseline, doc, workers)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(build_page(doc, src.name or str(src), compare_doc=compare_doc), encoding="utf-8")
+    target.write_text(page, encoding="utf-8")
     return target
