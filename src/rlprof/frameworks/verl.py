@@ -1,0 +1,173 @@
+"""verl as data: its profiler config surface and the names of what its profiler writes.
+
+Facts from verl 0.9.1 (`verl/utils/profiler/config.py`, `profile.py`, `torch_profile.py`, `mstx_profile.py`,
+`workers/engine_workers.py`, the generated trainer YAMLs) and, where it differs, 0.9.0. Read by config/
+(the verl dialect) and by analyze/ (verl's own trace files); nothing here imports torch or verl.
+"""
+
+from __future__ import annotations
+
+import re
+
+CURRENT_VERSION = "0.9.1"
+VERSIONS = ("0.9.0", "0.9.1")
+
+# ---- config -----------------------------------------------------------------------------------
+TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
+# Tools rlprof has no backend for: resolved and shown, never collected (one warning each).
+FOREIGN_TOOLS = {"precision_debugger": "verl's msprobe precision dump (numerics, not timing)"}
+
+ROLE_BLOCKS = {
+    "actor": "actor_rollout_ref.actor.profiler",
+    "rollout": "actor_rollout_ref.rollout.profiler",
+    "ref": "actor_rollout_ref.ref.profiler",
+    "critic": "critic.profiler",
+    "reward": "reward_model.profiler",
+}
+# ProfilerConfig fields (a role's `profiler` block); global_profiler has the same dataclass plus steps.
+ROLE_KEYS = ("tool", "enable", "all_ranks", "ranks", "save_path", "tool_config", "global_tool_config",
+             "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks")
+GLOBAL_KEYS = ("tool", "steps", "profile_continuous_steps", "save_path", "relocate_results", "finish_hook_cmd",
+               "finish_hook_all_ranks", "finish_hook_ranks", "global_tool_config", "enable", "all_ranks", "ranks",
+               "tool_config")
+# Present in 0.9.1's generated YAMLs, absent from 0.9.0's: a whole trainer YAML without them is 0.9.0.
+KEYS_SINCE_0_9_1 = ("relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks")
+
+# Every field of each tool's dataclass (`name` included: every tool config carries one).
+TOOL_CONFIG_KEYS = {
+    "nsys": ("discrete", "name"),
+    "npu": ("discrete", "contents", "level", "analysis", "profile_token_start", "profile_token_end", "name"),
+    "torch": ("contents", "discrete", "profile_token_start", "profile_token_end", "schedule", "name"),
+    "torch_memory": ("trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps", "name"),
+    "precision_debugger": ("name", "config_path", "steps", "stages", "strict"),
+}
+SCHEDULE_KEYS = ("skip_first", "wait", "warmup", "active", "repeat", "name")
+GLOBAL_TOOL_CONFIG_KEYS = {
+    "nsys": ("discrete", "name", "controller_nsight_options", "worker_nsight_options"),
+    "torch_memory": ("trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps", "context", "stacks",
+                     "kw_args", "name"),
+    "precision_debugger": TOOL_CONFIG_KEYS["precision_debugger"],
+}
+TORCH_MEMORY_CHOICES = {"context": ("alloc", "state", "all"), "stacks": ("python", "cpp", "all")}
+CONTENTS = {"torch": ("cuda", "cpu", "memory", "shapes", "stack"),
+            "npu": ("npu", "cpu", "memory", "shapes", "module", "stack")}
+LEVELS = ("level_none", "level0", "level1", "level2")
+# precision_debugger stage names -> canonical stages
+PRECISION_STAGES = {"actor_update": "actor_update", "actor_compute_log_prob": "actor_compute_log_prob",
+                    "ref_compute_log_prob": "ref_compute_log_prob", "compute_values": "critic_compute_values",
+                    "critic_update": "critic_update", "compute_rm_score": "reward_compute"}
+
+# The schedule samples update mini-batches (DistProfiler.step() once per mini-batch of these stages).
+SCHEDULE_UNIT = "mini_batch"
+SCHEDULED_STAGES = ("actor_update", "critic_update")
+# The token window samples rollout decode steps [start, end).
+TOKEN_WINDOW_UNIT = "decode_step"
+
+# Rollout replica size: replica = global rank // (tp * dp * pp) (build_rollout_dist_profiler, 0.9.1).
+ROLLOUT_PARALLEL_KEYS = ("actor_rollout_ref.rollout.tensor_model_parallel_size",
+                         "actor_rollout_ref.rollout.data_parallel_size",
+                         "actor_rollout_ref.rollout.pipeline_model_parallel_size")
+ROLLOUT_MODE_KEY = "actor_rollout_ref.rollout.mode"
+
+# What DistProfiler._run_finish_command exports to the hook's shell.
+FINISH_HOOK_ENV = ("VERL_PROFILE_SAVE_PATH", "VERL_PROFILE_TOOL", "VERL_PROFILE_RANK", "VERL_PROFILE_PID",
+                   "VERL_PROFILE_ROLE")
+
+# ---- legacy (seed-era) config: trainer.profile_steps ---------------------------------------------
+LEGACY_ROLE_BLOCKS = {  # v0.4.1: one block per role; v0.5: actor_rollout_ref.profiler for the group
+    "actor": "actor_rollout_ref.actor.profiler", "rollout": "actor_rollout_ref.rollout.profiler",
+    "ref": "actor_rollout_ref.ref.profiler", "critic": "critic.profiler", "reward": "reward_model.profiler",
+}
+LEGACY_GROUP_BLOCKS = {"actor_rollout_ref.profiler": ("actor", "rollout", "ref"), "critic.profiler": ("critic",),
+                       "reward_model.profiler": ("reward",)}
+LEGACY_BLOCK_KEYS = ("discrete", "all_ranks", "ranks")
+
+# ---- output --------------------------------------------------------------------------------------
+# Stage annotations (DistProfiler.annotate role=..., else the method name) -> canonical stages.
+STAGE_ANNOTATIONS = {
+    "actor_compute_log_prob": "actor_compute_log_prob", "compute_log_prob": "actor_compute_log_prob",
+    "ref_compute_log_prob": "ref_compute_log_prob", "compute_ref_log_prob": "ref_compute_log_prob",
+    "actor_update": "actor_update", "update_actor": "actor_update",
+    "critic_update": "critic_update", "update_critic": "critic_update",
+    "compute_values": "critic_compute_values", "critic_compute_values": "critic_compute_values",
+    "compute_rm_score": "reward_compute", "generate_sequences": "rollout_generate",
+    "rollout_generate": "rollout_generate",
+}
+# Ranges inside a stage: one per update mini-batch (`mini_batch{i}`, TrainingWorker.train_mini_batch),
+# and the TrainingWorker's own per-mini-batch `train_batch` annotation.
+MINI_BATCH_RANGE = re.compile(r"^mini_batch(\d+)$")
+TRAIN_BATCH = "train_batch"
+E2E_SCOPES = ("train", "e2e")  # the `role` verl passes to start_profile for the whole-step window
+
+# save_file_prefix (worker role or model type, sanitised: "_" -> "-") -> the role whose update it runs.
+WORKER_ROLES = {
+    "actor-rollout-ref": "actor", "actor-rollout": "actor", "actor": "actor", "language-model": "actor",
+    "ref": "ref", "rollout": "rollout", "critic": "critic", "value-model": "critic", "reward-model": "reward",
+}
+UPDATE_STAGE_OF_ROLE = {"actor": "actor_update", "critic": "critic_update"}
+
+# torch tool: {prefix}_{scope}_step{N}_rank{R}[-of-{W}][_tp..-pp..-dp..-cp..]_pid{P}_{ts}[_mbA[-B]|_partK].json.gz
+TORCH_TRACE_NAME = re.compile(
+    r"^(?:(?P<head>[0-9A-Za-z.=+-]+(?:_[0-9A-Za-z.=+-]+)?)_)??(?:step(?P<step>\d+)_)?"
+    r"rank(?P<rank>\d+)(?:-of-(?P<world>\d+))?(?:_(?P<parallel>(?:tp|pp|dp|cp)\d+(?:-(?:tp|pp|dp|cp)\d+)*))?"
+    r"_pid(?P<pid>\d+)_(?P<ts>\d{14,20})(?:_mb(?P<mb_first>\d+)(?:-(?P<mb_last>\d+))?|_part(?P<part>\d+))?"
+    r"\.json(?:\.gz)?$")
+# relocate_rollout_traces: rollout-replica{r}[-globalrank{g}]_{engine's own file name}
+RELOCATED_ROLLOUT = re.compile(r"^rollout-replica(?P<replica>\d+)(?:-globalrank(?P<global_rank>\d+))?_(?P<rest>.+)$")
+# rollout_trace_dir: {save_path}/agent_loop_rollout_replica_{r}/
+ROLLOUT_REPLICA_DIR = re.compile(r"^agent_loop_rollout_replica_(?P<replica>\d+)$")
+# Engine trace names carry the GPU's tensor-parallel rank (vLLM ...-rank-<tp>..., SGLang ...-TP-<tp>...).
+ENGINE_TP_RANK = (re.compile(r"(?:^|[-_.])TP-(\d+)", re.IGNORECASE),
+                  re.compile(r"(?:^|[-_.])rank[-_]?(\d+)", re.IGNORECASE))
+ENGINE_MULTI_DIM = re.compile(r"(?:^|[-_.])(?:DP|PP|EP)-\d+", re.IGNORECASE)
+# npu tool: {save_path}/{scope}/{host}_{pid}_{ts}_ascend_pt (scope: "train" or the stage annotation)
+ASCEND_DIR_SUFFIX = "_ascend_pt"
+
+
+def stage_of_annotation(name: str) -> str | None:
+    return STAGE_ANNOTATIONS.get(name.replace("-", "_"))
+
+
+def parse_trace_name(name: str) -> dict | None:
+    """Step, role, stage, rank, world size, parallel ranks and mini-batch window of a verl torch trace,
+    or None when the name is not one verl's torch profiler writes."""
+    m = TORCH_TRACE_NAME.match(name)
+    if m is None:
+        return None
+    parts = m.group("head").split("_") if m.group("head") else []
+    prefix = scope = None
+    if len(parts) == 2:
+        prefix, scope = parts
+    elif len(parts) == 1:
+        if parts[0] in E2E_SCOPES or stage_of_annotation(parts[0]):
+            scope = parts[0]
+        else:
+            prefix = parts[0]
+    role = WORKER_ROLES.get(prefix) if prefix else None
+    stage = None
+    if scope and scope not in E2E_SCOPES:
+        stage = stage_of_annotation(scope)
+        if stage is None:
+            return None  # a scope verl never writes: not one of its files
+    out = {"framework": "verl", "step": int(m.group("step")) if m.group("step") else None,
+           "rank": int(m.group("rank")), "world_size": int(m.group("world")) if m.group("world") else None,
+           "worker": prefix, "role": role, "stage": stage, "mode": "discrete" if stage else "e2e",
+           "pid": int(m.group("pid"))}
+    if m.group("parallel"):
+        out["parallel"] = {p[:2]: int(p[2:]) for p in m.group("parallel").split("-")}
+    if m.group("mb_first") is not None:
+        first = int(m.group("mb_first"))
+        out["mini_batches"] = (first, int(m.group("mb_last") or first))
+    if m.group("part") is not None:
+        out["window"] = int(m.group("part"))
+    return out
+
+
+def engine_tp_rank(name: str) -> int | None:
+    if ENGINE_MULTI_DIM.search(name):
+        return None
+    for pattern in ENGINE_TP_RANK:
+        m = pattern.search(name)
+        if m:
+            return int(m.group(1))
+    return None
