@@ -49,6 +49,9 @@ def plan(
     world_size: int = typer.Option(1, "--world-size", help="number of processes in the job"),
     as_json: bool = typer.Option(False, "--json", help="print the resolved plan as JSON"),
     device: str = typer.Option("auto", "--device", help="resolve as on a machine with: auto, cpu, cuda, npu"),
+    verl_version: Optional[str] = typer.Option(None, "--verl-version",
+                                               help="read a verl config with this release's meaning: 0.9.0, 0.9.1 "
+                                                    "(default: detected from the config, else the current release)"),
 ):
     """Dry run: resolve a profiling config and show what will be collected, where."""
     from .config import load_plan, machine_warnings
@@ -60,7 +63,7 @@ def plan(
         fail(f"--rank must be >= 0 and --world-size >= 1 (got {rank}, {world_size})")
     config, overrides = split_config_args(list(args or []))
     dev = None if device == "auto" else device
-    resolved = load_plan(config, overrides, device=dev)
+    resolved = load_plan(config, overrides, device=dev, verl_version=verl_version)
     warnings = machine_warnings(resolved, dev)
     if as_json:
         typer.echo(json.dumps(plan_json(resolved, rank=rank, world_size=world_size, warnings=warnings), indent=2))

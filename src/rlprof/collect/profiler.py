@@ -8,10 +8,12 @@ no environment lookups.
 from __future__ import annotations
 
 import atexit
+import msgspec
 import functools
 import importlib.util
 import logging
 import os
+import subprocess
 import threading
 import time
 import weakref
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..config.plan import ProfilePlan, RolePlan
-from ..config.vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, UNITS
+from ..config.vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..errors import CollectError, ConfigError
 from .backends import Backend, Output, WindowSpec, backend_class
 from .manifest import append_row
@@ -178,6 +180,8 @@ class _UnitScope:
 
 def _tool_available(tool: str) -> str | None:
     """Why this machine cannot collect with `tool`, or None."""
+    if tool not in TOOLS:
+        return f"tool {tool} has no rlprof backend (it is another framework's tool)"
     if tool == "npu" and importlib.util.find_spec("torch_npu") is None:
         return "tool npu needs torch_npu (Ascend), which is not installed on this machine"
     if tool in ("nsys", "torch_memory"):
@@ -222,8 +226,8 @@ class Profiler:
             if rp.tool in self._factories:
                 continue
             problem = _tool_available(rp.tool)
-            if problem and rp.tool == "torch_memory":
-                self._note_once("torch_memory_cpu", "rlprof: %s; no memory snapshot for role %s, training goes on",
+            if problem and (rp.tool == "torch_memory" or rp.tool not in TOOLS):
+                self._note_once(("unavailable", rp.tool), "rlprof: %s; role %s collects nothing here, training goes on",
                                 problem, r)
                 del self._collecting[r]
             elif problem:
@@ -245,6 +249,8 @@ class Profiler:
         self._lock = threading.Lock()
         self.windows_written = 0
         self._closed = False
+        self._hook = self._finish_hook_here(plan, hosted)
+        self._profiled_steps: set[int] = set()
         _current = self
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -301,6 +307,8 @@ class Profiler:
         for fut in self._pending:
             fut.result()
         self._pending.clear()
+        if self._hook is not None and self._profiled_steps:  # the run ended before the last listed step
+            self._run_finish_hook()
         if self._finalizer is not None:
             self._finalizer.shutdown(wait=True)
         if self._analysis is not None:
@@ -342,6 +350,56 @@ class Profiler:
             self._close_window(w)
         self._stage_now = {}
         self._step = None
+        if self._hook is not None:
+            rp, last = self._hook
+            if n in rp.steps:
+                self._profiled_steps.add(n)
+            if n >= last:
+                self._run_finish_hook()
+
+    # ---- verl's finish hook -----------------------------------------------------------------
+    def _finish_hook_here(self, plan: ProfilePlan, hosted: tuple[str, ...]) -> tuple[RolePlan, int] | None:
+        """The hook this process runs, as verl's worker does: the first hosted role's (a combined
+        actor_rollout_ref worker uses the actor's profiler), when enabled and selected for this rank."""
+        for r in hosted:
+            rp = plan.role(r)
+            if rp.enabled and rp.finish_hook is not None and rp.steps:
+                index = self.replica if (r == "rollout" and plan.async_rollout and self.replica is not None) \
+                    else self.rank
+                if rp.finish_hook.runs_on(index, rp.collects_on(index)):
+                    return rp, max(rp.steps)
+                return None
+        return None
+
+    def _run_finish_hook(self) -> None:
+        """Once, after the last profiled step, through the shell with verl's VERL_PROFILE_* environment.
+        Waits for this process's traces to be written first. A failing command is a warning, never an error."""
+        hook, self._hook = self._hook, None
+        if hook is None:
+            return
+        rp = hook[0]
+        for fut in self._pending:
+            fut.result()
+        self._pending.clear()
+        parts = [r for r in ("actor", "rollout", "ref") if r in self.roles]
+        run_dir = self.run_dir(rp.role) if self.run_id else Path(rp.save_path)
+        env = dict(os.environ, VERL_PROFILE_SAVE_PATH=str(run_dir), VERL_PROFILE_TOOL=rp.tool or "",
+                   VERL_PROFILE_RANK=str(self.rank), VERL_PROFILE_PID=str(os.getpid()),
+                   VERL_PROFILE_ROLE="_".join(parts or self.roles), RLPROF_SAVE_PATH=rp.save_path,
+                   RLPROF_RUN_DIR=str(run_dir))
+        cmd = rp.finish_hook.cmd
+        print(f"[rlprof][finish_hook] rank {self.rank}: running: {cmd}", flush=True)
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        except Exception as exc:
+            log.warning("rlprof: finish hook could not start on rank %s: %s (training goes on)", self.rank, exc)
+            return
+        for line in proc.stdout.splitlines():
+            print(f"[rlprof][finish_hook] rank {self.rank}: {line}", flush=True)
+        if proc.returncode != 0:
+            log.warning("rlprof: finish hook exited with %s on rank %s: %s (training goes on)",
+                        proc.returncode, self.rank, cmd)
 
     def _run_dir_for(self, rp: RolePlan) -> Path:
         path = self.run_dir(rp.role)
@@ -349,6 +407,8 @@ class Profiler:
         return path
 
     def _open_window(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
+        if rp.schedule is not None and rp.schedule_for(stage) is None:
+            rp = msgspec.structs.replace(rp, schedule=None)  # a stage the schedule does not sample: in full
         role, rank = rp.role, self.rank
         spec = WindowSpec(run_dir=self._run_dir_for(rp), steps=steps, role=role, stage=stage, rank=rank,
                           world_size=self.world_size, replica=self.replica, plan=rp,

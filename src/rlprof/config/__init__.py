@@ -6,10 +6,13 @@ import importlib.util
 import os
 from typing import Sequence
 
+import msgspec
+
 from ..errors import ConfigError
+from ..frameworks import verl
 from . import global_role, integrated, legacy
 from .plan import MemoryOptions, ProfilePlan, RolePlan, Schedule, disabled_plan
-from .source import get, load_config
+from .source import get, has, load_config
 from .vocab import ROLES, STAGES, TOOLS, UNITS
 
 __all__ = ["ProfilePlan", "RolePlan", "Schedule", "MemoryOptions", "load_plan", "resolve_plan", "load_config",
@@ -41,6 +44,8 @@ def machine_device() -> str:
 def detect_dialect(data: dict) -> str | None:
     found = {name: mod.detect_keys(data) for name, mod in DIALECTS.items()}
     present = {name: keys for name, keys in found.items() if keys}
+    if set(present) == {"global_role", "legacy"} and "global_profiler" not in data and has(data, "trainer.profile_steps"):
+        return "legacy"  # v0.4.1's layout: per-role profiler blocks beside trainer.profile_steps
     if len(present) > 1:
         (a, ka), (b, kb) = list(present.items())[:2]
         raise ConfigError("config", f"{ka[0]} + {kb[0]}", "keys of one dialect only (global_role: global_profiler "
@@ -63,33 +68,48 @@ def _async_rollout(data: dict) -> bool:
     return False
 
 
-def resolve_plan(data: dict, *, device: str | None = None) -> ProfilePlan:
-    """Validate a merged config dict and normalise it into a ProfilePlan."""
+def resolve_plan(data: dict, *, device: str | None = None, verl_version: str | None = None) -> ProfilePlan:
+    """Validate a merged config dict and normalise it into a ProfilePlan.
+
+    `verl_version`: read a verl config with that release's meaning (default: detected, else the current one)."""
+    if verl_version is not None and verl_version not in verl.VERSIONS:
+        raise ConfigError("verl version", verl_version, ", ".join(verl.VERSIONS))
     dialect = detect_dialect(data)
     device = device or machine_device()
     if dialect is None:
         plan = disabled_plan()
     elif dialect == "integrated":
         plan = integrated.parse(data, device=device)
+    elif dialect == "global_role":
+        plan = global_role.parse(data, version=verl_version)
     else:
-        plan = DIALECTS[dialect].parse(data)
-    is_async = _async_rollout(data)
+        plan = DIALECTS[dialect].parse(data, device=device)
+    if not _async_rollout(data):
+        return plan
     rollout = plan.role("rollout")
-    if is_async and rollout.enabled and rollout.mode != "discrete":
+    warnings = list(plan.warnings)
+    if rollout.enabled and rollout.mode != "discrete":
         key = {"global_role": f"actor_rollout_ref.rollout.profiler.tool_config.{rollout.tool}.discrete",
                "legacy": "actor_rollout_ref.profiler.discrete"}.get(plan.dialect, "rollout discrete")
-        raise ConfigError(key, False, "true: async rollout (agent loop) profiles each replica in its own "
-                          "process, so the rollout role needs discrete mode")
-    if is_async:
-        plan = ProfilePlan(dialect=plan.dialect, roles=plan.roles, continuous_steps=plan.continuous_steps,
-                           async_rollout=True)
-    return plan
+        if get(data, verl.ROLLOUT_MODE_KEY) is None:  # rlprof's own trainer: refuse
+            raise ConfigError(key, False, "true: async rollout (agent loop) profiles each replica in its own "
+                              "process, so the rollout role needs discrete mode")
+        # verl runs such a config and simply does not profile its engines
+        warnings.append(f"rollout: async rollout (agent loop) profiles the inference engines in discrete mode only; "
+                        f"{key} is false, so verl runs this config without profiling its rollout engines")
+        rollout = msgspec.structs.replace(rollout, enabled=False)
+    elif plan.dialect == "global_role" and rollout.enabled:
+        rollout, note = global_role.rollout_replicas(plan, data)
+        if note:
+            warnings.append("note: " + note)
+    roles = tuple(rollout if r.role == "rollout" else r for r in plan.roles)
+    return msgspec.structs.replace(plan, roles=roles, async_rollout=True, warnings=tuple(warnings))
 
 
 def load_plan(path: str | os.PathLike | None = None, overrides: Sequence[str] = (), *,
-              device: str | None = None) -> ProfilePlan:
+              device: str | None = None, verl_version: str | None = None) -> ProfilePlan:
     """Read YAML + Hydra-style overrides and resolve the plan. Raises ConfigError on bad input."""
-    return resolve_plan(load_config(path, overrides), device=device)
+    return resolve_plan(load_config(path, overrides), device=device, verl_version=verl_version)
 
 
 def machine_warnings(plan: ProfilePlan, device: str | None = None) -> list[str]:
@@ -103,4 +123,4 @@ def machine_warnings(plan: ProfilePlan, device: str | None = None) -> list[str]:
         warnings.append("warning: tool nsys needs CUDA, which this machine lacks; collection here would fail")
     if "torch_memory" in tools and device != "cuda":
         warnings.append("warning: tool torch_memory needs CUDA; on this machine it only prints a notice")
-    return warnings
+    return [w if w.startswith(("warning:", "note:")) else "warning: " + w for w in plan.warnings] + warnings

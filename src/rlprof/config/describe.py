@@ -25,12 +25,21 @@ def role_json(plan: ProfilePlan, role: RolePlan, rank: int) -> dict:
         "max_bytes_per_window": role.max_bytes_per_window,
         "strict": role.strict,
         "windows_per_process": windows_per_process(plan, role),
+        "schedule_stages": None if role.schedule_stages is None else list(role.schedule_stages),
+        "token_window": None if role.token_window is None else list(role.token_window),
+        "memory": {"max_entries": role.memory.max_entries, "stack_depth": role.memory.stack_depth,
+                   "snapshot_steps": role.memory.snapshot_steps} if role.tool == "torch_memory" else None,
+        "finish_hook": None if role.finish_hook is None else {
+            "cmd": role.finish_hook.cmd, "all_ranks": role.finish_hook.all_ranks,
+            "ranks": list(role.finish_hook.ranks), "runs_on_rank": role.finish_hook.runs_on(rank, role.collects_on(rank))},
+        "relocate_results": role.relocate_results,
     }
 
 
 def plan_json(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> dict:
     return {
         "dialect": plan.dialect,
+        "framework": plan.framework,
         "rank": rank,
         "world_size": world_size,
         "async_rollout": plan.async_rollout,
@@ -71,8 +80,9 @@ def collecting_ranks(role: RolePlan, world_size: int) -> str:
 
 
 def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> str:
-    lines = [f"dialect: {plan.dialect}" + ("  (async rollout: rollout ranks are replica indices)"
-                                           if plan.async_rollout else "")]
+    meaning = f" with {plan.framework}'s meaning" if plan.framework else ""
+    lines = [f"dialect: {plan.dialect}{meaning}" + ("  (async rollout: rollout ranks are replica indices)"
+                                                    if plan.async_rollout else "")]
     active = [r for r in plan.roles if r.enabled and r.steps and r.stages]
     if not active:
         lines.append("nothing will be collected (no role is enabled with a tool, steps and stages)")
@@ -85,10 +95,16 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
         if plan.continuous_steps:
             steps += " (consecutive steps share one window)"
         sched = ""
-        if role.schedule is not None:
+        if role.token_window is not None:
+            start, end = role.token_window
+            sched = f"; rollout decode steps [{start}, {end if end is not None else 'end'}) only (token window)"
+        elif role.schedule is not None and (role.schedule_stages is None
+                                            or any(st in role.stages for st in role.schedule_stages)):
             s = role.schedule
-            sched = (f"; inside each window, on {s.unit} ticks: skip_first {s.skip_first}, wait {s.wait}, "
-                     f"warmup {s.warmup}, active {s.active}, repeat {s.repeat}")
+            sampled = [st for st in role.schedule_stages or () if st in role.stages]
+            where = f" of {', '.join(sampled)} (other stages in full)" if sampled else ""
+            sched = (f"; on {s.unit} ticks{where}: skip_first {s.skip_first}, wait {s.wait}, "
+                     f"warmup {s.warmup}, active {s.active}, repeat {s.repeat or 'until the window closes'}")
         here = "collects on this rank" if role.collects_on(rank) else "not on this rank"
         unit_of = "replica" if plan.async_rollout and role.role == "rollout" else "rank"
         lines.append(
@@ -105,8 +121,17 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
             detail.append("analysis after each window (background)")
         if role.max_bytes_per_window:
             detail.append(f"budget {role.max_bytes_per_window} bytes per window")
-        if detail:
-            lines.append("           " + "; ".join(detail) + sched)
+        if role.tool == "torch_memory":
+            m = role.memory
+            detail.append(f"allocator history {m.max_entries} entries, stack depth {m.stack_depth}, "
+                          f"snapshot every {m.snapshot_steps} profiled step(s)")
+        if detail or sched:
+            lines.append("           " + "; ".join(detail or ["schedule"]) + sched)
+        hook = role.finish_hook
+        if hook is not None:
+            who = ("all ranks" if hook.all_ranks else "ranks " + ", ".join(map(str, hook.ranks)) if hook.ranks
+                   else "the collecting ranks")
+            lines.append(f"           finish hook once after the last profiled step, on {who}: {hook.cmd}")
         n = windows_per_process(plan, role)
         lines.append(f"           {n} window(s) per collecting process, {_files_per_window(role)}; "
                      f"saved under {role.save_path}/<run_id>/")

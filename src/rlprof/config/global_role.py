@@ -1,33 +1,37 @@
-"""Dialect "global + role" (SPEC §1a): global_profiler + per-role profiler blocks."""
+"""Dialect "global + role" (SPEC §1a): verl 0.9's profiler config, key for key and with verl's meaning.
+
+A whole verl trainer YAML loads (its non-profiler keys are not looked at; `_target_` keys are ignored and
+OmegaConf interpolations were resolved by the loader). verl's meaning: the torch `schedule` samples update
+mini-batches (`active: 0` = off, `repeat: 0` = until the window closes, one window per step in e2e mode);
+`profile_token_start/end` pick rollout decode steps [start, end); the ref stages of verl's combined
+actor_rollout_ref worker follow the actor's profiler; rollout `ranks` are global GPU ranks mapped to
+replicas (0.9.1) or replica indices (0.9.0). rlprof's own additions (`unit`, `max_bytes_per_window`,
+`strict`, `stages`, the `markers` tool) extend it; keys rlprof takes but verl refuses resolve with a warning.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..frameworks import verl
 from . import checks as c
-from .plan import MemoryOptions, ProfilePlan, RolePlan, Schedule
+from .plan import FinishHook, MemoryOptions, ProfilePlan, RolePlan, Schedule
 from .source import get
-from .vocab import CONTENTS, DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
+from .vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
 
-ROLE_BLOCKS = {
-    "actor": "actor_rollout_ref.actor.profiler",
-    "rollout": "actor_rollout_ref.rollout.profiler",
-    "ref": "actor_rollout_ref.ref.profiler",
-    "critic": "critic.profiler",
-    "reward": "reward_model.profiler",
+ROLE_BLOCKS = verl.ROLE_BLOCKS
+RLPROF_ROLE_KEYS = ("stages", "strict", "max_bytes_per_window")
+RLPROF_GLOBAL_KEYS = ("continuous_steps", "strict", "max_bytes_per_window")
+# rlprof's extensions inside verl's tool blocks: key -> what verl makes of it
+TOOL_EXTENSIONS = {
+    "torch": ("analysis",), "npu": ("export_type", "schedule"), "nsys": ("schedule",),
+    "torch_memory": ("max_entries", "discrete", "schedule"), "precision_debugger": (),
 }
-INHERITS_FROM_ACTOR = ("rollout", "ref")
-GLOBAL_KEYS = ("tool", "steps", "save_path", "continuous_steps", "strict", "max_bytes_per_window")
-ROLE_KEYS = ("enable", "all_ranks", "ranks", "tool", "tool_config", "stages", "save_path", "strict",
-             "max_bytes_per_window")
-TOOL_KEYS = {
-    "torch": ("discrete", "contents", "schedule", "analysis"),
-    "npu": ("discrete", "level", "contents", "analysis", "export_type", "schedule"),
-    "torch_memory": ("discrete", "max_entries", "stack_depth", "schedule"),
-    "nsys": ("discrete", "schedule"),
-    "markers": ("discrete",),
-}
-SCHEDULE_KEYS = ("unit", "skip_first", "wait", "warmup", "active", "repeat")
+TOOL_KEYS = {tool: verl.TOOL_CONFIG_KEYS[tool] + TOOL_EXTENSIONS[tool] for tool in verl.TOOL_CONFIG_KEYS}
+TOOL_KEYS["markers"] = ("discrete", "name")
+ALL_TOOLS = TOOLS + tuple(t for t in verl.TOOLS if t not in TOOLS)
+SCHEDULE_KEYS = verl.SCHEDULE_KEYS + ("unit",)
+OPEN_END = 2**31 - 1  # a token window without an end: active until the window closes
 
 
 def detect_keys(data: dict) -> list[str]:
@@ -36,16 +40,197 @@ def detect_keys(data: dict) -> list[str]:
                     and get(data, path) is not None]
 
 
-def parse_schedule(key: str, raw: Any) -> Schedule | None:
-    if raw is None:
-        return None
-    raw = c.mapping(key, raw, SCHEDULE_KEYS)
-    unit = c.choice(f"{key}.unit", raw.get("unit", "step"), UNITS)
-    counts = {k: c.integer(f"{key}.{k}", raw[k], minimum=0) for k in SCHEDULE_KEYS[1:] if k in raw}
-    schedule = Schedule(unit=unit, **counts)
-    if schedule.active < 1:
-        raise c.ConfigError(f"{key}.active", schedule.active, "an integer >= 1 (units recorded per cycle)")
-    return schedule
+def detect_version(data: dict) -> str:
+    """The verl release a config comes from: a whole generated trainer YAML without 0.9.1's finish-hook keys
+    is 0.9.0; anything else reads as the current release."""
+    g = data.get("global_profiler")
+    if isinstance(g, dict) and "_target_" in g and not any(k in g for k in verl.KEYS_SINCE_0_9_1):
+        return "0.9.0"
+    return verl.CURRENT_VERSION
+
+
+class _Reader:
+    """One config's parse: the collected warnings live here, not in globals."""
+
+    def __init__(self, data: dict, version: str):
+        self.data, self.version = data, version
+        self.warnings: list[str] = []
+
+    def extension(self, key: str, value: Any, what: str) -> None:
+        self.warnings.append(f"{key} = {value!r} is an rlprof extension ({what}); verl {self.version} itself "
+                             f"refuses this key, so this config only runs under rlprof")
+
+    # ---- schedule and token window -----------------------------------------------------------
+    def schedule(self, key: str, raw: Any, mode: str) -> Schedule | None:
+        if raw is None:
+            return None
+        raw = c.mapping(key, raw, SCHEDULE_KEYS)
+        counts = {k: c.integer(f"{key}.{k}", raw[k], minimum=0) for k in SCHEDULE_KEYS[:5] if k in raw}
+        if "unit" in raw:  # rlprof's extension: any unit, rlprof's defaults (active 1, repeat 1)
+            unit = c.choice(f"{key}.unit", raw["unit"], UNITS)
+            schedule = Schedule(unit=unit, **counts)
+            if schedule.active < 1:
+                raise c.ConfigError(f"{key}.active", schedule.active, "an integer >= 1 (units recorded per cycle)")
+            return schedule
+        if counts.get("active", 0) == 0:
+            return None  # verl: scheduling only takes effect when active > 0
+        if counts.get("repeat", 0) == 0 and mode == "e2e":
+            counts["repeat"] = 1  # verl caps a continuous (e2e) window at one schedule window per step
+        counts.setdefault("repeat", 0)
+        return Schedule(unit=verl.SCHEDULE_UNIT, **counts)
+
+    def token_window(self, key: str, block: dict) -> tuple[int, int | None] | None:
+        start, end = block.get("profile_token_start"), block.get("profile_token_end")
+        if start is None and end is None:
+            return None
+        start = 0 if start is None else c.integer(f"{key}.profile_token_start", start, minimum=0)
+        if end is not None:
+            end = c.integer(f"{key}.profile_token_end", end, minimum=0)
+            if end <= start:
+                raise c.ConfigError(f"{key}.profile_token_end", end, f"an integer > profile_token_start ({start}); "
+                                    "decode steps [start, end) are collected")
+        return start, end
+
+    # ---- tool blocks ---------------------------------------------------------------------------
+    def tool_settings(self, tool: str | None, key: str, block: dict, glob: dict, role: str) -> dict:
+        for ext in TOOL_EXTENSIONS.get(tool or "", ()):
+            if ext in block and not (ext == "schedule" and block[ext] is None):
+                self.extension(f"{key}.{ext}", block[ext], f"{tool} {ext}")
+        discrete_raw = block.get("discrete")
+        if tool == "nsys" and discrete_raw is None:  # ${oc.select:...nsys.discrete} resolving to null
+            discrete_raw = glob["tool_config"]["nsys"].get("discrete")
+        discrete = c.boolean(f"{key}.discrete", False if discrete_raw is None else discrete_raw)
+        mode = "discrete" if discrete else "e2e"
+        contents: tuple[str, ...] = ()
+        if tool in ("torch", "npu"):
+            allowed = verl.CONTENTS[tool] + (("module",) if tool == "torch" else ())
+            contents = c.choices(f"{key}.contents", block.get("contents") or [], allowed)
+            if "module" in contents and tool == "torch":
+                self.extension(f"{key}.contents", "module", "torch module hierarchy")
+            if tool == "torch":  # empty = everything verl collects; CPU activity is always on
+                contents = contents or DEFAULT_CONTENTS["torch"]
+                if "cpu" not in contents:
+                    contents = ("cpu",) + contents
+            else:  # verl's npu: [] records CPU only; CPU activity is always on
+                contents = tuple(dict.fromkeys(("cpu",) + contents))
+        level = export_type = None
+        analysis = False
+        if tool == "npu":
+            level = c.choice(f"{key}.level", block.get("level", "level0"), LEVELS)
+            export_type = c.choice(f"{key}.export_type", block.get("export_type", "db"), EXPORT_TYPES)
+            analysis = c.boolean(f"{key}.analysis", block.get("analysis", True))  # the YAML's default
+        elif tool == "torch":
+            analysis = c.boolean(f"{key}.analysis", block.get("analysis", False))
+        memory = MemoryOptions()
+        if tool == "torch_memory":
+            g = glob["tool_config"]["torch_memory"]
+            pick = lambda name, *alts: next((b[k] for b in (block, g) for k in (name, *alts) if k in b), None)  # noqa: E731
+            memory = MemoryOptions(
+                max_entries=c.integer(f"{key}.trace_alloc_max_entries",
+                                      pick("trace_alloc_max_entries", "max_entries") or memory.max_entries, minimum=1),
+                stack_depth=c.integer(f"{key}.stack_depth", pick("stack_depth") or memory.stack_depth, minimum=1),
+                snapshot_steps=c.integer(f"{key}.memory_snapshot_num_steps",
+                                         pick("memory_snapshot_num_steps") or 1, minimum=1))
+        token_window = None
+        if tool in ("torch", "npu"):
+            token_window = self.token_window(key, block)
+            if token_window is not None and role != "rollout":
+                self.warnings.append(f"{key}.profile_token_start/end apply to the rollout role only; "
+                                     f"verl ignores them for {role}")
+                token_window = None
+        schedule = self.schedule(f"{key}.schedule", block.get("schedule"), mode)
+        if token_window is not None:
+            if schedule is not None:
+                raise c.ConfigError(f"{key}.schedule", block.get("schedule"),
+                                    "no schedule beside profile_token_start/end (the token window is the rollout's "
+                                    "schedule)", problem="conflicts with the token window")
+            start, end = token_window
+            schedule = Schedule(unit=verl.TOKEN_WINDOW_UNIT, skip_first=start,
+                                active=(end - start) if end is not None else OPEN_END, repeat=1)
+        schedule_stages = verl.SCHEDULED_STAGES if schedule is not None and schedule.unit == "mini_batch" else None
+        if tool == "precision_debugger":
+            self.precision_debugger(key, block)
+        return dict(mode=mode, contents=contents, level=level, export_type=export_type, analysis=analysis,
+                    schedule=schedule, memory=memory, token_window=token_window, schedule_stages=schedule_stages)
+
+    def precision_debugger(self, key: str, block: dict) -> None:
+        if block.get("config_path") is not None:
+            c.string(f"{key}.config_path", block["config_path"])
+        if block.get("steps") is not None:
+            c.positive_steps(f"{key}.steps", block["steps"])
+            self.warnings.append(f"{key}.steps is deprecated in verl; global_profiler.steps decides the steps")
+        if block.get("stages") is not None:
+            c.choices(f"{key}.stages", block["stages"], tuple(verl.PRECISION_STAGES))
+        c.boolean(f"{key}.strict", block.get("strict", False))
+
+    def tool_blocks(self, key: str, raw: Any) -> dict[str, dict]:
+        blocks = c.mapping(key, raw, TOOL_KEYS)
+        return {tool: c.mapping(f"{key}.{tool}", blocks.get(tool), TOOL_KEYS[tool]) for tool in TOOL_KEYS}
+
+    def global_tool_config(self, key: str, raw: Any) -> dict[str, dict]:
+        blocks = c.mapping(key, raw, verl.GLOBAL_TOOL_CONFIG_KEYS)
+        out = {}
+        for tool, keys in verl.GLOBAL_TOOL_CONFIG_KEYS.items():
+            block = c.mapping(f"{key}.{tool}", blocks.get(tool), keys)
+            for name, allowed in verl.TORCH_MEMORY_CHOICES.items():
+                if tool == "torch_memory" and name in block:
+                    c.choice(f"{key}.{tool}.{name}", block[name], allowed)
+            for name in ("controller_nsight_options", "worker_nsight_options", "kw_args"):
+                if block.get(name) is not None and not isinstance(block[name], dict):
+                    raise c.ConfigError(f"{key}.{tool}.{name}", block[name], "a mapping", problem="is not a mapping")
+            if tool == "nsys" and block.get("discrete") is not None:
+                c.boolean(f"{key}.nsys.discrete", block["discrete"])
+            if tool == "precision_debugger":
+                self.precision_debugger(f"{key}.{tool}", block)
+            out[tool] = block
+        return out
+
+    # ---- roles -----------------------------------------------------------------------------------
+    def finish_hook(self, key: str, raw: dict, glob: dict) -> FinishHook | None:
+        pick = lambda name: raw[name] if name in raw else glob[name]  # noqa: E731
+        cmd = pick("finish_hook_cmd")
+        if cmd is None:
+            return None
+        cmd = c.string(f"{key}.finish_hook_cmd", cmd)
+        all_ranks = c.boolean(f"{key}.finish_hook_all_ranks", pick("finish_hook_all_ranks") or False)
+        ranks = c.rank_list(f"{key}.finish_hook_ranks", pick("finish_hook_ranks"))
+        return FinishHook(cmd=cmd, all_ranks=all_ranks, ranks=ranks)
+
+    def role(self, role: str, key: str, raw: dict, glob: dict, steps: tuple[int, ...]) -> RolePlan:
+        tool = c.choice(f"{key}.tool", raw["tool"], ALL_TOOLS, nullable=True) if "tool" in raw else glob["tool"]
+        enable = c.boolean(f"{key}.enable", raw.get("enable", False))
+        all_ranks = c.boolean(f"{key}.all_ranks", raw.get("all_ranks", False))
+        ranks = c.rank_list(f"{key}.ranks", raw.get("ranks"))
+        if enable and not all_ranks and not ranks:
+            ranks = (0,)  # verl: enabled with no ranks listed means rank 0
+        stages = ROLE_STAGES[role]
+        if raw.get("stages") is not None:
+            stages = c.choices(f"{key}.stages", raw["stages"], STAGES)
+            for i, stage in enumerate(stages):
+                if stage not in ROLE_STAGES[role]:
+                    raise c.ConfigError(f"{key}.stages[{i}]", stage, f"stages of role {role}: "
+                                        + ", ".join(ROLE_STAGES[role]))
+        if "global_tool_config" in raw:
+            self.global_tool_config(f"{key}.global_tool_config", raw["global_tool_config"])
+        tkey = f"{key}.tool_config"
+        blocks = self.tool_blocks(tkey, raw.get("tool_config"))
+        active = None
+        for name, block in blocks.items():  # validate every block given, not only the active one
+            if block or name == tool:
+                settings = self.tool_settings(name, f"{tkey}.{name}", block, glob, role)
+                if name == tool:
+                    active = settings
+        if active is None:
+            active = self.tool_settings(None, tkey, {}, glob, role)
+        save_path = c.writable_dir(f"{key}.save_path", raw["save_path"]) if raw.get("save_path") else glob["save_path"]
+        strict = c.boolean(f"{key}.strict", raw["strict"]) if "strict" in raw else glob["strict"]
+        budget = (c.optional_integer(f"{key}.max_bytes_per_window", raw["max_bytes_per_window"], minimum=1)
+                  if "max_bytes_per_window" in raw else glob["max_bytes_per_window"])
+        relocate = c.boolean(f"{key}.relocate_results",
+                             raw["relocate_results"] if "relocate_results" in raw else glob["relocate_results"])
+        return RolePlan(role=role, enabled=enable and tool is not None, tool=tool, ranks=ranks, all_ranks=all_ranks,
+                        stages=stages, steps=steps, save_path=save_path, strict=strict, max_bytes_per_window=budget,
+                        finish_hook=self.finish_hook(key, raw, glob), relocate_results=relocate, **active)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -55,73 +240,66 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _tool_blocks(key: str, raw: Any) -> dict[str, dict]:
-    blocks = c.mapping(key, raw, TOOL_KEYS)
-    return {tool: c.mapping(f"{key}.{tool}", blocks.get(tool), TOOL_KEYS[tool]) for tool in TOOL_KEYS}
+def _same_as_actor(actor: RolePlan, ref: RolePlan) -> bool:
+    fields = ("enabled", "tool", "ranks", "all_ranks", "mode", "contents", "level")
+    return all(getattr(actor, f) == getattr(ref, f) for f in fields)
 
 
-def _role(role: str, key: str, raw: dict, glob: dict, steps: tuple[int, ...]) -> RolePlan:
-    tool = c.choice(f"{key}.tool", raw["tool"], TOOLS, nullable=True) if "tool" in raw else glob["tool"]
-    enable = c.boolean(f"{key}.enable", raw.get("enable", False))
-    all_ranks = c.boolean(f"{key}.all_ranks", raw.get("all_ranks", False))
-    ranks = c.rank_list(f"{key}.ranks", raw.get("ranks"))
-    if enable and not all_ranks and not ranks:
-        ranks = (0,)  # SPEC: enabled with no ranks listed means rank 0
-    stages = ROLE_STAGES[role]
-    if raw.get("stages") is not None:
-        stages = c.choices(f"{key}.stages", raw["stages"], STAGES)
-        for i, stage in enumerate(stages):
-            if stage not in ROLE_STAGES[role]:
-                raise c.ConfigError(f"{key}.stages[{i}]", stage, f"stages of role {role}: "
-                                    + ", ".join(ROLE_STAGES[role]))
-    tkey = f"{key}.tool_config"
-    blocks = _tool_blocks(tkey, raw.get("tool_config"))
-    for name, block in blocks.items():  # validate every block given, not only the active one
-        _tool_settings(name, f"{tkey}.{name}", block)
-    settings = _tool_settings(tool, f"{tkey}.{tool}", blocks[tool]) if tool else _tool_settings(None, tkey, {})
-    save_path = c.writable_dir(f"{key}.save_path", raw["save_path"]) if raw.get("save_path") else glob["save_path"]
-    strict = c.boolean(f"{key}.strict", raw["strict"]) if "strict" in raw else glob["strict"]
-    budget = (c.optional_integer(f"{key}.max_bytes_per_window", raw["max_bytes_per_window"], minimum=1)
-              if "max_bytes_per_window" in raw else glob["max_bytes_per_window"])
-    return RolePlan(role=role, enabled=enable and tool is not None, tool=tool, ranks=ranks, all_ranks=all_ranks,
-                    stages=stages, steps=steps, save_path=save_path, strict=strict, max_bytes_per_window=budget,
-                    **settings)
-
-
-def _tool_settings(tool: str | None, key: str, block: dict) -> dict:
-    discrete = c.boolean(f"{key}.discrete", block.get("discrete", False))
-    contents: tuple[str, ...] = ()
-    if tool in CONTENTS:
-        contents = (c.choices(f"{key}.contents", block["contents"], CONTENTS[tool])
-                    if block.get("contents") else DEFAULT_CONTENTS[tool])
-    level = export_type = None
-    if tool == "npu":
-        level = c.choice(f"{key}.level", block.get("level", "level0"), LEVELS)
-        export_type = c.choice(f"{key}.export_type", block.get("export_type", "text"), EXPORT_TYPES)
-    memory = MemoryOptions()
-    if tool == "torch_memory":
-        memory = MemoryOptions(
-            max_entries=c.integer(f"{key}.max_entries", block.get("max_entries", memory.max_entries), minimum=1),
-            stack_depth=c.integer(f"{key}.stack_depth", block.get("stack_depth", memory.stack_depth), minimum=0))
-    return dict(mode="discrete" if discrete else "e2e", contents=contents, level=level, export_type=export_type,
-                analysis=c.boolean(f"{key}.analysis", block.get("analysis", False)),
-                schedule=parse_schedule(f"{key}.schedule", block.get("schedule")), memory=memory)
-
-
-def parse(data: dict) -> ProfilePlan:
-    g = c.mapping("global_profiler", data.get("global_profiler"), GLOBAL_KEYS)
+def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
+    version = version or detect_version(data)
+    reader = _Reader(data, version)
+    g = c.mapping("global_profiler", data.get("global_profiler"), verl.GLOBAL_KEYS + RLPROF_GLOBAL_KEYS)
     glob = {
-        "tool": c.choice("global_profiler.tool", g.get("tool"), TOOLS, nullable=True),
+        "tool": c.choice("global_profiler.tool", g.get("tool"), ALL_TOOLS, nullable=True),
         "save_path": c.writable_dir("global_profiler.save_path", g.get("save_path") or DEFAULT_SAVE_PATH),
         "strict": c.boolean("global_profiler.strict", g.get("strict", False)),
         "max_bytes_per_window": c.optional_integer("global_profiler.max_bytes_per_window",
                                                    g.get("max_bytes_per_window"), minimum=1),
+        "relocate_results": c.boolean("global_profiler.relocate_results", g.get("relocate_results", False)),
+        "finish_hook_cmd": g.get("finish_hook_cmd"),
+        "finish_hook_all_ranks": g.get("finish_hook_all_ranks", False),
+        "finish_hook_ranks": g.get("finish_hook_ranks"),
+        "tool_config": reader.global_tool_config("global_profiler.global_tool_config", g.get("global_tool_config")),
     }
+    reader.finish_hook("global_profiler", {}, glob)  # validate the global hook even if no role uses it
     steps = c.positive_steps("global_profiler.steps", g.get("steps"))
-    continuous = c.boolean("global_profiler.continuous_steps", g.get("continuous_steps", False))
-    raw_blocks = {role: c.mapping(path, get(data, path), ROLE_KEYS) for role, path in ROLE_BLOCKS.items()}
+    continuous = c.boolean("global_profiler.profile_continuous_steps",
+                           g.get("profile_continuous_steps", g.get("continuous_steps", False)))
+    known = verl.ROLE_KEYS + RLPROF_ROLE_KEYS
+    raw_blocks = {role: c.mapping(path, get(data, path), known) for role, path in ROLE_BLOCKS.items()}
     inherited = {k: v for k, v in raw_blocks["actor"].items() if k != "stages"}  # stages are per role
-    for role in INHERITS_FROM_ACTOR:  # omitted fields follow the actor's settings
-        raw_blocks[role] = _deep_merge(inherited, raw_blocks[role])
-    roles = tuple(_role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps) for role in ROLES)
-    return ProfilePlan(dialect="global_role", roles=roles, continuous_steps=continuous)
+    raw_blocks["rollout"] = _deep_merge(inherited, raw_blocks["rollout"])  # verl's YAML: rollout follows actor
+    own_ref = raw_blocks["ref"]
+    raw_blocks["ref"] = _deep_merge(inherited, {k: v for k, v in own_ref.items() if k == "stages"})
+    roles = {role: reader.role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps) for role in ROLES}
+    if own_ref.get("enable"):  # the combined actor_rollout_ref worker builds its profiler from the actor's block
+        written = reader.role("ref", ROLE_BLOCKS["ref"], _deep_merge(inherited, own_ref), glob, steps)
+        if not _same_as_actor(roles["ref"], written):
+            reader.warnings.append(f"{ROLE_BLOCKS['ref']} differs from the actor's profiler and is not used: the ref "
+                                   "stages run in verl's combined actor_rollout_ref worker, which follows the actor's")
+    for role, rp in roles.items():
+        if rp.enabled and rp.tool in verl.FOREIGN_TOOLS:
+            reader.warnings.append(f"{role}: tool {rp.tool} is {verl.FOREIGN_TOOLS[rp.tool]}; rlprof resolves it "
+                                   "but has nothing to record for it")
+    return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
+                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)))
+
+
+def rollout_replicas(plan: ProfilePlan, data: dict) -> tuple[RolePlan, str | None]:
+    """verl 0.9.1 maps the rollout role's global GPU ranks to replicas (rank // (tp*dp*pp)); 0.9.0 took replica
+    indices. Returns the rollout plan with replica indices, and a line saying what was mapped."""
+    rollout = plan.role("rollout")
+    if rollout.all_ranks or not rollout.ranks:
+        return rollout, None
+    if plan.framework != f"verl {verl.CURRENT_VERSION}":
+        return rollout, f"rollout ranks {list(rollout.ranks)} are replica indices ({plan.framework})"
+    size = 1
+    for key in verl.ROLLOUT_PARALLEL_KEYS:
+        value = get(data, key)
+        size *= c.integer(key, value, minimum=1) if value is not None else 1
+    replicas = tuple(sorted({r // size for r in rollout.ranks}))
+    import msgspec
+
+    note = (f"rollout ranks {list(rollout.ranks)} are global GPU ranks; with tp*dp*pp = {size} per replica they "
+            f"select replica(s) {', '.join(map(str, replicas))} ({plan.framework})")
+    return msgspec.structs.replace(rollout, ranks=replicas), note

@@ -67,4 +67,4 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
             all_ranks=all_ranks, mode="discrete", contents=contents, level=level, export_type=export_type,
             analysis=analysis, schedule=None, stages=role_stages, steps=tuple(range(start, end)),
             save_path=save_path))
-    return ProfilePlan(dialect="integrated", roles=tuple(roles))
+    return ProfilePlan(dialect="integrated", roles=tuple(roles), framework="MindSpeed-RL")

@@ -1,18 +1,21 @@
 """Dialect "legacy trainer" (SPEC §1b): trainer.profile_steps + per-group profiler + NPU block.
 
-Older releases of the framework chose the tool from the machine: the NPU block means the npu tool,
-otherwise Nsight Systems capture ranges (nsys).
+Seed-era verl (v0.4.1: one `profiler: {discrete, all_ranks, ranks}` block per role; v0.5: one for the
+actor_rollout_ref group, `trainer.npu_profile.options` for Ascend) chose the tool from the machine: NVTX
+present (CUDA) -> Nsight Systems capture ranges (nsys), else the npu tool. `ranks: []` profiles no rank.
 """
 
 from __future__ import annotations
 
 from . import checks as c
 from .plan import ProfilePlan, RolePlan
+from ..frameworks import verl
 from .source import get, has
 from .vocab import DEFAULT_SAVE_PATH, LEVELS, ROLE_STAGES, ROLES, STAGES
 
-GROUP_BLOCKS = {"actor_rollout_ref.profiler": ("actor", "rollout", "ref"), "critic.profiler": ("critic",)}
-GROUP_KEYS = ("discrete", "all_ranks", "ranks")
+GROUP_BLOCKS = verl.LEGACY_GROUP_BLOCKS
+ROLE_BLOCKS = verl.LEGACY_ROLE_BLOCKS
+GROUP_KEYS = verl.LEGACY_BLOCK_KEYS
 NPU_KEYS = ("save_path", "level", "record_shapes", "with_memory", "with_npu", "with_cpu", "with_module",
             "with_stack", "analysis", "roles")
 # with_* switch -> content name, in the order contents are listed
@@ -32,10 +35,24 @@ def _npu_block(data: dict) -> dict | None:
     return c.mapping("trainer.npu_profile.options", outer.get("options"), NPU_KEYS)
 
 
-def parse(data: dict) -> ProfilePlan:
+def _blocks(data: dict) -> dict[str, tuple[str, bool, dict]]:
+    """role -> (key, written, block): a group block (v0.5) for its roles, else each role's own (v0.4.1)."""
+    out = {}
+    for path, roles in GROUP_BLOCKS.items():
+        if has(data, path):
+            for role in roles:
+                out[role] = (path, True, c.mapping(path, get(data, path), GROUP_KEYS))
+    for role, path in ROLE_BLOCKS.items():
+        if role not in out:
+            out[role] = (path, has(data, path), c.mapping(path, get(data, path), GROUP_KEYS))
+    return out
+
+
+def parse(data: dict, *, device: str = "cpu") -> ProfilePlan:
     steps = c.positive_steps("trainer.profile_steps", get(data, "trainer.profile_steps"))
+    continuous = c.boolean("trainer.profile_continuous_steps", get(data, "trainer.profile_continuous_steps", False))
     npu = _npu_block(data)
-    tool = "npu" if npu is not None else "nsys"
+    tool = "nsys" if device == "cuda" else "npu"  # by machine, as verl did (NVTX present -> nsys)
     key = "trainer.npu_profile.options"
     npu = npu or {}
     save_path = c.writable_dir(f"{key}.save_path", npu.get("save_path") or DEFAULT_SAVE_PATH)
@@ -49,21 +66,19 @@ def parse(data: dict) -> ProfilePlan:
     if npu.get("roles") is not None:
         picked = c.choices(f"{key}.roles", npu["roles"], ("all",) + STAGES)
         stage_filter = STAGES if "all" in picked else picked
-    by_role: dict[str, RolePlan] = {}
-    for path, roles in GROUP_BLOCKS.items():
-        present = has(data, path)
-        block = c.mapping(path, get(data, path), GROUP_KEYS)
+    roles = []
+    for role, (path, present, block) in _blocks(data).items():
         discrete = c.boolean(f"{path}.discrete", block.get("discrete", False))
         all_ranks = c.boolean(f"{path}.all_ranks", block.get("all_ranks", False))
-        ranks = c.rank_list(f"{path}.ranks", block.get("ranks")) or (() if all_ranks else (0,))
-        for role in roles:
-            by_role[role] = RolePlan(
-                role=role, enabled=present, tool=tool, ranks=ranks if present else (), all_ranks=all_ranks,
-                mode="discrete" if discrete else "e2e", contents=contents, level=level,
-                export_type="text" if tool == "npu" else None, analysis=analysis, schedule=None,
-                stages=tuple(s for s in ROLE_STAGES[role] if s in stage_filter), steps=steps, save_path=save_path)
-    roles = tuple(by_role.get(r) or RolePlan(
-        role=r, enabled=False, tool=tool, ranks=(), all_ranks=False, mode="e2e", contents=contents, level=level,
-        export_type="text" if tool == "npu" else None, analysis=analysis, schedule=None,
-        stages=ROLE_STAGES[r], steps=steps, save_path=save_path) for r in ROLES)
-    return ProfilePlan(dialect="legacy", roles=roles)
+        raw_ranks = block.get("ranks")
+        ranks = c.rank_list(f"{path}.ranks", raw_ranks)
+        if raw_ranks is None and not all_ranks:
+            ranks = (0,)  # unset: rank 0; an explicit [] profiles no rank
+        roles.append(RolePlan(
+            role=role, enabled=present, tool=tool, ranks=ranks if present else (), all_ranks=all_ranks,
+            mode="discrete" if discrete else "e2e", contents=contents, level=level,
+            export_type="text" if tool == "npu" else None, analysis=analysis, schedule=None,
+            stages=tuple(s for s in ROLE_STAGES[role] if s in stage_filter), steps=steps, save_path=save_path))
+    by_role = {r.role: r for r in roles}
+    return ProfilePlan(dialect="legacy", roles=tuple(by_role[r] for r in ROLES), continuous_steps=continuous,
+                       framework="verl (seed era: trainer.profile_steps)")

@@ -44,6 +44,21 @@ class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class MemoryOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_entries: int = 100_000
     stack_depth: int = 32
+    snapshot_steps: int = 1  # profiled steps kept before a snapshot is dumped (verl's memory_snapshot_num_steps)
+
+
+class FinishHook(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A shell command run once per process after its last profiled step (verl's finish_hook_*)."""
+
+    cmd: str
+    all_ranks: bool = False
+    ranks: tuple[int, ...] = ()
+
+    def runs_on(self, rank: int, profiled_here: bool) -> bool:
+        """verl's rule: all ranks, else the listed ranks, else the ranks that profiled."""
+        if self.all_ranks:
+            return True
+        return rank in self.ranks if self.ranks else profiled_here
 
 
 class RolePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -64,6 +79,17 @@ class RolePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_bytes_per_window: int | None = None
     strict: bool = False
     memory: MemoryOptions = MemoryOptions()
+    finish_hook: FinishHook | None = None
+    relocate_results: bool = False
+    # Stages the schedule samples (None: every window of the role). verl samples update mini-batches only.
+    schedule_stages: tuple[str, ...] | None = None
+    token_window: tuple[int, int | None] | None = None  # rollout decode steps [start, end) (verl's token window)
+
+    def schedule_for(self, stage: str | None) -> Schedule | None:
+        """The schedule of one window: stage None is the end-to-end window."""
+        if self.schedule is None or stage is None or self.schedule_stages is None:
+            return self.schedule
+        return self.schedule if stage in self.schedule_stages else None
 
     def collects_on(self, rank: int) -> bool:
         """Whether a process of this role with this rank (replica index for async rollout) collects."""
@@ -77,6 +103,8 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     roles: tuple[RolePlan, ...]
     continuous_steps: bool = False
     async_rollout: bool = False
+    framework: str | None = None  # whose meaning the dialect was read with, e.g. "verl 0.9.1"
+    warnings: tuple[str, ...] = ()  # what resolved but deserves a line (one each)
 
     def role(self, name: str) -> RolePlan:
         for plan in self.roles:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -31,6 +32,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             raise ConfigError("config", str(path), "a readable YAML file", problem="does not exist")
         try:
             layers.append(OmegaConf.load(path))
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", str(path), "a YAML mapping",
+                              problem=f"does not parse: {_yaml_problem(exc)}") from None
         except (OmegaConfBaseException, ValueError, OSError) as exc:
             raise ConfigError("config", str(path), "a YAML mapping",
                               problem=f"could not be read ({_first_line(exc)})") from None
@@ -51,6 +55,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     if not isinstance(data, dict):
         raise ConfigError("config", data, "a YAML mapping at the top level", problem="is not a mapping")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """'line L, column C: what' (1-based, as editors count)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    what = getattr(exc, "problem", None) or _first_line(exc)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
 
 
 def _first_line(exc: Exception) -> str:
