@@ -134,10 +134,12 @@ def test_legacy_dialect(source):
     assert plan["warnings"]
 
 
-def test_legacy_without_npu_block_is_nsys():
-    plan = plan_json("trainer.profile_steps=[1]", "actor_rollout_ref.profiler.all_ranks=true")
-    actor = plan["roles"]["actor"]
+def test_legacy_tool_follows_the_machine_as_verl_did():
+    """Seed-era verl: NVTX present (CUDA) -> nsys, else the npu tool, whether or not an npu block exists."""
+    args = ("trainer.profile_steps=[1]", "actor_rollout_ref.profiler.all_ranks=true")
+    actor = plan_json(*args, "--device", "cuda")["roles"]["actor"]
     assert actor["tool"] == "nsys" and actor["all_ranks"] is True and actor["mode"] == "e2e"
+    assert plan_json(*args, "--device", "npu")["roles"]["actor"]["tool"] == "npu"
 
 
 INTEGRATED_OVERRIDES = [

@@ -70,6 +70,35 @@ def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
     return out
 
 
+def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, float]]:
+    """verl's record_function ranges as (kind, label, start, end): its stage annotations, `mini_batch{i}` units,
+    and, where mini-batches run outside any stage range (a critic TrainingWorker), the update stage they form."""
+    if meta.get("framework") != "verl" or not len(t):
+        return []
+    from ..frameworks import verl
+
+    kinds = {}
+    for i, n in enumerate(t.names):
+        stage = verl.stage_of_annotation(n)
+        mb = verl.MINI_BATCH_RANGE.match(n)
+        if stage:
+            kinds[i] = ("stage", stage)
+        elif mb:
+            kinds[i] = ("mini_batch", mb.group(1))
+    if not kinds:
+        return []
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(kinds)))
+    out = [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
+           for i in sel[np.argsort(t.start[sel], kind="stable")]]
+    stages = [r for r in out if r[0] == "stage"]
+    loose = [r for r in out if r[0] == "mini_batch" and not any(s[2] <= r[2] and r[3] <= s[3] for s in stages)]
+    update = verl.UPDATE_STAGE_OF_ROLE.get(meta.get("role") or "")
+    if loose and update and meta.get("unit") is None:
+        out.append(("stage", update, loose[0][2], max(r[3] for r in loose)))
+        out.sort(key=lambda r: r[2])
+    return out
+
+
 def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
                 ) -> list[dict]:
     """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace."""
@@ -77,13 +106,14 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
-    ranges = marked_ranges(t)
+    ranges = marked_ranges(t) or framework_ranges(t, meta)
     stages = [r for r in ranges if r[0] == "stage"]
     rows = []
-    if not stages:
+    if not stages or meta.get("unit") is not None:  # unmarked, or a file that is one unit of its stage
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         stage = base["stage"] if base["stage"] not in (None, "e2e") else None
-        rows.append({**base, "stage": stage, "unit": None, "index": None, "start_us": lo, **bd.window(lo, hi)})
+        rows.append({**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
+                     **bd.window(lo, hi)})
         return rows
     seen: dict[str, int] = defaultdict(int)
     for _, stage, lo, hi in stages:

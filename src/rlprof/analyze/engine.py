@@ -45,7 +45,16 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
     files = ascend + files
     if not files:
         raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz) and no manifest.jsonl")
-    return [(p, {}) for p in files]
+    return directory_inputs(path, files)
+
+
+def directory_inputs(root: Path, files: list[Path]) -> list[tuple[Path, dict]]:
+    """Files of a directory without a manifest; those verl's profiler named carry its step/role/stage/rank."""
+    from .verl_output import file_meta, number_units
+
+    inputs = [(p, file_meta(p, root) or {}) for p in files]
+    number_units(inputs)
+    return inputs
 
 
 def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = False) -> dict:
@@ -61,6 +70,9 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
         trace = read_kineto(path, shapes=by_shape)
     except NotATrace as exc:
         return _failed(path, exc)
+    if not len(trace.table):
+        return {**_failed(path, NotATrace(f"{path.name} holds no events (an empty collection window)")),
+                "input": {"path": str(path), "kind": "kineto", "events": 0, "partial": False, "rank": meta.get("rank")}}
     info = dict(trace.meta.rlprof or {})
     info.update({k: v for k, v in meta.items() if v is not None})
     info.setdefault("rank", trace.rank)
@@ -129,10 +141,29 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
+    doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
     return doc
+
+
+def stage_rows_from_units(rows: list[dict]) -> list[dict]:
+    """A stage collected one unit per file (verl's discrete train_batch traces) has no stage row of its own:
+    make one per (step, role, stage, rank) that sums its units' buckets (the time between files is unseen)."""
+    have = {(r["step"], r["role"], r["stage"], r["rank"]) for r in rows if r["unit"] is None}
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["step"], r["role"], r["stage"], r["rank"])
+        if r["unit"] is not None and r["stage"] and key not in have:
+            groups.setdefault(key, []).append(r)
+    out = []
+    for units in groups.values():
+        first = min(units, key=lambda r: r["start_us"] or 0)
+        sums = {b: sum(r[b] for r in units) for b in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms",
+                                                      "idle_ms")}
+        out.append({**first, "unit": None, "index": None, "file": None, "units_only": len(units), **sums})
+    return out
 
 
 def _k(v):

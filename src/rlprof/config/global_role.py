@@ -107,12 +107,10 @@ class _Reader:
             contents = c.choices(f"{key}.contents", block.get("contents") or [], allowed)
             if "module" in contents and tool == "torch":
                 self.extension(f"{key}.contents", "module", "torch module hierarchy")
-            if tool == "torch":  # empty = everything verl collects; CPU activity is always on
+            if tool == "torch":  # empty = everything verl collects (CPU + CUDA)
                 contents = contents or DEFAULT_CONTENTS["torch"]
-                if "cpu" not in contents:
-                    contents = ("cpu",) + contents
-            else:  # verl's npu: [] records CPU only; CPU activity is always on
-                contents = tuple(dict.fromkeys(("cpu",) + contents))
+            if "cpu" not in contents:  # verl records CPU activity whatever contents says; npu [] is CPU only
+                contents = contents + ("cpu",)
         level = export_type = None
         analysis = False
         if tool == "npu":
@@ -124,13 +122,18 @@ class _Reader:
         memory = MemoryOptions()
         if tool == "torch_memory":
             g = glob["tool_config"]["torch_memory"]
-            pick = lambda name, *alts: next((b[k] for b in (block, g) for k in (name, *alts) if k in b), None)  # noqa: E731
-            memory = MemoryOptions(
-                max_entries=c.integer(f"{key}.trace_alloc_max_entries",
-                                      pick("trace_alloc_max_entries", "max_entries") or memory.max_entries, minimum=1),
-                stack_depth=c.integer(f"{key}.stack_depth", pick("stack_depth") or memory.stack_depth, minimum=1),
-                snapshot_steps=c.integer(f"{key}.memory_snapshot_num_steps",
-                                         pick("memory_snapshot_num_steps") or 1, minimum=1))
+
+            def pick(name: str, default: int, *alts: str) -> int:
+                """The role's value, else global_tool_config's (verl's YAML interpolates it), else the default."""
+                for where, b in ((key, block), ("global_profiler.global_tool_config.torch_memory", g)):
+                    for k in (name, *alts):
+                        if b.get(k) is not None:
+                            return c.integer(f"{where}.{k}", b[k], minimum=1)
+                return default
+
+            memory = MemoryOptions(max_entries=pick("trace_alloc_max_entries", memory.max_entries, "max_entries"),
+                                   stack_depth=pick("stack_depth", memory.stack_depth),
+                                   snapshot_steps=pick("memory_snapshot_num_steps", 1))
         token_window = None
         if tool in ("torch", "npu"):
             token_window = self.token_window(key, block)
@@ -263,8 +266,8 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     }
     reader.finish_hook("global_profiler", {}, glob)  # validate the global hook even if no role uses it
     steps = c.positive_steps("global_profiler.steps", g.get("steps"))
-    continuous = c.boolean("global_profiler.profile_continuous_steps",
-                           g.get("profile_continuous_steps", g.get("continuous_steps", False)))
+    ckey = "profile_continuous_steps" if "profile_continuous_steps" in g else "continuous_steps"
+    continuous = c.boolean(f"global_profiler.{ckey}", g.get(ckey, False))
     known = verl.ROLE_KEYS + RLPROF_ROLE_KEYS
     raw_blocks = {role: c.mapping(path, get(data, path), known) for role, path in ROLE_BLOCKS.items()}
     inherited = {k: v for k, v in raw_blocks["actor"].items() if k != "stages"}  # stages are per role
@@ -277,10 +280,11 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         if not _same_as_actor(roles["ref"], written):
             reader.warnings.append(f"{ROLE_BLOCKS['ref']} differs from the actor's profiler and is not used: the ref "
                                    "stages run in verl's combined actor_rollout_ref worker, which follows the actor's")
-    for role, rp in roles.items():
-        if rp.enabled and rp.tool in verl.FOREIGN_TOOLS:
-            reader.warnings.append(f"{role}: tool {rp.tool} is {verl.FOREIGN_TOOLS[rp.tool]}; rlprof resolves it "
-                                   "but has nothing to record for it")
+    for tool, what in verl.FOREIGN_TOOLS.items():
+        users = [role for role, rp in roles.items() if rp.enabled and rp.tool == tool]
+        if users:
+            reader.warnings.append(f"tool {tool} ({', '.join(users)}) is {what}; rlprof resolves the plan but has "
+                                   "nothing to record for it")
     return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
                        framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)))
 

@@ -108,7 +108,7 @@ UPDATE_STAGE_OF_ROLE = {"actor": "actor_update", "critic": "critic_update"}
 
 # torch tool: {prefix}_{scope}_step{N}_rank{R}[-of-{W}][_tp..-pp..-dp..-cp..]_pid{P}_{ts}[_mbA[-B]|_partK].json.gz
 TORCH_TRACE_NAME = re.compile(
-    r"^(?:(?P<head>[0-9A-Za-z.=+-]+(?:_[0-9A-Za-z.=+-]+)?)_)??(?:step(?P<step>\d+)_)?"
+    r"^(?:(?P<head>(?!step\d|rank\d)[0-9A-Za-z.=+-]+(?:_(?!step\d|rank\d)[0-9A-Za-z.=+-]+)?)_)??(?:step(?P<step>\d+)_)?"
     r"rank(?P<rank>\d+)(?:-of-(?P<world>\d+))?(?:_(?P<parallel>(?:tp|pp|dp|cp)\d+(?:-(?:tp|pp|dp|cp)\d+)*))?"
     r"_pid(?P<pid>\d+)_(?P<ts>\d{14,20})(?:_mb(?P<mb_first>\d+)(?:-(?P<mb_last>\d+))?|_part(?P<part>\d+))?"
     r"\.json(?:\.gz)?$")
@@ -144,8 +144,12 @@ def parse_trace_name(name: str) -> dict | None:
         else:
             prefix = parts[0]
     role = WORKER_ROLES.get(prefix) if prefix else None
-    stage = None
-    if scope and scope not in E2E_SCOPES:
+    stage = unit = None
+    if scope == TRAIN_BATCH.replace("_", "-"):  # a TrainingWorker's discrete train_batch: one mini-batch a file
+        stage, unit = UPDATE_STAGE_OF_ROLE.get(role or ""), SCHEDULE_UNIT
+        if stage is None:
+            return None
+    elif scope and scope not in E2E_SCOPES:
         stage = stage_of_annotation(scope)
         if stage is None:
             return None  # a scope verl never writes: not one of its files
@@ -160,6 +164,8 @@ def parse_trace_name(name: str) -> dict | None:
         out["mini_batches"] = (first, int(m.group("mb_last") or first))
     if m.group("part") is not None:
         out["window"] = int(m.group("part"))
+    if unit is not None:
+        out["unit"] = unit
     return out
 
 
