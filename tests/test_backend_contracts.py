@@ -121,7 +121,7 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
     standin = RecordingTorchNpu()
     with Profiler(plan, run_id="r", role="actor", backends={"npu": lambda s: NpuBackend(s, torch_npu=standin)}) as p:
         tiny_loop(p)
-    want = set(contents.strip("[]").split(","))
+    want = set(contents.strip("[]").split(",")) | {"cpu"}  # verl's npu tool records CPU activity always
     window_dir = str(tmp_path / "r" / "step1_actor_actor_update_rank0")
     (exp,) = standin.named("_ExperimentalConfig")
     level_name = {"level_none": "Level_none", "level0": "Level0", "level1": "Level1", "level2": "Level2"}[level]

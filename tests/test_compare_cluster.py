@@ -121,7 +121,7 @@ def test_bad_compare_input_exits_2(tmp_path):
     one_line_exit_2(run_cli("compare", "-d", TEST), "-bp BASELINE", "missing")
     one_line_exit_2(run_cli("compare", "-bp", BASE), "-d NEW", "missing")
     one_line_exit_2(run_cli("compare", "-d", tmp_path / "nope", "-bp", BASE), "does not exist", "allowed")
-    only_actor = (f"{A}.tool_config.torch.discrete=true", f"{R}.enable=false", "actor_rollout_ref.ref.profiler.enable=false")
+    only_actor = (f"{A}.tool_config.torch.discrete=true", f"{R}.enable=false", "actor_rollout_ref.ref.profiler.stages=[]")
     actor_update = run(tmp_path / "a", *only_actor, f"{A}.stages=[actor_update]")
     log_prob = run(tmp_path / "b", *only_actor, f"{A}.stages=[actor_compute_log_prob]")
     one_line_exit_2(run_cli("compare", "-d", actor_update, "-bp", log_prob), "no stage in common",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import plan_json, run_cli
 from helpers import R, rows
 
 from rlprof.config import load_plan
@@ -95,8 +95,13 @@ def test_async_rollout_without_discrete_is_refused():
     with pytest.raises(ConfigError) as err:
         rollout_plan(e2e)
     assert "discrete" in str(err.value) and "\n" not in str(err.value)
-    proc = run_cli("plan", *[o for o in ASYNC if "discrete" not in o])
+    own = [o.replace("actor_rollout_ref.rollout.mode", "rollout.mode") for o in ASYNC if "discrete" not in o]
+    proc = run_cli("plan", *own)  # rlprof's trainer (rollout.mode) refuses it
     assert proc.returncode == 2 and "discrete" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    # verl (actor_rollout_ref.rollout.mode) runs it and does not profile its engines: one warning, rollout off
+    plan = plan_json(*[o for o in ASYNC if "discrete" not in o])
+    assert plan["roles"]["rollout"]["enabled"] is False
+    assert sum("discrete" in w for w in plan["warnings"]) == 1
 
 
 class RecordingEngine:
