@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, plan_json, run_cli
+from conftest import REAL, ROOT, plan_json, run_cli
 from test_report import browser, open_page  # noqa: F401 (browser is a fixture)
 
 DATA = ROOT / "tests" / "data" / "verl"
@@ -263,3 +263,13 @@ def test_report_renders_verl_output_in_chromium(verl_output, browser):
     assert page.locator("#chart-timeline .point").count() > 0
     assert seen["errors"] == []
     page.close()
+
+
+def test_verl_npu_save_path_is_read_by_scope_and_rank(tmp_path):
+    """verl's npu tool writes {save_path}/{scope}/{host}_{pid}_{ts}_ascend_pt/ (mstx_profile.get_npu_profiler);
+    the Ascend content here is the real shared fixture, placed in that layout."""
+    run = tmp_path / "save_path" / "actor_update" / "host_123_20261122190000000_ascend_pt"
+    shutil.copytree(REAL / "ascend", run / "ASCEND_PROFILER_OUTPUT")
+    (run / "profiler_info_3.json").write_text("{}")
+    doc = _rows(tmp_path / "save_path")
+    assert {(r["role"], r["stage"], r["rank"]) for r in doc["rows"]} == {("actor", "actor_update", 3)}

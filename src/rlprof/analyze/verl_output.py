@@ -13,6 +13,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from ..config.vocab import STAGE_ROLE
 from ..frameworks import verl
 
 
@@ -34,7 +35,8 @@ def file_meta(path: Path, root: Path) -> dict | None:
         stage = verl.stage_of_annotation(scope)
         if stage is None and scope not in verl.E2E_SCOPES:
             return None
-        meta = {"framework": "verl", "stage": stage, "mode": "discrete" if stage else "e2e"}
+        meta = {"framework": "verl", "stage": stage, "role": STAGE_ROLE.get(stage or ""),
+                "mode": "discrete" if stage else "e2e"}
         info = sorted(path.glob("profiler_info_*.json"))
         rank = re.match(r"profiler_info_(\d+)\.json$", info[0].name) if info else None
         if rank:
