@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,40 @@ def plan_json(*args, cwd=None):
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# Debian's chromium, driven by playwright, for the report's browser tests (test_report, test_verl)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        why = "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
+        if os.environ.get("RLPROF_REQUIRE_BROWSER"):
+            pytest.fail(why)
+        pytest.skip(why)
+    from playwright import sync_api
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, path: Path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    seen = {"errors": [], "requests": [], "dialogs": []}
+    page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+    page.on("request", lambda r: seen["requests"].append(r.url))
+
+    def on_dialog(d):
+        seen["dialogs"].append(d.message)
+        d.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.goto(path.as_uri())
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0")
+    return page, seen

@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, open_page, run_cli
 from helpers import A
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SECTIONS = ("timeline", "breakdown", "ops", "memory", "cluster", "compare")
 ARTIFACTS = Path(os.environ.get("RLPROF_TEST_ARTIFACTS", ROOT / "outputs" / "test-artifacts"))
 EVIL = "<img src=x onerror=alert(1)>"
@@ -39,37 +36,6 @@ def runs(tmp_path_factory):
     new, stdout = _train(tmp, "new", "actor.micro_batch_size=4")
     base, _ = _train(tmp, "base", "actor.micro_batch_size=16")
     return new, base, stdout
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        why = "Debian's chromium is not installed (apt-get install chromium); .ci/run installs it"
-        if os.environ.get("RLPROF_REQUIRE_BROWSER"):
-            pytest.fail(why)
-        pytest.skip(why)
-    from playwright import sync_api
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
-
-
-def open_page(browser, path: Path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    seen = {"errors": [], "requests": [], "dialogs": []}
-    page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-    page.on("request", lambda r: seen["requests"].append(r.url))
-
-    def on_dialog(d):
-        seen["dialogs"].append(d.message)
-        d.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.goto(path.as_uri())
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0")
-    return page, seen
 
 
 @pytest.mark.slow

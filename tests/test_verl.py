@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REAL, ROOT, plan_json, run_cli
-from test_report import browser, open_page  # noqa: F401 (browser is a fixture)
+from conftest import REAL, ROOT, open_page, plan_json, run_cli
 
 DATA = ROOT / "tests" / "data" / "verl"
 CONFIGS = DATA / "config"

@@ -7,7 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..errors import RLProfError
-from .breakdown import stage_of_events, window_rows
+from .breakdown import BUCKETS, stage_of_events, window_rows
 from .ops import collectives, launch_overhead, memory, top_ops
 from .readers.kineto import NotATrace, read_kineto
 
@@ -160,8 +160,7 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
     out = []
     for units in groups.values():
         first = min(units, key=lambda r: r["start_us"] or 0)
-        sums = {b: sum(r[b] for r in units) for b in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms",
-                                                      "idle_ms")}
+        sums = {b: sum(r[b] for r in units) for b in BUCKETS}
         out.append({**first, "unit": None, "index": None, "file": None, "units_only": len(units), **sums})
     return out
 

@@ -22,14 +22,14 @@ def file_meta(path: Path, root: Path) -> dict | None:
     name = path.name
     relocated = verl.RELOCATED_ROLLOUT.match(name)
     if relocated:
-        meta = _engine_meta(relocated.group("rest"), int(relocated.group("replica")))
+        meta = _engine_meta(int(relocated.group("replica")))
         if relocated.group("global_rank") is not None:
             meta["rank"] = int(relocated.group("global_rank"))
         return meta
     for parent in path.relative_to(root).parents:
         replica_dir = verl.ROLLOUT_REPLICA_DIR.match(parent.name)
         if replica_dir:
-            return _engine_meta(name, int(replica_dir.group("replica")))
+            return _engine_meta(int(replica_dir.group("replica")))
     if name.endswith(verl.ASCEND_DIR_SUFFIX):
         scope = path.parent.name
         stage = verl.stage_of_annotation(scope)
@@ -49,9 +49,9 @@ def file_meta(path: Path, root: Path) -> dict | None:
     return meta
 
 
-def _engine_meta(name: str, replica: int) -> dict:
+def _engine_meta(replica: int) -> dict:
     return {"framework": "verl", "role": "rollout", "stage": "rollout_generate", "mode": "discrete",
-            "replica": replica, "engine_tp_rank": verl.engine_tp_rank(name)}
+            "replica": replica}
 
 
 def number_units(inputs: list[tuple[Path, dict]]) -> None:

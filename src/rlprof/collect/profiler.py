@@ -304,9 +304,7 @@ class Profiler:
             self._close_window(self._open[-1])
         self._e2e = None
         self._stage_now = {}
-        for fut in self._pending:
-            fut.result()
-        self._pending.clear()
+        self._wait_written()
         if self._hook is not None and self._profiled_steps:  # the run ended before the last listed step
             self._run_finish_hook()
         if self._finalizer is not None:
@@ -357,6 +355,12 @@ class Profiler:
             if n >= last:
                 self._run_finish_hook()
 
+    def _wait_written(self) -> None:
+        """Block until every window this process closed is on disk, with its manifest row."""
+        for fut in self._pending:
+            fut.result()
+        self._pending.clear()
+
     # ---- verl's finish hook -----------------------------------------------------------------
     def _finish_hook_here(self, plan: ProfilePlan, hosted: tuple[str, ...]) -> tuple[RolePlan, int] | None:
         """The hook this process runs, as verl's worker does: the first hosted role's (a combined
@@ -378,9 +382,7 @@ class Profiler:
         if hook is None:
             return
         rp = hook[0]
-        for fut in self._pending:
-            fut.result()
-        self._pending.clear()
+        self._wait_written()
         parts = [r for r in ("actor", "rollout", "ref") if r in self.roles]
         run_dir = self.run_dir(rp.role) if self.run_id else Path(rp.save_path)
         env = dict(os.environ, VERL_PROFILE_SAVE_PATH=str(run_dir), VERL_PROFILE_TOOL=rp.tool or "",

@@ -125,8 +125,10 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
             m = role.memory
             detail.append(f"allocator history {m.max_entries} entries, stack depth {m.stack_depth}, "
                           f"snapshot every {m.snapshot_steps} profiled step(s)")
-        if detail or sched:
-            lines.append("           " + "; ".join(detail or ["schedule"]) + sched)
+        if sched:
+            detail.append(sched.removeprefix("; "))
+        if detail:
+            lines.append("           " + "; ".join(detail))
         hook = role.finish_hook
         if hook is not None:
             who = ("all ranks" if hook.all_ranks else "ranks " + ", ".join(map(str, hook.ranks)) if hook.ranks

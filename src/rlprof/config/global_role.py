@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ..frameworks import verl
 from . import checks as c
 from .plan import FinishHook, MemoryOptions, ProfilePlan, RolePlan, Schedule
@@ -163,7 +165,7 @@ class _Reader:
             c.positive_steps(f"{key}.steps", block["steps"])
             self.warnings.append(f"{key}.steps is deprecated in verl; global_profiler.steps decides the steps")
         if block.get("stages") is not None:
-            c.choices(f"{key}.stages", block["stages"], tuple(verl.PRECISION_STAGES))
+            c.choices(f"{key}.stages", block["stages"], verl.PRECISION_STAGES)
         c.boolean(f"{key}.strict", block.get("strict", False))
 
     def tool_blocks(self, key: str, raw: Any) -> dict[str, dict]:
@@ -302,8 +304,6 @@ def rollout_replicas(plan: ProfilePlan, data: dict) -> tuple[RolePlan, str | Non
         value = get(data, key)
         size *= c.integer(key, value, minimum=1) if value is not None else 1
     replicas = tuple(sorted({r // size for r in rollout.ranks}))
-    import msgspec
-
     note = (f"rollout ranks {list(rollout.ranks)} are global GPU ranks; with tp*dp*pp = {size} per replica they "
             f"select replica(s) {', '.join(map(str, replicas))} ({plan.framework})")
     return msgspec.structs.replace(rollout, ranks=replicas), note

@@ -52,10 +52,9 @@ TORCH_MEMORY_CHOICES = {"context": ("alloc", "state", "all"), "stacks": ("python
 CONTENTS = {"torch": ("cuda", "cpu", "memory", "shapes", "stack"),
             "npu": ("npu", "cpu", "memory", "shapes", "module", "stack")}
 LEVELS = ("level_none", "level0", "level1", "level2")
-# precision_debugger stage names -> canonical stages
-PRECISION_STAGES = {"actor_update": "actor_update", "actor_compute_log_prob": "actor_compute_log_prob",
-                    "ref_compute_log_prob": "ref_compute_log_prob", "compute_values": "critic_compute_values",
-                    "critic_update": "critic_update", "compute_rm_score": "reward_compute"}
+# the stage names precision_debugger takes
+PRECISION_STAGES = ("actor_update", "actor_compute_log_prob", "ref_compute_log_prob", "compute_values",
+                    "critic_update", "compute_rm_score")
 
 # The schedule samples update mini-batches (DistProfiler.step() once per mini-batch of these stages).
 SCHEDULE_UNIT = "mini_batch"
@@ -74,10 +73,7 @@ FINISH_HOOK_ENV = ("VERL_PROFILE_SAVE_PATH", "VERL_PROFILE_TOOL", "VERL_PROFILE_
                    "VERL_PROFILE_ROLE")
 
 # ---- legacy (seed-era) config: trainer.profile_steps ---------------------------------------------
-LEGACY_ROLE_BLOCKS = {  # v0.4.1: one block per role; v0.5: actor_rollout_ref.profiler for the group
-    "actor": "actor_rollout_ref.actor.profiler", "rollout": "actor_rollout_ref.rollout.profiler",
-    "ref": "actor_rollout_ref.ref.profiler", "critic": "critic.profiler", "reward": "reward_model.profiler",
-}
+LEGACY_ROLE_BLOCKS = ROLE_BLOCKS  # v0.4.1: one block per role, where 0.9 has them; v0.5: one for the group
 LEGACY_GROUP_BLOCKS = {"actor_rollout_ref.profiler": ("actor", "rollout", "ref"), "critic.profiler": ("critic",),
                        "reward_model.profiler": ("reward",)}
 LEGACY_BLOCK_KEYS = ("discrete", "all_ranks", "ranks")
@@ -116,10 +112,6 @@ TORCH_TRACE_NAME = re.compile(
 RELOCATED_ROLLOUT = re.compile(r"^rollout-replica(?P<replica>\d+)(?:-globalrank(?P<global_rank>\d+))?_(?P<rest>.+)$")
 # rollout_trace_dir: {save_path}/agent_loop_rollout_replica_{r}/
 ROLLOUT_REPLICA_DIR = re.compile(r"^agent_loop_rollout_replica_(?P<replica>\d+)$")
-# Engine trace names carry the GPU's tensor-parallel rank (vLLM ...-rank-<tp>..., SGLang ...-TP-<tp>...).
-ENGINE_TP_RANK = (re.compile(r"(?:^|[-_.])TP-(\d+)", re.IGNORECASE),
-                  re.compile(r"(?:^|[-_.])rank[-_]?(\d+)", re.IGNORECASE))
-ENGINE_MULTI_DIM = re.compile(r"(?:^|[-_.])(?:DP|PP|EP)-\d+", re.IGNORECASE)
 # npu tool: {save_path}/{scope}/{host}_{pid}_{ts}_ascend_pt (scope: "train" or the stage annotation)
 ASCEND_DIR_SUFFIX = "_ascend_pt"
 
@@ -168,12 +160,3 @@ def parse_trace_name(name: str) -> dict | None:
         out["unit"] = unit
     return out
 
-
-def engine_tp_rank(name: str) -> int | None:
-    if ENGINE_MULTI_DIM.search(name):
-        return None
-    for pattern in ENGINE_TP_RANK:
-        m = pattern.search(name)
-        if m:
-            return int(m.group(1))
-    return None
