@@ -150,6 +150,7 @@ BROKEN = [
     ("memory-stack-zero", ["global_profiler.global_tool_config.torch_memory.stack_depth=0",
                            "global_profiler.tool=torch_memory"], "stack_depth"),
     ("typo-in-global", ["global_profiler.finish_hook_comand=ls"], "global_profiler.finish_hook_comand"),
+    ("hook-all-ranks-not-bool", ["global_profiler.finish_hook_all_ranks=maybe"], "finish_hook_all_ranks"),
 ]
 
 

@@ -73,7 +73,7 @@ def resolve_plan(data: dict, *, device: str | None = None, verl_version: str | N
 
     `verl_version`: read a verl config with that release's meaning (default: detected, else the current one)."""
     if verl_version is not None and verl_version not in verl.VERSIONS:
-        raise ConfigError("verl version", verl_version, ", ".join(verl.VERSIONS))
+        raise ConfigError("--verl-version", verl_version, ", ".join(verl.VERSIONS))
     dialect = detect_dialect(data)
     device = device or machine_device()
     if dialect is None:

@@ -193,13 +193,13 @@ class _Reader:
     # ---- roles -----------------------------------------------------------------------------------
     def finish_hook(self, key: str, raw: dict, glob: dict) -> FinishHook | None:
         pick = lambda name: raw[name] if name in raw else glob[name]  # noqa: E731
+        all_ranks = pick("finish_hook_all_ranks")
+        all_ranks = c.boolean(f"{key}.finish_hook_all_ranks", False if all_ranks is None else all_ranks)
+        ranks = c.rank_list(f"{key}.finish_hook_ranks", pick("finish_hook_ranks"))
         cmd = pick("finish_hook_cmd")
         if cmd is None:
             return None
-        cmd = c.string(f"{key}.finish_hook_cmd", cmd)
-        all_ranks = c.boolean(f"{key}.finish_hook_all_ranks", pick("finish_hook_all_ranks") or False)
-        ranks = c.rank_list(f"{key}.finish_hook_ranks", pick("finish_hook_ranks"))
-        return FinishHook(cmd=cmd, all_ranks=all_ranks, ranks=ranks)
+        return FinishHook(cmd=c.string(f"{key}.finish_hook_cmd", cmd), all_ranks=all_ranks, ranks=ranks)
 
     def role(self, role: str, key: str, raw: dict, glob: dict, steps: tuple[int, ...]) -> RolePlan:
         tool = c.choice(f"{key}.tool", raw["tool"], ALL_TOOLS, nullable=True) if "tool" in raw else glob["tool"]
