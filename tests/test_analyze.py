@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+from decimal import Decimal
 
 import pytest
 
@@ -13,7 +14,7 @@ BUCKETS = ("compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
 def union(intervals):
     """Plain-Python union length (the test's own arithmetic, independent of rlprof's numpy code)."""
-    total, cur_s, cur_e = 0.0, None, None
+    total, cur_s, cur_e = 0, None, None
     for s, e in sorted(intervals):
         if cur_e is None or s > cur_e:
             if cur_e is not None:
@@ -175,12 +176,19 @@ def test_ascend_output_directory():
                if e.get("ph") == "M" and e["name"] == "thread_name"}
     lanes = {}
     for e in events:
-        if e.get("ph") == "X" and str(e["pid"]) == pid["Overlap Analysis"]:
-            t0 = float(e["ts"])
-            lanes.setdefault(lane_of[(str(e["pid"]), str(e["tid"]))], []).append((t0, t0 + float(e["dur"])))
-    (row,) = doc["rows"]
-    assert row["compute_ms"] == pytest.approx(union(lanes["Computing"]) / 1e3)
-    assert row["idle_ms"] == pytest.approx(union(lanes["Free"]) / 1e3)
+        if e.get("ph") == "X" and str(e["pid"]) in (pid["Overlap Analysis"], pid["Ascend Hardware"]):
+            t0 = Decimal(e["ts"])  # exact: epoch µs as float64 would round each edge to a quarter µs
+            lane = lane_of[(str(e["pid"]), str(e["tid"]))] if str(e["pid"]) == pid["Overlap Analysis"] else "tasks"
+            lanes.setdefault(lane, []).append((t0, t0 + Decimal(str(e["dur"]))))
+    (row,) = doc["rows"]  # ProfilerStep#1, narrowed to its device activity as the Ascend step trace counts it
+    assert row["step"] == 1
+    assert row["compute_ms"] == pytest.approx(float(union(lanes["tasks"])) / 1e3, rel=1e-9)
+    assert row["wall_ms"] == pytest.approx(float(max(e for _, e in lanes["tasks"]) -
+                                                 min(s for s, _ in lanes["tasks"])) / 1e3, rel=1e-9)
+    assert row["idle_ms"] == pytest.approx(row["wall_ms"] - row["compute_ms"] - row["comm_ms"], abs=1e-9)
+    # the exporter's own Overlap Analysis drawing agrees to within 0.2%
+    assert row["compute_ms"] == pytest.approx(float(union(lanes["Computing"])) / 1e3, rel=2e-3)
+    assert row["idle_ms"] == pytest.approx(float(union(lanes["Free"])) / 1e3, rel=2e-3)
     with open(REAL / "ascend" / "kernel_details.csv", newline="") as f:
         kinds = Counter(r["Type"] for r in csv.DictReader(f))
     kernels = {o["name"]: o["count"] for o in doc["ops"] if o["kind"] == "kernel"}

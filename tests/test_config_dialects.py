@@ -161,9 +161,10 @@ def test_integrated_dialect(source, device, tool, device_content):
     args = [EXAMPLES / "integrated.yaml"] if source == "yaml" else INTEGRATED_OVERRIDES
     plan = plan_json(*args, "--device", device, "--rank", "3", "--world-size", "4")
     assert plan["dialect"] == "integrated"
+    assert plan["continuous_steps"] is True  # stage: all is MindSpeed-RL's one profiler over [start, end)
     for name, r in plan["roles"].items():
         assert r["enabled"] and r["collects_on_rank"], name
-        assert r["tool"] == tool and r["mode"] == "discrete"
+        assert r["tool"] == tool and r["mode"] == "e2e"
         assert r["contents"] == ["cpu", device_content]
         assert r["steps"] == [1]  # [start, end)
         assert r["all_ranks"] is True and r["ranks"] == []
@@ -183,6 +184,26 @@ def test_integrated_stage_names_map_to_canonical():
     assert roles["actor"]["enabled"] is False and roles["actor"]["stages"] == []
     assert roles["rollout"]["tool"] == "markers" and roles["rollout"]["steps"] == [1, 2, 3]
     assert roles["rollout"]["ranks"] == [1] and roles["rollout"]["collects_on_rank"] is False
+
+
+def test_integrated_stage_all_is_one_window_over_the_steps():
+    """MindSpeed-RL: stage all -> schedule(skip_first=start, active=end-start): one window holding steps
+    [start, end); a stage list -> a window per listed stage per step."""
+    plan = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.profile_step_start=2",
+                     "profiler_config.integrated.profile_step_end=5")
+    actor = plan["roles"]["actor"]
+    assert actor["mode"] == "e2e" and actor["steps"] == [2, 3, 4] and plan["continuous_steps"] is True
+    assert actor["windows_per_process"] == 1
+    listed = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.stage=[actor_update]",
+                       "profiler_config.integrated.profile_step_start=2", "profiler_config.integrated.profile_step_end=5")
+    assert listed["roles"]["actor"]["mode"] == "discrete" and listed["continuous_steps"] is False
+    assert listed["roles"]["actor"]["windows_per_process"] == 3
+
+
+def test_integrated_accepts_mindspeeds_vision_stage():
+    plan = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.stage=[actor_image_embeds,actor_update]")
+    assert plan["roles"]["actor"]["stages"] == ["actor_update", "actor_image_embeds"]
+    assert any("actor_image_embeds" in w for w in plan["warnings"])
 
 
 def test_integrated_single_stage_string():

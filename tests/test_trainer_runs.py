@@ -134,6 +134,18 @@ def test_integrated_example_discrete_stage_windows(tmp_path):
         (3, "actor", "actor_update"), (3, "rollout", "rollout_generate")]
 
 
+def test_integrated_stage_all_is_one_window_holding_the_steps(tmp_path):
+    """As MindSpeed-RL's one profiler per process over [start, end): one trace, stages of both steps inside."""
+    i = "profiler_config.integrated"
+    train(tmp_path, "trainer.steps=3", f"{i}.profile=true", f"{i}.stage=all", f"{i}.profile_step_start=2",
+          f"{i}.profile_step_end=4", f"{i}.profile_save_path={tmp_path}/p", f"{i}.profile_ranks=[0]")
+    listed = rows(only_run(tmp_path / "p"))
+    assert len(listed) == 1 and listed[0]["steps"] == [2, 3] and listed[0]["stage"] in (None, "e2e")
+    trace = load_trace(only_run(tmp_path / "p") / listed[0]["path"])
+    stages = names(trace, "rlprof:stage:")
+    assert stages.count("rlprof:stage:actor_update") == 2 and stages.count("rlprof:stage:rollout_generate") == 2
+
+
 def test_fine_grained_sampling_without_source_edits(tmp_path):
     train(tmp_path, "trainer.steps=2", "rollout.max_new_tokens=64", "rollout.ignore_eos=true",
           "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p",

@@ -46,7 +46,8 @@ def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None) -> t
                                "allowed with --by-shape: traces or a run directory")
         doc = load_analysis(p)
         return input_kind(p, doc), doc
-    return input_kind(p), load_analysis(p, top=None, by_shape=by_shape, workers=workers)
+    doc = load_analysis(p, top=None, by_shape=by_shape, workers=workers)
+    return input_kind(p, doc), doc  # by content: an Ascend directory of ranks and stages is a run
 
 
 def _mean(values) -> float:

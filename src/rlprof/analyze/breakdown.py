@@ -71,25 +71,25 @@ def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
 
 
 def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, float]]:
-    """verl's record_function ranges as (kind, label, start, end): its stage annotations, `mini_batch{i}` units,
-    and, where mini-batches run outside any stage range (a critic TrainingWorker), the update stage they form."""
-    if meta.get("framework") != "verl" or not len(t):
+    """A framework's own ranges as (kind, label, start, end): verl's record_function stage annotations and
+    `mini_batch{i}` units (where mini-batches run outside any stage range, as in a critic TrainingWorker, the
+    update stage they form); on Ascend, mstx ranges named by MindSpeed-RL's stages or rlprof's."""
+    if not len(t):
+        return []
+    if meta.get("kind") == "ascend":
+        from ..frameworks import mindspeed
+
+        return _annotations(t, lambda n: ("stage", mindspeed.stage_of_range(n)) if mindspeed.stage_of_range(n)
+                            else None)
+    if meta.get("framework") != "verl":
         return []
     from ..frameworks import verl
 
-    kinds = {}
-    for i, n in enumerate(t.names):
-        stage = verl.stage_of_annotation(n)
-        mb = verl.MINI_BATCH_RANGE.match(n)
-        if stage:
-            kinds[i] = ("stage", stage)
-        elif mb:
-            kinds[i] = ("mini_batch", mb.group(1))
-    if not kinds:
-        return []
-    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(kinds)))
-    out = [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
-           for i in sel[np.argsort(t.start[sel], kind="stable")]]
+    def verl_kind(n: str):
+        stage, mb = verl.stage_of_annotation(n), verl.MINI_BATCH_RANGE.match(n)
+        return ("stage", stage) if stage else ("mini_batch", mb.group(1)) if mb else None
+
+    out = _annotations(t, verl_kind)
     stages = [r for r in out if r[0] == "stage"]
     loose = [r for r in out if r[0] == "mini_batch" and not any(s[2] <= r[2] and r[3] <= s[3] for s in stages)]
     update = verl.UPDATE_STAGE_OF_ROLE.get(meta.get("role") or "")
@@ -97,6 +97,16 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
         out.append(("stage", update, loose[0][2], max(r[3] for r in loose)))
         out.sort(key=lambda r: r[2])
     return out
+
+
+def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
+    """Annotation events whose name `kind_of` recognises, as (kind, label, start, end) sorted by start."""
+    kinds = {i: k for i, n in enumerate(t.names) if (k := kind_of(n))}
+    if not kinds:
+        return []
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(kinds)))
+    return [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
+            for i in sel[np.argsort(t.start[sel], kind="stable")]]
 
 
 def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
@@ -119,7 +129,7 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     for _, stage, lo, hi in stages:
         k = seen[stage]
         seen[stage] += 1
-        step = steps[min(k, len(steps) - 1)]
+        step = _step_at(meta.get("step_spans"), lo, steps[min(k, len(steps) - 1)])
         role = STAGE_ROLE.get(stage, base["role"])
         stage_row = {**base, "step": step, "role": role, "stage": stage, "unit": None, "index": None,
                      "start_us": lo, **bd.window(lo, hi)}
@@ -130,6 +140,14 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
             index = int(label) if label.isdigit() else label
             rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi)})
     return rows
+
+
+def _step_at(spans, t: float, default):
+    """The step whose recorded span (torch_npu's STEP_TIME / ProfilerStep#) holds time t."""
+    for step, lo, hi in spans or ():
+        if lo <= t <= hi:
+            return step
+    return default
 
 
 def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[dict]]:

@@ -7,7 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..errors import RLProfError
-from .breakdown import BUCKETS, stage_of_events, window_rows
+from .breakdown import BUCKETS, framework_ranges, stage_of_events, window_rows
 from .ops import collectives, launch_overhead, memory, top_ops
 from .readers.kineto import NotATrace, read_kineto
 
@@ -32,27 +32,37 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
         return [(path, {})]
     if (path / "manifest.jsonl").exists():
         return manifest_inputs(path / "manifest.jsonl")
+    from .mindspeed_output import unparsed, unparsed_message
     from .readers.ascend import is_ascend
 
     if path.name.endswith("_ascend_pt") or path.name == "ASCEND_PROFILER_OUTPUT":
         return [(path, {})]
-    ascend = sorted(p for p in path.rglob("*_ascend_pt") if p.is_dir())
+    ascend = ascend_collections(path)
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                    and not p.name.endswith((".summary.json", "analysis.json"))
                    and not any(a in p.parents for a in ascend) and p.name != "trace_view.json")
     if not ascend and not files and is_ascend(path):
         return [(path, {})]
-    files = ascend + files
+    raw = unparsed(ascend)
+    if raw and len(raw) == len(ascend) and not files:
+        raise AnalyzeError(unparsed_message(path, raw, len(ascend)))
+    files = [p for p in ascend if p not in raw] + files
     if not files:
-        raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz) and no manifest.jsonl")
+        raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz), no Ascend output and no "
+                           "manifest.jsonl")
     return directory_inputs(path, files)
+
+
+def ascend_collections(path: Path) -> list[Path]:
+    return sorted(p for p in Path(path).rglob("*_ascend_pt") if p.is_dir())
 
 
 def directory_inputs(root: Path, files: list[Path]) -> list[tuple[Path, dict]]:
     """Files of a directory without a manifest; those verl's profiler named carry its step/role/stage/rank."""
+    from .mindspeed_output import dir_meta
     from .verl_output import file_meta, number_units
 
-    inputs = [(p, file_meta(p, root) or {}) for p in files]
+    inputs = [(p, file_meta(p, root) or dir_meta(p) or {}) for p in files]
     number_units(inputs)
     return inputs
 
@@ -141,11 +151,23 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
+    doc["warnings"].extend(_unparsed_warning(path))
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
     return doc
+
+
+def _unparsed_warning(path) -> list[str]:
+    from .mindspeed_output import unparsed, unparsed_message
+
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    ascend = ascend_collections(path)
+    raw = unparsed(ascend)
+    return [unparsed_message(path, raw, len(ascend))] if raw else []
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:
@@ -170,39 +192,55 @@ def _k(v):
 
 
 def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
+    """One Ascend output (text or db export): rows per mstx stage range, else per recorded step, else the
+    whole device timeline; operators and collectives from the device tasks; memory where recorded."""
     from .readers.ascend import OverlapBreakdown, read_ascend
 
     try:
-        trace = read_ascend(path)
+        trace = read_ascend(path, meta.get("export"))
     except NotATrace as exc:
         return _failed(path, exc)
+    except (ValueError, TypeError, OverflowError) as exc:  # a value of the wrong type in a table
+        return _failed(path, NotATrace(f"{path}: unreadable value in its Ascend output ({exc})"))
     info = {k: v for k, v in meta.items() if v is not None}
-    info["file"] = path.name
+    info.setdefault("rank", trace.rank)
+    info.update(file=path.name, kind="ascend", step_spans=trace.step_spans)
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
            "stage": info.get("stage"), "file": path.name}
     table = trace.table
-    if trace.steps:
-        rows = [{"step": s["step"], "role": info.get("role"), "stage": info.get("stage"), "rank": info.get("rank"),
-                 "replica": info.get("replica"), "file": path.name, "unit": None, "index": None, "start_us": None,
-                 **{k: s[k] for k in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")}}
-                for s in trace.steps]
-    elif trace.overlap:
-        lanes = [c for c in trace.overlap.values() if len(c.s)]  # the device timeline the lanes describe
-        lo, hi = min(float(c.s[0]) for c in lanes), max(float(c.e[-1]) for c in lanes)
-        rows = window_rows(table, True, info, OverlapBreakdown(trace.overlap), span=(lo, hi))
+    lanes = OverlapBreakdown(trace.overlap) if trace.overlap else None
+    span = lanes.span if lanes else None
+    base = {"role": info.get("role"), "stage": info.get("stage"), "rank": info.get("rank"),
+            "replica": info.get("replica"), "file": path.name, "unit": None, "index": None}
+    if framework_ranges(table, info):
+        rows = window_rows(table, True, info, lanes, span=span)
+    elif trace.step_spans and lanes:  # a step's device time, as the Ascend step trace counts it
+        rows = [{**base, "step": step, "start_us": lo, **lanes.window(lo, hi)}
+                for step, lo, hi in (lanes.extent(*s) for s in trace.step_spans) if hi > lo]
+    elif trace.steps:
+        rows = [{**base, "start_us": None, **s} for s in trace.steps]
     else:
-        rows = window_rows(table, True, info)
+        rows = window_rows(table, True, info, lanes, span=span)
     kernels = trace.kernel_table or table
+    groups, windows = stage_of_events(kernels, rows) if trace.kernel_table is None else (None, [])
+    mem = memory(table) if len(table.memory) else None
+    for row in rows:  # back to epoch µs, as every other reader (the windows are these same rows)
+        if row["start_us"] is not None:
+            row["start_us"] += trace.origin_us
+    for point in mem["timeline"] if mem else ():
+        point[0] += trace.origin_us
     return {
-        "input": {"path": str(path), "kind": "ascend", "events": max(len(table), len(kernels), len(trace.steps)),
-                  "device": True,
+        "input": {"path": str(path), "kind": "ascend", "export": trace.export, "files": trace.files,
+                  # the whole device timeline, first to last task: what the Ascend tools' overall numbers cover
+                  "device_totals": lanes.window(*span) if span else None,
+                  "events": max(len(table), len(kernels), len(trace.steps)), "device": True,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
         "warnings": trace.warnings,
         "rows": rows,
-        "ops": [{**tag, **op} for op in top_ops(kernels, top)],
-        "collectives": [{**tag, **c} for c in collectives(kernels, True)],
+        "ops": _tagged(top_ops(kernels, top, groups), tag, windows),
+        "collectives": _tagged(collectives(kernels, True, groups), tag, windows),
         "launch": None,
-        "memory": None,
+        "memory": {**tag, **mem} if mem else None,
     }
 
 

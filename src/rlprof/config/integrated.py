@@ -1,6 +1,8 @@
 """Dialect "integrated" (SPEC §1c, MindSpeed-RL style): one profiler_config.integrated block.
 
-Each selected stage is its own window (discrete), as in the framework this dialect comes from.
+With MindSpeed-RL's meaning: `stage: all` opens ONE profiler per process over steps [start, end)
+(`schedule(skip_first=start, active=end-start)`): one window spanning those steps, every stage inside it.
+A stage (or a list of stages) opens one window per listed stage per step (`active=1` at each call).
 `profile_with_npu` means device activity: the npu tool on Ascend machines, torch (CUDA) elsewhere.
 """
 
@@ -8,12 +10,10 @@ from __future__ import annotations
 
 from . import checks as c
 from .plan import ProfilePlan, RolePlan
-from .vocab import (DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, INTEGRATED_STAGE_NAMES, LEVELS, ROLE_STAGES,
-                    ROLES, STAGES)
+from ..frameworks import mindspeed
+from .vocab import DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES
 
-KEYS = ("profile", "mstx", "stage", "profile_save_path", "profile_export_type", "profile_step_start",
-        "profile_step_end", "profile_level", "profile_with_memory", "profile_record_shapes", "profile_with_cpu",
-        "profile_with_npu", "profile_with_module", "profile_with_stack", "profile_analysis", "profile_ranks")
+KEYS = mindspeed.KEYS
 PREFIX = "profiler_config.integrated"
 
 
@@ -21,13 +21,19 @@ def detect_keys(data: dict) -> list[str]:
     return ["profiler_config"] if "profiler_config" in data else []
 
 
-def _stages(value) -> tuple[str, ...]:
+def _stages(value) -> tuple[str, ...] | None:
+    """Canonical stages picked, or None for `all` (MindSpeed-RL's one window over the steps)."""
     key = f"{PREFIX}.stage"
-    names = ("all",) + tuple(INTEGRATED_STAGE_NAMES) + tuple(s for s in STAGES if s not in INTEGRATED_STAGE_NAMES)
+    names = ("all",) + tuple(mindspeed.STAGES) + tuple(s for s in STAGES if s not in mindspeed.STAGES)
     picked = (c.choice(key, value, names),) if isinstance(value, str) or value is None else c.choices(key, value, names)
     if "all" in picked:
-        return STAGES
-    return tuple(dict.fromkeys(INTEGRATED_STAGE_NAMES.get(s, s) for s in picked))
+        return None
+    return tuple(dict.fromkeys(mindspeed.STAGES.get(s, s) for s in picked))
+
+
+def _role_stages(role: str, picked: tuple[str, ...] | None) -> tuple[str, ...]:
+    own = ROLE_STAGES[role] + tuple(s for s, r in mindspeed.EXTRA_STAGE_ROLE.items() if r == role)
+    return ROLE_STAGES[role] if picked is None else tuple(s for s in own if s in picked)
 
 
 def parse(data: dict, *, device: str) -> ProfilePlan:
@@ -47,7 +53,7 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
     ranks = () if all_ranks else c.rank_list(k("profile_ranks"), ranks_raw)
     if not all_ranks and not isinstance(ranks_raw, (list, tuple)):
         raise c.ConfigError(k("profile_ranks"), ranks_raw, '"all" or a list of integer ranks')
-    stages = _stages(b.get("stage", "all"))
+    picked = _stages(b.get("stage", "all"))
     save_path = c.writable_dir(k("profile_save_path"), b.get("profile_save_path") or DEFAULT_INTEGRATED_SAVE_PATH)
     level = c.choice(k("profile_level"), b.get("profile_level", "level0"), LEVELS)
     export_type = c.choice(k("profile_export_type"), b.get("profile_export_type", "text"), EXPORT_TYPES)
@@ -59,12 +65,16 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
     analysis = flag("profile_analysis", False)
     if tool == "markers":
         contents = ()
+    warnings = tuple(f"{PREFIX}.stage: {s} (MindSpeed-RL's vision-encoder pass) is a stage rlprof's own trainer "
+                     "does not run; its windows come only from a host that marks it" for s in picked or ()
+                     if s in mindspeed.EXTRA_STAGE_ROLE)
     roles = []
     for role in ROLES:
-        role_stages = tuple(s for s in ROLE_STAGES[role] if s in stages)
+        role_stages = _role_stages(role, picked)
         roles.append(RolePlan(
             role=role, enabled=profile and bool(role_stages), tool=tool if profile else None, ranks=ranks,
-            all_ranks=all_ranks, mode="discrete", contents=contents, level=level, export_type=export_type,
-            analysis=analysis, schedule=None, stages=role_stages, steps=tuple(range(start, end)),
-            save_path=save_path))
-    return ProfilePlan(dialect="integrated", roles=tuple(roles), framework="MindSpeed-RL")
+            all_ranks=all_ranks, mode="e2e" if picked is None else "discrete", contents=contents, level=level,
+            export_type=export_type, analysis=analysis, schedule=None, stages=role_stages,
+            steps=tuple(range(start, end)), save_path=save_path))
+    return ProfilePlan(dialect="integrated", roles=tuple(roles), framework="MindSpeed-RL",
+                       continuous_steps=picked is None, warnings=warnings)

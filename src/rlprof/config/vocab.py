@@ -39,15 +39,6 @@ CONTENTS = {
 }
 DEFAULT_CONTENTS = {"torch": ("cpu", "cuda"), "npu": ("npu", "cpu")}
 
-# Integrated (MindSpeed-RL style) stage names -> canonical names.
-INTEGRATED_STAGE_NAMES = {
-    "actor_generate": "rollout_generate",
-    "actor_compute_log_prob": "actor_compute_log_prob",
-    "reference_compute_log_prob": "ref_compute_log_prob",
-    "actor_update": "actor_update",
-    "critic_compute_values": "critic_compute_values",
-    "critic_update": "critic_update",
-}
 
 DEFAULT_SAVE_PATH = "outputs/profile"
 DEFAULT_INTEGRATED_SAVE_PATH = "./profiler_data"
