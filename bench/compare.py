@@ -1,63 +1,124 @@
-"""Compare speed and peak memory: `rlprof compare` vs `msprof-analyze compare` on one pair of traces.
+"""Compare speed and peak memory: `rlprof compare` vs `msprof-analyze compare` on the same pair, two cases.
 
-Writes a pair of synthetic GPU-style Kineto traces (bench/synth_trace.py, different seeds: a different
-operator mix and timings), then in one run times `rlprof compare --json` and msprof-analyze's compare
-(GPU traces accepted), each in its own process with its peak RSS. Prints one JSON object.
-msprof-analyze runs from bench/.venv-msprof (created on first use: pip install msprof-analyze).
+kineto: a pair of synthetic GPU-style Kineto traces (bench/synth_trace.py, different seeds: a different
+        operator mix and timings); msprof-analyze accepts GPU traces.
+db:     a pair of torch_npu db exports (`ascend_pytorch_profiler_*.db`): the two ranks of the MindSpeed-RL
+        fixture (tests/data/ascend/mindspeed: mstx stages, compute tasks, HCCL), each repeated in time until it
+        reaches the asked size, so both tools read the documented tables at a realistic size.
+Each tool runs in its own process with its peak RSS. Prints one JSON object: {"kineto": {...}, "db": {...}}.
+msprof-analyze 26.2.0 runs from bench/.venv-msprof (bench/msprof.py makes it on first use).
 
-    python3 bench/compare.py              # 48 MB per side
-    python3 bench/compare.py --mb 40
+    python3 bench/compare.py                  # 48 MB Kineto pair, 40 MB db pair
+    python3 bench/compare.py --case db --db-mb 100
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import shutil
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MSPROF_VENV = HERE / ".venv-msprof"
+DATA = HERE.parent / "tests" / "data" / "ascend"
+DB_PAIR = tuple(sorted((DATA / "mindspeed" / "profiler_data" / "integrated").rglob("ascend_pytorch_profiler_*.db")))
+# Tables whose rows are repeated, with the columns shifted on each copy (times by the file's span, ids by
+# their maximum, so joins stay one-to-one).
+REPEATED = {"TASK": ("startNs", "endNs", "globalTaskId", "connectionId"),
+            "COMPUTE_TASK_INFO": ("globalTaskId",),
+            "COMMUNICATION_TASK_INFO": ("globalTaskId",),
+            "COMMUNICATION_OP": ("startNs", "endNs", "connectionId"),
+            "MSTX_EVENTS": ("startNs", "endNs"),
+            "STEP_TIME": ("startNs", "endNs", "id")}
 
 
-def ensure_msprof() -> Path:
-    exe = MSPROF_VENV / "bin" / "msprof-analyze"
-    if not exe.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(MSPROF_VENV)], check=True)
-        subprocess.run([str(MSPROF_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "msprof-analyze"],
-                       check=True)
-    return exe
+def grow_db(src: Path, dst: Path, mb: float) -> int:
+    """Copy `src` to `dst` and repeat its timeline until the file is about `mb` MB; returns device tasks."""
+    shutil.copy(src, dst)
+    conn = sqlite3.connect(dst)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    lo, hi = conn.execute("SELECT MIN(startNs), MAX(endNs) FROM TASK").fetchone()
+    span = (hi - lo) + 1_000_000
+    top_id = conn.execute("SELECT MAX(globalTaskId) FROM TASK").fetchone()[0] + 1
+    base = {t: conn.execute(f"SELECT rowid FROM {t}").fetchall() for t in REPEATED if t in tables}
+    copies = 1
+    while dst.stat().st_size < mb * 1e6:
+        for table, shifted in REPEATED.items():
+            if table not in tables or not base[table]:
+                continue
+            cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+            select = []
+            for c in cols:
+                if c in ("startNs", "endNs"):
+                    select.append(f"{c} + {copies * span}")
+                elif c in ("globalTaskId", "connectionId") and c in shifted:
+                    select.append(f"{c} + {copies * top_id}")
+                elif c == "id" and table == "STEP_TIME":
+                    select.append(f"{c} + {copies * 1000}")
+                else:
+                    select.append(c)
+            last = base[table][-1][0]
+            conn.execute(f"INSERT INTO {table} SELECT {', '.join(select)} FROM {table} WHERE rowid <= {last}")
+        conn.commit()
+        copies += 1
+    tasks = conn.execute("SELECT COUNT(*) FROM TASK").fetchone()[0]
+    conn.close()
+    return tasks
+
+
+def time_pair(base: Path, new: Path, out: Path, use_msprof: bool) -> dict:
+    from ingest import isolated
+
+    rl_s, rl_mb, _ = isolated([sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
+                               "-o", str(out / "rlprof_out")])
+    result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": round(rl_mb, 1)}
+    if use_msprof:
+        from msprof import ensure_msprof
+
+        exe = ensure_msprof()
+        ms_s, ms_mb, _ = isolated([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", str(out / "msprof")])
+        result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": round(ms_mb, 1),
+                       "speedup": round(ms_s / rl_s, 1), "memory_ratio": round(rl_mb / ms_mb, 3)})
+    return result
+
+
+def kineto_case(tmp: Path, mb: float, use_msprof: bool) -> dict:
+    from synth_trace import write_trace
+
+    (tmp / "base").mkdir()
+    (tmp / "new").mkdir()
+    base, new = tmp / "base" / "rank0.pt.trace.json", tmp / "new" / "rank0.pt.trace.json"
+    info = write_trace(base, mb, seed=0)
+    write_trace(new, mb, seed=1)
+    size_mb = min(base.stat().st_size, new.stat().st_size) / 1e6
+    return {"size_mb": round(size_mb, 1), "events": info["events"], **time_pair(base, new, tmp, use_msprof)}
+
+
+def db_case(tmp: Path, mb: float, use_msprof: bool) -> dict:
+    base, new = tmp / "base" / "ascend_pytorch_profiler_0.db", tmp / "new" / "ascend_pytorch_profiler_1.db"
+    base.parent.mkdir()
+    new.parent.mkdir()
+    tasks = grow_db(DB_PAIR[0], base, mb), grow_db(DB_PAIR[1], new, mb)
+    size_mb = min(base.stat().st_size, new.stat().st_size) / 1e6
+    return {"size_mb": round(size_mb, 1), "device_tasks": min(tasks), **time_pair(base, new, tmp, use_msprof)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=48, help="size of each synthetic trace (uncompressed)")
+    ap.add_argument("--case", choices=("kineto", "db", "both"), default="both")
+    ap.add_argument("--mb", type=float, default=48, help="size of each synthetic Kineto trace (uncompressed)")
+    ap.add_argument("--db-mb", type=float, default=40, help="size of each db of the pair")
     ap.add_argument("--no-msprof", action="store_true", help="time rlprof only")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from ingest import isolated
-    from synth_trace import write_trace
-
-    with tempfile.TemporaryDirectory(prefix="rlprof-compare-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "base").mkdir()
-        (tmp / "new").mkdir()
-        base, new = tmp / "base" / "rank0.pt.trace.json", tmp / "new" / "rank0.pt.trace.json"
-        info = write_trace(base, args.mb, seed=0)
-        write_trace(new, args.mb, seed=1)
-        size_mb = min(base.stat().st_size, new.stat().st_size) / 1e6
-        rl_s, rl_mb, _ = isolated([sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
-                                   "-o", str(tmp / "rlprof_out")])
-        result = {"size_mb": round(size_mb, 1), "events": info["events"], "rlprof_s": round(rl_s, 2),
-                  "rlprof_peak_mb": round(rl_mb, 1)}
-        if not args.no_msprof:
-            exe = ensure_msprof()
-            ms_s, ms_mb, _ = isolated([str(exe), "compare", "-d", str(new), "-bp", str(base),
-                                       "-o", str(tmp / "msprof_out")])
-            result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": round(ms_mb, 1),
-                           "speedup": round(ms_s / rl_s, 1), "memory_ratio": round(rl_mb / ms_mb, 3)})
+    result = {}
+    for case, run, mb in (("kineto", kineto_case, args.mb), ("db", db_case, args.db_mb)):
+        if args.case in (case, "both"):
+            with tempfile.TemporaryDirectory(prefix=f"rlprof-compare-{case}-") as tmp:
+                result[case] = run(Path(tmp), mb, not args.no_msprof)
     print(json.dumps(result))
     return 0
 

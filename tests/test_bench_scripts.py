@@ -44,8 +44,10 @@ def test_ingest_bench_prints_documented_json():
 
 
 def test_compare_bench_prints_documented_json():
-    figures = bench_figures("compare.py", "--mb", "2", "--no-msprof")
-    assert figures["size_mb"] >= 2 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
+    figures = bench_figures("compare.py", "--mb", "2", "--db-mb", "2", "--no-msprof")
+    kineto, db = figures["kineto"], figures["db"]
+    assert kineto["size_mb"] >= 2 and kineto["rlprof_s"] > 0 and kineto["rlprof_peak_mb"] > 0
+    assert db["size_mb"] >= 2 and db["device_tasks"] > 10_000 and db["rlprof_s"] > 0
 
 
 def test_trl_overhead_bench_prints_documented_json():

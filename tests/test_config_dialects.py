@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import EXAMPLES, plan_json
+from conftest import EXAMPLES, ROOT, plan_json
 
 ACTOR_STAGES = ["actor_compute_log_prob", "advantage_compute", "actor_update", "weight_sync"]
 ALL_CONTENTS = ["cpu", "cuda", "memory", "shapes", "stack", "module"]
@@ -228,3 +228,15 @@ def test_plan_in_words_names_steps_roles_windows():
     text = proc.stdout
     assert "steps 1, 2, 5" in text and "rollout_generate" in text and "3 window(s)" in text
     assert "critic   disabled" in text
+
+
+def test_mindspeed_rls_own_integrated_config_loads_whole():
+    """MindSpeed-RL's integrated PPO test config (its megatron/rl/generate blocks are not rlprof's business)."""
+    cfg = ROOT / "tests" / "data" / "mindspeed" / "config" / "test_ppo_trainer_qwen25_7b_integrated.yaml"
+    plan = plan_json(cfg, "--device", "npu")
+    assert plan["dialect"] == "integrated" and plan["framework"] == "MindSpeed-RL"
+    actor = plan["roles"]["actor"]
+    assert actor["enabled"] and actor["tool"] == "npu" and actor["stages"] == ["actor_update"]
+    assert actor["mode"] == "discrete" and actor["steps"] == [1] and actor["ranks"] == [0]
+    assert actor["export_type"] == "db" and actor["level"] == "level1" and actor["analysis"] is True
+    assert [n for n, r in plan["roles"].items() if r["enabled"]] == ["actor"]

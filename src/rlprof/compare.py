@@ -195,10 +195,13 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
     else:
         new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers)
     base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers)
-    if new_kind != base_kind:
-        raise CompareError(f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; "
-                           "allowed: two runs (directories, manifests or their analysis.json) or two traces")
-    mode, b, n, warnings = match_windows(base, new)
+    try:
+        mode, b, n, warnings = match_windows(base, new)
+    except CompareError:
+        if new_kind != base_kind:  # the likelier mistake
+            raise CompareError(f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; allowed: two "
+                               "runs (directories, manifests or their analysis.json) or two traces") from None
+        raise
     matched = set(b) & set(n)
     windows = (_windows(b, matched), _windows(n, matched))
     shape = ("shape",) if by_shape else ()

@@ -6,6 +6,7 @@ memcpy = copies/sets overlapped by neither; idle = the rest of the span. They ad
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 import numpy as np
@@ -125,29 +126,36 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         rows.append({**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
                      **bd.window(lo, hi)})
         return rows
+    units = [r for r in ranges if r[0] not in ("stage", "mark")]
+    mids = np.array([(r[2] + r[3]) / 2 for r in units])
+    by_mid = np.argsort(mids, kind="stable")
+    step_at = _StepAt(meta.get("step_spans"))
     seen: dict[str, int] = defaultdict(int)
     for _, stage, lo, hi in stages:
         k = seen[stage]
         seen[stage] += 1
-        step = _step_at(meta.get("step_spans"), lo, steps[min(k, len(steps) - 1)])
+        step = step_at(lo, steps[min(k, len(steps) - 1)])
         role = STAGE_ROLE.get(stage, base["role"])
         stage_row = {**base, "step": step, "role": role, "stage": stage, "unit": None, "index": None,
                      "start_us": lo, **bd.window(lo, hi)}
         rows.append(stage_row)
-        for kind, label, ulo, uhi in ranges:
-            if kind in ("stage", "mark") or not (lo <= (ulo + uhi) / 2 <= hi):
-                continue
+        inside = by_mid[np.searchsorted(mids[by_mid], lo, "left"):np.searchsorted(mids[by_mid], hi, "right")]
+        for kind, label, ulo, uhi in (units[i] for i in np.sort(inside)):  # units centred in the stage
             index = int(label) if label.isdigit() else label
             rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi)})
     return rows
 
 
-def _step_at(spans, t: float, default):
+class _StepAt:
     """The step whose recorded span (torch_npu's STEP_TIME / ProfilerStep#) holds time t."""
-    for step, lo, hi in spans or ():
-        if lo <= t <= hi:
-            return step
-    return default
+
+    def __init__(self, spans):
+        self.spans = sorted(spans or (), key=lambda s: s[1])
+        self.starts = [s[1] for s in self.spans]
+
+    def __call__(self, t: float, default):
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.spans[i][0] if i >= 0 and t <= self.spans[i][2] else default
 
 
 def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[dict]]:
