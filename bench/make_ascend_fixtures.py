@@ -258,41 +258,55 @@ COLLECTIVE = {"decode": ("hcom_allReduce_", 0.0), "forward": ("hcom_allGather_",
               "train": ("hcom_reduceScatter_", 0.6)}
 
 
-def mindspeed_rank(torch_npu, path: Path, rank: int, seed: int, lightweight: bool) -> None:
+def mindspeed_timelines(ranks: int = 2, seed: int = 0) -> list[dict]:
+    """Both ranks' device timelines together: each rank computes at its own pace, and every collective ends for
+    all ranks once the last one has joined it, plus the transfer. Rank 1 computes 35% slower in the update, so
+    rank 0 waits in those collectives: what a slow rank looks like."""
     rng = np.random.default_rng(seed)
-    w = DbWriter(path, torch_npu[0])
-    t = 1_700_000_000_000_000_000 + 5_000_000 * rank  # ranks start within a few ms of each other
-    compute, comm, ranges, spans, first = [], [], [], [], {}
-    slow = 1.35 if rank == 1 else 1.0  # rank 1 computes slower in the update: the others wait in its collectives
+    t = [1_700_000_000_000_000_000 + 3_000_000 * r for r in range(ranks)]  # clocks a few ms apart
+    out = [{"compute": [], "comm": [], "ranges": [], "spans": [], "first": {}} for _ in range(ranks)]
     for step in (2, 3):
-        step_start = t
-        t += 200_000
+        step_start = list(t)
+        t = [x + 200_000 for x in t]
         for name, kind in STAGES:
-            lo = t
+            lo = list(t)
             if kind == "host":
-                t += int(rng.uniform(1.5e6, 2.5e6))
+                t = [x + int(rng.uniform(1.5e6, 2.5e6)) for x in t]
             else:
-                units = {"decode": 24, "forward": 8, "train": 12}[kind]
-                for u in range(units):
-                    for op in KERNELS[kind]:
-                        dur = int(rng.uniform(20e3, 120e3) * (slow if kind == "train" else 1.0))
-                        compute.append((t, t + dur, f"{op}_{u}", op, 2))
-                        first.setdefault(step, t)
-                        t += dur + int(rng.uniform(2e3, 15e3))
-                    op_type, overlap = COLLECTIVE[kind]
+                for u in range({"decode": 24, "forward": 8, "train": 12}[kind]):
+                    for r in range(ranks):
+                        slow = 1.35 if (r == 1 and kind == "train") else 1.0
+                        for op in KERNELS[kind]:
+                            dur = int(rng.uniform(20e3, 120e3) * slow)
+                            out[r]["compute"].append((t[r], t[r] + dur, f"{op}_{u}", op, 2))
+                            out[r]["first"].setdefault(step, t[r])
+                            t[r] += dur + int(rng.uniform(2e3, 15e3))
                     if u % 3 == 2:
-                        dur = int(rng.uniform(150e3, 400e3))
-                        start = t - int(overlap * dur)  # partly under the last kernels: overlapped communication
-                        comm.append((start, start + dur, f"{op_type}_{step}_{u}_1", op_type, f"group_{kind}"))
-                        t = max(t, start + dur) + 5_000
-            ranges.append((lo, t, name))
-            t += int(rng.uniform(50e3, 300e3))
-        spans.append((step, step_start, t))
-        t += 400_000
+                        op_type, overlap = COLLECTIVE[kind]
+                        transfer = int(rng.uniform(150e3, 400e3))
+                        # each rank enters under its last kernels (overlapped); all leave together
+                        starts = [x - int(overlap * transfer) for x in t]
+                        end = max(x - int(overlap * transfer) for x in t) + transfer
+                        for r in range(ranks):
+                            out[r]["comm"].append((starts[r], end, f"{op_type}_{step}_{u}_1", op_type,
+                                                   f"group_{kind}"))
+                            t[r] = max(t[r], end) + 5_000
+            for r in range(ranks):
+                out[r]["ranges"].append((lo[r], t[r], name))
+            t = [x + int(rng.uniform(50e3, 300e3)) for x in t]
+        for r in range(ranks):
+            out[r]["spans"].append((step, step_start[r], t[r]))
+        t = [x + 400_000 for x in t]
+    return out
+
+
+def mindspeed_rank(torch_npu, path: Path, rank: int, timeline: dict, lightweight: bool) -> None:
+    w = DbWriter(path, torch_npu[0])
+    spans = timeline["spans"]
     if not lightweight:
-        w.compute(compute)
-    w.communication(comm)
-    w.mstx(ranges)
+        w.compute(timeline["compute"])
+    w.communication(timeline["comm"])
+    w.mstx(timeline["ranges"])
     w.steps(spans)
     if not lightweight:
         w.insert("MEMORY_RECORD", [{"component": w.sid("PTA"), "timestamp": int(s), "totalAllocated": int(a),
@@ -304,15 +318,16 @@ def mindspeed_rank(torch_npu, path: Path, rank: int, seed: int, lightweight: boo
         "experimental_config": {"_export_type": ["db"], "_profiler_level": "Level_none" if lightweight else "Level0",
                                 "_msprof_tx": lightweight}}}, indent=1))
     if not lightweight:
-        step_trace(torch_npu, path, spans, first)
+        step_trace(torch_npu, path, spans, timeline["first"])
 
 
 def mindspeed_run(torch_npu, out: Path) -> None:
+    timelines = mindspeed_timelines()
     for sub, lightweight in (("profiler_data/integrated", False), ("profiler_data_mstx/integrated", True)):
-        for rank in (0, 1):
+        for rank, timeline in enumerate(timelines):
             coll = out / sub / f"node0_{4100 + rank}_20261122120000{rank}_ascend_pt"
             mindspeed_rank(torch_npu, coll / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db", rank,
-                           seed=rank, lightweight=lightweight)
+                           timeline, lightweight)
     raw = out / "profiler_data" / "actor_update" / "node0_4100_20261122120500_ascend_pt"
     for d in ("FRAMEWORK", "PROF_000001_20261122120500000_ABCDEFGHIJ"):  # raw collection, never parsed
         (raw / d).mkdir(parents=True, exist_ok=True)

@@ -281,3 +281,27 @@ def test_a_cann_msprof_db_is_read_too(tmp_path):
     mine = analyze(out / "msprof_20261122120000.db", workers=1)
     ref = analyze(src, workers=1)
     assert mine["inputs"][0]["export"] == "db" and mine["rows"][0]["compute_ms"] == ref["rows"][0]["compute_ms"]
+
+
+def test_mindspeeds_lightweight_mode_on_rlprofs_own_timeline(tmp_path):
+    """`mstx: true` in the integrated dialect is the markers tool: rlprof's own stage timeline (mstx on an NPU),
+    analysed into the same stage rows, here from one window holding steps 2 and 3 (stage: all)."""
+    i = "profiler_config.integrated"
+    proc = run_cli("train", "trainer.steps=3", f"trainer.output_dir={tmp_path}/t", f"{i}.profile=true",
+                   f"{i}.mstx=true", f"{i}.profile_step_start=2", f"{i}.profile_step_end=4",
+                   f"{i}.profile_save_path={tmp_path}/p", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = list((tmp_path / "p").iterdir())
+    doc = analyze(run, workers=1)
+    stages = [(r["step"], r["stage"]) for r in doc["rows"] if r["unit"] is None]
+    assert (2, "actor_update") in stages and (3, "actor_update") in stages and (3, "rollout_generate") in stages
+    assert doc["inputs"][0]["events"] < 5000  # ranges only
+
+
+def test_cluster_names_the_slow_rank_of_an_ascend_run(tmp_path):
+    proc = run_cli("cluster", MINDSPEED / "profiler_data", "-o", tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "c" / "cluster.json").read_text())
+    (slow,) = doc["slow_ranks"]
+    assert slow["rank"] == 1 and slow["stage"] == "actor_update"
+    assert any("hcom_reduceScatter_" in str(v) for v in slow.values())
