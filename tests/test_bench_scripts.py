@@ -57,3 +57,14 @@ def test_trl_overhead_bench_prints_documented_json():
     figures = bench_figures("trl_overhead.py", "--steps", "3", "--pairs", "1")
     assert figures["without_ms_per_step"] > 0 and figures["with_ms_per_step"] > 0
     assert {"diff_ms_per_step", "diff_pct", "baseline_run_to_run_spread_ms"} <= figures.keys()
+
+
+def test_the_packaged_calibration_is_the_measured_one():
+    """advise reads src/rlprof/calibration.json; bench/calibrate.py writes it with bench/results/calibration_cpu.json."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    packaged = json.loads((root / "src" / "rlprof" / "calibration.json").read_text())
+    assert packaged == json.loads((root / "bench" / "results" / "calibration_cpu.json").read_text())
+    assert packaged["stages"]["actor_update"]["full_bytes"] > packaged["units"]["actor_update/micro_batch"][
+        "per_unit_bytes"] > 0

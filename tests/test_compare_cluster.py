@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import REAL, run_cli
+from conftest import REAL, plan_json, run_cli
 from helpers import A, R, run
 
 from rlprof.cluster import cluster
@@ -171,6 +171,15 @@ def test_cluster_names_the_slow_rank_and_only_then(tmp_path):
     assert spread["max_rank"] == 1 and spread["spread_ms"] > 40 and spread["cv"] > 0.2
     proc = run_cli("cluster", slow)  # the terminal report names it too, and writes cluster.json
     assert proc.returncode == 0 and "slow rank 1" in proc.stdout and (slow / "cluster" / "cluster.json").exists()
+    found = json.loads(run_cli("analyze", slow, "--json").stdout)["findings"]
+    first = found[0]  # the first finding: rank 1 in actor_update, and what it makes rank 0 wait
+    assert (first["kind"], first["rank"], first["stage"]) == ("slow_rank", 1, "actor_update")
+    assert "rank 1" in first["text"] and first["evidence"]["others_wait_ms"] > first["evidence"]["wait_ms"]
+    proc = run_cli("advise", slow, "--budget", "2MB", "-o", tmp_path / "next.yaml")
+    assert proc.returncode == 0, proc.stderr
+    target = json.loads((tmp_path / "next.advice.json").read_text())["target"]
+    assert target["stage"] == "actor_update" and target["ranks"] == [1, 0]
+    assert sorted(plan_json(tmp_path / "next.yaml")["roles"]["actor"]["ranks"]) == [0, 1]
 
     even = _torchrun_run(tmp_path, "even")
     result = json.loads(run_cli("cluster", even, "--json").stdout)

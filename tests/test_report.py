@@ -271,3 +271,28 @@ def test_show_renders_inline_for_jupyter(tmp_path):
     assert frame.startswith("<iframe srcdoc=") and 'sandbox="allow-scripts"' in frame
     assert "<script" not in frame  # the page is an escaped attribute value, parsed only inside the frame
     assert "Plotly.newPlot" in shown.page and "&amp;lt;img" in frame
+
+
+def test_findings_box_next_step_and_stage_selector_in_chromium(runs, browser, tmp_path):
+    new, _, _ = runs
+    out = tmp_path / "report.html"
+    assert run_cli("report", new, "-o", out).returncode == 0
+    page, seen = open_page(browser, out)
+    assert page.locator("section#findings").count() == 1
+    assert page.locator("section#findings .finding").count() >= 1  # the answer leads the page
+    assert "global_profiler" in page.locator("#next-config").inner_text()  # the config to paste
+    options = page.locator("#stage-select option").all_inner_texts()
+    assert options[0] == "all stages" and "actor/actor_update" in options and len(options) >= 3
+
+    def visible_stages():
+        rows = page.locator("#ops-table tbody tr")
+        return {rows.nth(k).get_attribute("data-stage") for k in range(rows.count()) if rows.nth(k).is_visible()}
+
+    assert len(visible_stages()) > 1  # all stages: the top overall, from several stages
+    page.select_option("#stage-select", "actor/actor_update")
+    assert visible_stages() == {"actor/actor_update"}
+    other = next(o for o in options[1:] if o != "actor/actor_update")
+    page.select_option("#stage-select", other)
+    assert visible_stages() == {other}
+    assert seen["errors"] == []
+    page.close()

@@ -212,6 +212,72 @@ def cluster(
 
 @app.command()
 @_guarded
+def advise(
+    run: Optional[str] = typer.Argument(None, help="a profiled run (markers mode is enough), verl or MindSpeed-RL output"),
+    budget: str = typer.Option("2MB", "--budget", help="bytes one collecting rank may write, e.g. 2MB, 500KB"),
+    dialect: str = typer.Option("rlprof", "--dialect", help="write the config as: verl, mindspeed, rlprof"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="the next config (default: print it)"),
+    save_path: str = typer.Option("outputs/profile", "--save-path", help="where the next run writes its traces"),
+    check: Optional[str] = typer.Option(None, "--check", help="a run made with the advice: predicted vs actual"),
+    advice_file: Optional[str] = typer.Option(None, "--advice",
+                                              help="with --check: the advice JSON written beside -o (NEXT.advice.json)"),
+):
+    """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from . import advise as adv
+    from .config import resolve_plan
+    from .config.describe import plan_words
+
+    if check:
+        if not advice_file:
+            fail("--check needs --advice NEXT.advice.json (written beside the config by `rlprof advise -o NEXT.yaml`)")
+        try:
+            advice = json.loads(Path(advice_file).read_text())
+        except (OSError, ValueError) as exc:
+            fail(f"--advice {advice_file}: not an advice file ({exc}); allowed: the NEXT.advice.json advise wrote")
+        result = adv.check(check, advice)
+        ratio = f"{result['ratio']:.2f}x" if result["ratio"] is not None else "-"
+        typer.echo(f"predicted {result['predicted_bytes'] / 1e6:.3f} MB, actual {result['actual_bytes'] / 1e6:.3f} MB "
+                   f"({ratio} of the prediction) over {len(result['windows'])} window(s)")
+        for w in result["windows"]:
+            typer.echo(f"  step {w['step']} {w['role']}/{w['stage']} rank {w['rank']}: {w['bytes'] / 1e6:.3f} MB "
+                       f"({w['status']})")
+        for note in result["notes"]:
+            typer.echo(f"-> {note}")
+        return
+    if run is None:
+        fail("advise needs RUN (a profiled run) or --check NEW_RUN --advice NEXT.advice.json")
+    result = adv.advise(run, adv.parse_size(budget), dialect, save_path)
+    text = OmegaConf.to_yaml(OmegaConf.create(result["config"]))
+    header = (f"# rlprof advise ({dialect} dialect) from {run}\n# target: {result['target']['stage']} at step "
+              f"{result['target']['step']}, ranks {result['target']['ranks']}; predicted "
+              f"{result['predicted_bytes'] / 1e6:.3f} MB (budget {result['budget_bytes'] / 1e6:.3f} MB per rank)\n")
+    typer.echo("why:")
+    for reason in result["reasons"]:
+        typer.echo(f"  - {reason}")
+    typer.echo(f"sizes from: {'; '.join(result['size_sources'])}")
+    typer.echo(plan_words(resolve_plan(result["config"], device="cpu"), rank=result["target"]["ranks"][0],
+                          world_size=max(result["target"]["ranks"]) + 1))
+    for w in result["windows"]:
+        typer.echo(f"predicted: {w['role']}/{w['stage']} step {w['steps']}: {w['bytes'] / 1e6:.3f} MB per rank "
+                   f"({w['how']})")
+    typer.echo(f"predicted total: {result['predicted_bytes'] / 1e6:.3f} MB over {len(result['target']['ranks'])} "
+               "rank(s)")
+    if out:
+        Path(out).write_text(header + text)
+        sidecar = Path(out).with_suffix(".advice.json")
+        sidecar.write_text(json.dumps(result, indent=1, default=str))
+        typer.echo(f"wrote {out} (and {sidecar}); run it: rlprof train {out}; then: rlprof advise --check "
+                   f"<its run dir> --advice {sidecar}")
+    else:
+        typer.echo("---\n" + header + text)
+
+
+@app.command()
+@_guarded
 def report(
     path: str = typer.Argument(..., help="a run directory, manifest, trace, Ascend directory or analysis.json"),
     baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="add a compare section against this"),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import RLProfError
 from .breakdown import BUCKETS, framework_ranges, stage_of_events, window_rows
-from .ops import collectives, launch_overhead, memory, top_ops
+from .findings import findings
+from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
 from .readers.kineto import NotATrace, read_kineto
 
 SCHEMA_VERSION = 1
@@ -92,9 +93,11 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
            "stage": info.get("stage"), "file": path.name}
     groups, windows = stage_of_events(trace.table, rows)
+    unit_signatures(trace.table, rows)
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
-                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read},
+                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read,
+                  "window_status": meta.get("status"), "window_bytes": meta.get("bytes"), "tool": info.get("tool")},
         "warnings": trace.warnings,
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
@@ -155,7 +158,8 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
-    doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"]))
+    doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"] or 0))
+    doc["findings"] = findings(doc)
     return doc
 
 
@@ -282,5 +286,7 @@ def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = Fa
         if doc.get("schema_version") != SCHEMA_VERSION or "rows" not in doc:
             raise AnalyzeError(f"{path}: analysis schema {doc.get('schema_version')!r} is not readable; "
                                f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
+        if "findings" not in doc:  # written before findings existed
+            doc["findings"] = findings(doc)
         return doc
     return analyze(path, workers=workers, top=top, by_shape=by_shape)

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-TABLES = ("rows", "ops", "collectives", "launch", "inputs")
+TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings")
 
 
 def _columns(records: list[dict]) -> list[str]:
@@ -25,7 +25,7 @@ def memory_points(doc: dict) -> list[dict]:
 
 def write_csv(doc: dict, out_dir: Path) -> list[Path]:
     written = []
-    tables = {name: doc[name] for name in TABLES} | {"memory": memory_points(doc)}
+    tables = {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
     for name, records in tables.items():
         path = out_dir / f"{name}.csv"
         cols = _columns(records)
@@ -55,7 +55,7 @@ def write_duckdb(doc: dict, path: Path) -> Path:
     path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
-        tables = {name: doc[name] for name in TABLES} | {"memory": memory_points(doc)}
+        tables = {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
         for name, records in tables.items():
             cols = _columns(records)
             if not cols:

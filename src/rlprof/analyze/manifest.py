@@ -24,6 +24,7 @@ def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
                 continue
             if not str(p).endswith((".json", ".json.gz", ".pickle")) and not (run_dir / p).is_dir():
                 continue
-            meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window")}
+            meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window", "status",
+                                             "bytes")}
             out.append((run_dir / p, meta))
     return out

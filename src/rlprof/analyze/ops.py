@@ -130,3 +130,26 @@ def memory(t: EventTable, points: int = 400) -> dict:
     step = max(1, len(ts) // points)
     return {"peak_bytes": float(total.max()),
             "timeline": [[float(a), float(b)] for a, b in zip(ts[::step], total[::step])]}
+
+
+def unit_signatures(t: EventTable, rows: list[dict]) -> None:
+    """Give each unit row (decode step, micro-/mini-batch) `ops_sig`: a short digest of the set of operator and
+    kernel names that start inside it, so units that run the same operators can be told apart from ones that do
+    not (findings: repeating units). One pass per unit kind; units of one kind do not overlap."""
+    import hashlib
+
+    ops = np.flatnonzero(np.isin(t.kind, (CPU_OP, KERNEL, MEMCPY, MEMSET)))
+    for kind in {r["unit"] for r in rows if r.get("unit")}:
+        units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
+                       key=lambda r: r["start_us"])
+        if not units or not len(ops):
+            continue
+        lo = np.array([u["start_us"] for u in units])
+        hi = lo + np.array([u["wall_ms"] for u in units]) * 1e3
+        i = np.searchsorted(lo, t.start[ops], side="right") - 1
+        inside = (i >= 0) & (t.start[ops] <= hi[np.clip(i, 0, None)])
+        pairs = np.unique(np.stack([i[inside], t.name[ops][inside]]), axis=1)  # (unit, name), sorted by unit
+        cuts = np.searchsorted(pairs[0], np.arange(len(units) + 1))
+        for k, u in enumerate(units):
+            names = sorted(t.names[n] for n in pairs[1, cuts[k]:cuts[k + 1]])
+            u["ops_sig"] = hashlib.blake2b("\n".join(names).encode(), digest_size=6).hexdigest() if names else None

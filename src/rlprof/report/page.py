@@ -21,7 +21,8 @@ h2{font-size:18px;margin:4px 0 10px}table{border-collapse:collapse;font-size:13p
 td,th{border-bottom:1px solid #eee;padding:3px 10px;text-align:right}td:nth-child(-n+4),th{text-align:left}
 .worse{color:#b00020}.better{color:#1b7f3b}.note{color:#555;font-size:13px}.finding{background:#fff4f4;
 border-left:4px solid #e45756;padding:8px 12px;margin:8px 0}.ok{background:#f3fbf4;border-left:4px solid #54a24b;
-padding:8px 12px}.chart{min-height:240px}.warn{color:#8a5300}
+padding:8px 12px}.chart{min-height:240px}.warn{color:#8a5300}.next{background:#f3f7fd;border-left:4px solid
+#4c78a8;padding:8px 12px;margin:8px 0}pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}
 """
 
 
@@ -78,7 +79,8 @@ class Page:
             "</body></html>")
 
 
-def build_page(doc: dict, source: str, cluster_result: dict | None = None, compare_doc: dict | None = None) -> str:
+def build_page(doc: dict, source: str, cluster_result: dict | None = None, compare_doc: dict | None = None,
+               run_dir: Path | None = None) -> str:
     from ..cluster import cluster
 
     cluster_result = cluster_result or cluster(doc)
@@ -86,6 +88,7 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
     steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None})
     page = Page(f"rlprof report: {source}", f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
                 f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""))
+    page.section("findings", "Findings", _findings_html(doc.get("findings", [])), _next_step_html(doc, run_dir))
     if doc.get("warnings"):
         page.section("warnings", "Warnings", "<ul>" + "".join(f'<li class="warn">{esc(w)}</li>'
                                                               for w in doc["warnings"]) + "</ul>")
@@ -95,9 +98,8 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
         ("step", "step"), ("role", "role"), ("stage", "stage"), ("ranks", "ranks"), ("wall_ms", "wall ms"),
         ("compute_ms", "compute"), ("comm_ms", "comm"), ("overlap_ms", "overlap"), ("memcpy_ms", "memcpy"),
         ("idle_ms", "idle")], limit=60), figure=charts.breakdown(doc), empty="no stage windows")
-    page.section("ops", "Top operators and kernels", _table(charts.op_totals(doc), [
-        ("kind", "kind"), ("name", "name"), ("count", "count"), ("self_ms", "self ms"), ("total_ms", "total ms"),
-        ("max_ms", "max ms"), ("share", "share")], limit=25), figure=charts.top_ops(doc), empty="no operators")
+    page.section("ops", "Top operators and kernels", _ops_by_stage_html(doc["ops"]), figure=charts.top_ops(doc),
+                 empty="no operators")
     page.section("memory", "Memory", figure=charts.memory(doc),
                  empty="no memory was recorded (collect with contents [memory] or the torch_memory tool)")
     page.section("cluster", "Cluster: spread across ranks", *_cluster_parts(cluster_result),
@@ -110,12 +112,65 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
     return page.render()
 
 
+def _findings_html(found: list[dict]) -> str:
+    if not found:
+        return '<div class="ok">no finding above its threshold (see docs/analysis_schema.md)</div>'
+    return "".join(f'<div class="finding" data-kind="{esc(f["kind"])}"><b>{k}.</b> {esc(f["text"])}</div>'
+                   for k, f in enumerate(found, 1))
+
+
+def _next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) -> str:
+    """`rlprof advise` in a box: the next config to paste (rlprof dialect, 2 MB a rank), or why there is none."""
+    from omegaconf import OmegaConf
+
+    from ..advise import AdviseError, advise_from, run_windows
+
+    try:
+        advice = advise_from(doc, run_windows(run_dir) if run_dir else [], budget, "rlprof")
+    except AdviseError as exc:
+        return f'<p class="note">next step: {esc(str(exc))}</p>'
+    text = OmegaConf.to_yaml(OmegaConf.create(advice["config"]))
+    why = "".join(f"<li>{esc(r)}</li>" for r in advice["reasons"])
+    return (f'<div class="next"><b>Next step</b>: profile {esc(advice["target"]["stage"])} at step '
+            f'{esc(advice["target"]["step"])} on rank(s) {esc(advice["target"]["ranks"])}, predicted '
+            f'{advice["predicted_bytes"] / 1e6:.2f} MB a rank (budget 2 MB; other dialects and budgets: '
+            f'<code>rlprof advise RUN --budget SIZE --dialect verl|mindspeed|rlprof</code>)<ul>{why}</ul>'
+            f'<pre id="next-config">{esc(text)}</pre></div>')
+
+
+def _ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
+    """Operators per (role, stage) with a stage selector: 'all stages' shows the top overall, a stage its own."""
+    from ..analyze.summary import ops_by_stage
+
+    ranked = ops_by_stage(ops)
+    stages = sorted({f"{o['role']}/{o['stage']}" if o["stage"] else "-" for o in ranked})
+    options = '<option value="">all stages</option>' + "".join(
+        f'<option value="{esc(s)}">{esc(s)}</option>' for s in stages)
+    seen: dict[str, int] = {}
+    body = []
+    for k, o in enumerate(ranked):
+        where = f"{o['role']}/{o['stage']}" if o["stage"] else "-"
+        seen[where] = seen.get(where, 0) + 1
+        if seen[where] > per_stage and k >= per_stage:
+            continue
+        shown = "" if k < per_stage else ' style="display:none"'
+        cells = (where, o["kind"], o["name"], str(o["count"]), f"{o['self_ms']:.3f}", f"{o['total_ms']:.3f}")
+        body.append(f'<tr data-stage="{esc(where)}" data-top="{int(k < per_stage)}"{shown}>'
+                    + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{t}</th>" for t in ("stage", "kind", "name", "count", "self ms", "total ms"))
+    script = ("<script>document.getElementById('stage-select').addEventListener('change',function(e){"
+              "var v=e.target.value;document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
+              "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});</script>")
+    return (f'<label class="note">stage <select id="stage-select">{options}</select></label>'
+            f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{script}')
+
+
 def _cluster_parts(result: dict) -> list[str]:
     parts = []
     ranks = {r["rank"] for r in result["ranks"]}
-    if len(ranks) < 2:
-        parts.append('<p class="note">one rank in this input: nothing to spread across</p>')
-    elif result["slow_ranks"]:
+    if len(ranks) < 2:  # the breakdown above already holds its one rank's numbers
+        return ['<p class="note">one rank in this input: nothing to spread across</p>']
+    if result["slow_ranks"]:
         parts += [f'<div class="finding"><b>slow rank {esc(f["rank"])}</b> ({esc(f["role"])}/{esc(f["stage"])}): '
                   f'{esc(f["evidence"]["summary"])}</div>' for f in result["slow_ranks"]]
     else:
@@ -141,7 +196,7 @@ def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = N
         from ..compare import compare
 
         compare_doc = compare(str(src), baseline, workers=workers, new_doc=doc)
-    return build_page(doc, src.name or str(src), compare_doc=compare_doc)
+    return build_page(doc, src.name or str(src), compare_doc=compare_doc, run_dir=src if src.is_dir() else None)
 
 
 def write_report(path: str | Path, out: str | Path | None = None, baseline: str | None = None,

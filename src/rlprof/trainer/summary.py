@@ -86,6 +86,7 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
         console.print(table)
         from ..analyze.engine import AnalyzeError, analyze
         from ..analyze.export import write_analysis
+        from ..analyze.summary import print_analysis
 
         try:
             doc = analyze(run_dir, workers=1)
@@ -93,20 +94,7 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
             console.print(f"analysis skipped: {exc}")
             continue
         written = write_analysis(doc, run_dir / "analysis")
-        stages = Table(title="profiled stages: where the time went (ms)")
-        for col in ("step", "role", "stage", "rank", "wall", "compute", "comm", "idle"):
-            stages.add_column(col)
-        for r in doc["rows"]:
-            if r["unit"] is None:
-                stages.add_row(*(str(r[k]) for k in ("step", "role", "stage", "rank")),
-                               *(f"{r[k]:.1f}" for k in ("wall_ms", "compute_ms", "comm_ms", "idle_ms")))
-        console.print(stages)
-        ops = Table(title="top operators by self time")
-        for col in ("operator", "count", "self ms", "total ms"):
-            ops.add_column(col)
-        for op in sorted(doc["ops"], key=lambda o: -o["self_ms"])[:8]:
-            ops.add_row(op["name"][:60], str(op["count"]), f"{op['self_ms']:.2f}", f"{op['total_ms']:.2f}")
-        console.print(ops)
+        print_analysis(doc, max_rows=24)  # findings first, then the windows and operators per stage
         console.print(f"analysis: {written[0]}")
         from ..report import write_report
 
