@@ -53,6 +53,7 @@ def test_report_of_a_trainer_run_in_chromium(runs, browser, tmp_path):
         assert traces > 0 and marks > 0, (key, traces, marks)
     assert page.locator("#compare table tbody tr").count() > 0
     assert "actor_update" in page.locator("#breakdown").inner_text()
+    page.locator("#chart-timeline").scroll_into_view_if_needed()  # below the findings: bring it on screen
     boxes = [b for b in (p.bounding_box() for p in page.locator("#chart-timeline .point").all()) if b]
     box = max(boxes, key=lambda b: b["width"])  # interactive: hovering the widest bar shows its hover label
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)

@@ -64,11 +64,12 @@ class Target:
 def choose_target(doc: dict) -> Target:
     """What the findings point at: the slow rank's stage (that rank and a healthy one), else the dominant stage,
     else the longest stage; the last profiled step (later steps are past the one-time costs)."""
-    found = doc.get("findings", [])
-    stages = {(r.get("role"), r["stage"]): 0.0 for r in doc["rows"] if r.get("unit") is None and r.get("stage")}
-    for r in doc["rows"]:
-        if r.get("unit") is None and r.get("stage"):
-            stages[(r.get("role"), r["stage"])] += r["wall_ms"]
+    found = [f for f in doc.get("findings", []) if f.get("stage") in STAGE_ROLE]
+    stages: dict[tuple, float] = {}
+    for r in doc["rows"]:  # stages rlprof can write a config for (its canonical names)
+        if r.get("unit") is None and r.get("stage") in STAGE_ROLE:
+            key = (STAGE_ROLE[r["stage"]], r["stage"])
+            stages[key] = stages.get(key, 0.0) + r["wall_ms"]
     if not stages:
         raise AdviseError("the run has no stage windows to target (no stage ranges were marked); allowed: a run "
                           "profiled by rlprof (markers mode is enough), verl's or MindSpeed-RL's output with stages")
@@ -79,16 +80,16 @@ def choose_target(doc: dict) -> Target:
     dominant = next((f for f in found if f["kind"] == "dominant_stage"), None)
     if slow:
         healthy = [r for r in ranks_seen if r != slow["rank"]][:1]
-        return Target(slow["stage"], slow["role"] or STAGE_ROLE.get(slow["stage"], "actor"), step,
+        return Target(slow["stage"], STAGE_ROLE[slow["stage"]], step,
                       [slow["rank"], *healthy],
                       [f"stage {slow['stage']}: rank {slow['rank']} holds the others up there ({slow['text']})",
                        f"ranks {slow['rank']} (slow) and {healthy[0] if healthy else '-'} (healthy, to compare)"])
     if dominant:
-        stage, role, why = dominant["stage"], dominant["role"], f"stage {dominant['stage']}: {dominant['text']}"
+        stage, role, why = dominant["stage"], STAGE_ROLE[dominant["stage"]], f"stage {dominant['stage']}: {dominant['text']}"
     else:
         (role, stage), ms = max(stages.items(), key=lambda kv: kv[1])
         why = f"stage {stage}: the longest stage ({ms:.1f} ms in the run), though none dominates"
-    return Target(stage, role or STAGE_ROLE.get(stage, "actor"), step, ranks_seen[:1],
+    return Target(stage, role, step, ranks_seen[:1],
                   [why, f"rank {ranks_seen[0]}: no rank stands out, one is representative"])
 
 

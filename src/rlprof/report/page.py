@@ -26,6 +26,13 @@ padding:8px 12px}.chart{min-height:240px}.warn{color:#8a5300}.next{background:#f
 """
 
 
+# The operator table's stage selector: 'all stages' shows the top overall, a stage its own rows.
+STAGE_SELECT_JS = ("(function(){var s=document.getElementById('stage-select');if(!s)return;"
+                   "s.addEventListener('change',function(e){var v=e.target.value;"
+                   "document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
+                   "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});})();")
+
+
 def _script_json(value) -> str:
     """JSON safe inside <script>: no '<', '>' or '&' can close the element or open a comment."""
     return (json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
@@ -50,6 +57,7 @@ class Page:
         self.title, self.subtitle = title, subtitle
         self.sections: list[tuple[str, str, str]] = []
         self.figures: dict[str, dict] = {}
+        self.scripts: list[str] = []  # the page's own behaviour, run after the figures (one inline script)
 
     def section(self, key: str, title: str, *parts: str, figure: dict | None = None, empty: str = "") -> None:
         body = list(parts)
@@ -75,7 +83,8 @@ class Page:
             f"<main>{sections}</main>"
             f"<script>{get_plotlyjs()}</script>"
             f"<script>(function(){{var figs={_script_json(self.figures)};var cfg={_script_json(config)};"
-            "for(var id in figs){var f=figs[id];Plotly.newPlot(id,f.data,f.layout,cfg);}})();</script>"
+            "for(var id in figs){var f=figs[id];Plotly.newPlot(id,f.data,f.layout,cfg);}})();"
+            f"{''.join(self.scripts)}</script>"
             "</body></html>")
 
 
@@ -100,6 +109,7 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
         ("idle_ms", "idle")], limit=60), figure=charts.breakdown(doc), empty="no stage windows")
     page.section("ops", "Top operators and kernels", _ops_by_stage_html(doc["ops"]), figure=charts.top_ops(doc),
                  empty="no operators")
+    page.scripts.append(STAGE_SELECT_JS)
     page.section("memory", "Memory", figure=charts.memory(doc),
                  empty="no memory was recorded (collect with contents [memory] or the torch_memory tool)")
     page.section("cluster", "Cluster: spread across ranks", *_cluster_parts(cluster_result),
@@ -123,11 +133,12 @@ def _next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) ->
     """`rlprof advise` in a box: the next config to paste (rlprof dialect, 2 MB a rank), or why there is none."""
     from omegaconf import OmegaConf
 
-    from ..advise import AdviseError, advise_from, run_windows
+    from ..advise import advise_from, run_windows
+    from ..errors import RLProfError
 
     try:
         advice = advise_from(doc, run_windows(run_dir) if run_dir else [], budget, "rlprof")
-    except AdviseError as exc:
+    except RLProfError as exc:
         return f'<p class="note">next step: {esc(str(exc))}</p>'
     text = OmegaConf.to_yaml(OmegaConf.create(advice["config"]))
     why = "".join(f"<li>{esc(r)}</li>" for r in advice["reasons"])
@@ -158,11 +169,8 @@ def _ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
         body.append(f'<tr data-stage="{esc(where)}" data-top="{int(k < per_stage)}"{shown}>'
                     + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{t}</th>" for t in ("stage", "kind", "name", "count", "self ms", "total ms"))
-    script = ("<script>document.getElementById('stage-select').addEventListener('change',function(e){"
-              "var v=e.target.value;document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
-              "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});</script>")
     return (f'<label class="note">stage <select id="stage-select">{options}</select></label>'
-            f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{script}')
+            f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
 def _cluster_parts(result: dict) -> list[str]:
