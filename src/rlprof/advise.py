@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .analyze.findings import UNIT_WORDS
 from .config.vocab import STAGE_ROLE
 from .errors import RLProfError
 from .frameworks import mindspeed, verl
@@ -250,9 +251,10 @@ def advise_from(doc: dict, windows: list[dict], budget: int, dialect: str, save_
                 break
         if best is None:
             best = (1, *attempt(1))
-            reasons.append(f"even one {unit.replace('_', ' ')} is predicted above the budget: collecting one anyway")
+            reasons.append(f"even one of the {UNIT_WORDS.get(unit, unit)} is predicted above the budget: collecting "
+                           "one anyway")
         active, cfg, plan, wins = best
-        reasons.append(f"{active} {unit.replace('_', ' ')}(s) of {target.stage}"
+        reasons.append(f"{active} {UNIT_WORDS.get(unit, unit)} of {target.stage}"
                        + (f" of the {available} the run showed" if available else "")
                        + f": the most that fit {budget / 1e6:.2f} MB with the other windows of the plan")
     elif unit:

@@ -23,6 +23,7 @@ THRESHOLDS = {
     "repeat_same_ops": 0.8,  # this share of them run the same set of operators
     "repeat_cv": 0.25,  # and their wall times vary by at most this coefficient of variation
 }
+UNIT_WORDS = {"micro_batch": "micro-batches", "mini_batch": "mini-batches", "decode_step": "decode steps"}
 ORDER = ("slow_rank", "dominant_stage", "exposed_comm", "idle", "memcpy", "variance", "truncated", "repeating_units")
 
 
@@ -89,7 +90,8 @@ def findings(doc: dict) -> list[dict]:
             continue
         for kind, bucket, limit, why in (
                 ("exposed_comm", "comm_ms", t["comm_share"], "collectives not hidden behind compute"),
-                ("idle", "idle_ms", t["idle_share"], "nothing running"),
+                ("idle", "idle_ms", t["idle_share"], "no operator or kernel running (host overhead, waiting, gaps "
+                                                     "between launches)"),
                 ("memcpy", "memcpy_ms", t["memcpy_share"], "copies overlapped by neither compute nor communication")):
             share = m[bucket] / m["wall_ms"]
             if share < limit or m[bucket] < t["min_ms"]:
@@ -184,7 +186,7 @@ def _repeating_units(doc: dict) -> list[dict]:
             total = sum(walls)
             best[key] = _finding(
                 "repeating_units", total - mean,
-                f"the {len(units)} {unit.replace('_', ' ')}s of {role}/{stage} run the same operators ({common} of "
+                f"the {len(units)} {UNIT_WORDS.get(unit, unit)} of {role}/{stage} run the same operators ({common} of "
                 f"{len(units)} alike) at {mean:.2f} ms ± {cv:.0%}: one of them ({{unit: {unit}, active: 1}}) "
                 f"represents the rest at 1/{len(units)} of the data",
                 {"units": len(units), "same_ops": common, "mean_ms": mean, "cv": cv, "unit": unit, "step": step},
