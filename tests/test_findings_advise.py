@@ -103,9 +103,12 @@ def test_real_gpu_rank_findings_name_the_communication_share():
     d = json.loads(proc.stdout)
     (f,) = [f for f in d["findings"] if f["kind"] == "exposed_comm"]
     assert f["evidence"]["share"] >= THRESHOLDS["comm_share"] and "nccl" in f["text"].lower()
+    assert d["ops"] and {o["kind"] for o in d["ops"]} == {"cpu_op", "kernel"}
+    assert all({"role", "stage", "step", "rank"} <= o.keys() for o in d["ops"])  # each tagged with its window
     proc = run_cli("analyze", REAL / "gpu_nccl_rank0.json.gz")
-    first = proc.stdout.split("time per window")[0]
+    first, _, rest = proc.stdout.partition("time per window")
     assert "findings" in first and "exposed communication" in first  # the answer before the tables
+    assert "top operators and kernels per stage" in rest and "ncclKernel" in rest
 
 
 @pytest.fixture(scope="module")
