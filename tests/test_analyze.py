@@ -286,3 +286,33 @@ def test_markers_timeline_windows_are_analysed(tmp_path):
     assert stages == ["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
                       "advantage_compute", "actor_update"]
     assert any(r["unit"] == "decode_step" for r in doc["rows"])
+
+
+def test_kernels_belong_to_the_stage_that_launched_them(tmp_path):
+    """A kernel queued at a stage's end runs in the next stage's time; Kineto's ac2g flows tie it to its launch,
+    so its stage is the launching one. Two stage ranges split the real NCCL rank; counts recomputed here."""
+    trace = json.loads(gzip.open(REAL / "gpu_nccl_rank0.json.gz").read())
+    events = trace["traceEvents"]
+    host = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    lo, hi = min(e["ts"] for e in host), max(e["ts"] + e["dur"] for e in host)
+    launch = {e["id"]: e["ts"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+    arrive = {(e["pid"], e["tid"], e["ts"]): e["id"] for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"}
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    launched = {id(k): launch.get(arrive.get((k["pid"], k["tid"], k["ts"]))) for k in kernels}
+    # the cut: where the most kernels were launched before it but run after it
+    cut = sorted(launched[id(k)] for k in kernels if launched[id(k)] is not None)[len(kernels) // 2]
+    pid, tid = host[0]["pid"], host[0]["tid"]
+    for name, a, b in (("actor_compute_log_prob", lo, cut), ("actor_update", cut, hi)):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"rlprof:stage:{name}", "pid": pid, "tid": tid,
+                       "ts": a, "dur": b - a})
+    path = tmp_path / "staged.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    from rlprof.analyze.engine import analyze
+
+    doc = analyze(path, workers=1, top=None)  # every kernel name, not the top 50 per window
+    mine = sum(o["count"] for o in doc["ops"] if o["kind"] == "kernel" and o["stage"] == "actor_compute_log_prob")
+    placed = [launched[id(k)] if launched[id(k)] is not None else k["ts"] for k in kernels]
+    by_launch = sum(1 for t in placed if lo <= t < cut)  # a window holds [start, next window)
+    by_start = sum(1 for k in kernels if lo <= k["ts"] < cut)
+    assert by_launch != by_start  # the split is one where the two placements disagree
+    assert mine == by_launch

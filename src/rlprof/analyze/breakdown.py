@@ -159,10 +159,11 @@ class _StepAt:
 
 
 def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[dict]]:
-    """Which stage window (row) each event starts in, -1 outside all, and those windows' rows.
+    """Which stage window (row) each event belongs to, -1 outside all, and those windows' rows.
 
-    Device kernels are placed by their own start time, so work queued at a stage's end and run just
-    after it counts for the next one; on a synchronised step boundary this is exact.
+    Device kernels are placed by their launch on the host where the trace links them (Kineto's ac2g flows), so
+    work queued at a stage's end belongs to that stage even when it runs in the next; without a flow, by their
+    own start time.
     """
     stages = [r for r in rows if r["unit"] is None and r["start_us"] is not None]
     stages.sort(key=lambda r: r["start_us"])
@@ -170,6 +171,7 @@ def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[d
         return np.full(len(t), -1, np.int32), stages
     lo = np.array([r["start_us"] for r in stages])
     hi = lo + np.array([r["wall_ms"] for r in stages]) * 1e3
-    i = np.searchsorted(lo, t.start, side="right") - 1
-    inside = (i >= 0) & (t.start <= hi[np.clip(i, 0, None)])
+    when = t.placed_at()
+    i = np.searchsorted(lo, when, side="right") - 1
+    inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
     return np.where(inside, i, -1).astype(np.int32), stages

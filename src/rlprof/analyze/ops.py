@@ -146,8 +146,9 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
             continue
         lo = np.array([u["start_us"] for u in units])
         hi = lo + np.array([u["wall_ms"] for u in units]) * 1e3
-        i = np.searchsorted(lo, t.start[ops], side="right") - 1
-        inside = (i >= 0) & (t.start[ops] <= hi[np.clip(i, 0, None)])
+        when = t.placed_at()[ops]
+        i = np.searchsorted(lo, when, side="right") - 1
+        inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
         pairs = np.unique(np.stack([i[inside], t.name[ops][inside]]), axis=1)  # (unit, name), sorted by unit
         cuts = np.searchsorted(pairs[0], np.arange(len(units) + 1))
         for k, u in enumerate(units):

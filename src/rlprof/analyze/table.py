@@ -48,6 +48,15 @@ class EventTable:
     span: tuple[float, float] | None = None  # first start, last end over every complete event
     shape: np.ndarray | None = None  # int32 id into shapes ("Input Dims"), when read with shapes
     shapes: list[str] = field(default_factory=list)
+    # Device events: when the host launched them (µs; NaN where the trace has no launch flow for the event)
+    launch: np.ndarray | None = None
+
+    def placed_at(self) -> np.ndarray:
+        """The time that places each event in a stage window: its launch on the host where the trace links it
+        (a kernel queued at a stage's end belongs to that stage even if it runs in the next), else its start."""
+        if self.launch is None:
+            return self.start
+        return np.where(np.isnan(self.launch), self.start, self.launch)
 
     def __len__(self) -> int:
         return len(self.start)

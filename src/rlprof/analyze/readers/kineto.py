@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..table import CPU_OP, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable
+from ..table import CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable
 
 CHUNK = 8 << 20
 SEP = b"},\n  {"
@@ -39,6 +39,7 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str = 0
     ts: float | str = 0.0
     dur: float | str = 0.0
+    id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # decoded only where needed
 
     def decoded_args(self) -> Args:
@@ -137,6 +138,8 @@ class _Sink:
         self.decode = _decode_shape_events if shapes else _decode_events
         self.event_type = ShapeEvent if shapes else Event
         self.shapes = shapes
+        self.flow_starts: list[tuple] = []  # (id, ts): where a launch flow leaves the host
+        self.flow_ends: list[tuple] = []  # (id, ts, (pid, tid)): the device event it arrives at
 
     def _ids(self, keys: list, table: dict, labels: list, label=str) -> list[int]:
         for key in dict.fromkeys(keys):
@@ -153,6 +156,10 @@ class _Sink:
                     total = e.decoded_args().total_allocated
                     if total is not None:
                         self.cols.add_memory(_num(e.ts), total)
+                elif e.ph == "s" and e.cat == "ac2g":
+                    self.flow_starts.append((e.id, e.ts))
+                elif e.ph == "f" and e.cat == "ac2g":
+                    self.flow_ends.append((e.id, e.ts, (e.pid, e.tid)))
         if not xs:
             return
         start = np.array([e.ts for e in xs], dtype=np.float64)  # numpy parses string timestamps too
@@ -179,6 +186,39 @@ class _Sink:
             raw = [bytes(e.args.input_dims).replace(b" ", b"").decode() for e in xs]
             shapes = self._ids(raw, self.cols.shapes.ids, self.cols.shapes.names)
         self.cols.add(start, end, kind, names, threads, shapes)
+
+
+    def build(self) -> EventTable:
+        table = self.cols.build()
+        table.launch = self._launch_times(table)
+        return table
+
+    def _launch_times(self, t: EventTable) -> np.ndarray | None:
+        """Each device event's host launch time, through the trace's ac2g flows: a flow end sits on its device
+        event (same thread, same timestamp), its start at the launch. Vectorised: sorted keys + searchsorted."""
+        if not self.flow_ends or not self.flow_starts or not len(t):
+            return None
+        start_id = np.array([str(i) for i, _ in self.flow_starts])
+        start_ts = np.array([ts for _, ts in self.flow_starts], dtype=np.float64)
+        end_id = np.array([str(i) for i, _, _ in self.flow_ends])
+        end_ts = np.array([ts for _, ts, _ in self.flow_ends], dtype=np.float64)
+        end_thread = np.array([self._thread_ids.get(k, -1) for _, _, k in self.flow_ends], dtype=np.int64)
+        order = np.argsort(start_id, kind="stable")
+        pos = np.clip(np.searchsorted(start_id[order], end_id), 0, len(order) - 1)
+        found = start_id[order][pos] == end_id
+        launch_of_end = np.where(found, start_ts[order][pos], np.nan)
+        # device events <- flow ends on the same thread at the same start time
+        width = float(max(t.end.max(), end_ts.max()) - min(t.start.min(), end_ts.min())) + 1.0
+        base = float(min(t.start.min(), end_ts.min()))
+        end_key = end_thread * width + (end_ts - base)
+        key_order = np.argsort(end_key, kind="stable")
+        device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
+        ev_key = t.thread[device].astype(np.int64) * width + (t.start[device] - base)
+        at = np.clip(np.searchsorted(end_key[key_order], ev_key), 0, len(key_order) - 1)
+        hit = np.abs(end_key[key_order][at] - ev_key) < 1e-3
+        launch = np.full(len(t), np.nan)
+        launch[device[hit]] = launch_of_end[key_order][at[hit]]
+        return launch if np.isfinite(launch).any() else None
 
 
 def _open(path: Path):
@@ -261,7 +301,7 @@ def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
         partial = True
         warnings.append(f"{path}: {_why(stream_error)} at byte {offset}; events before it were kept")
     meta = _meta(header, tail)
-    return Trace(path, sink.cols.build(), meta, warnings, partial, offset)
+    return Trace(path, sink.build(), meta, warnings, partial, offset)
 
 
 def _why(exc) -> str | None:
@@ -331,4 +371,4 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
         sink.add(doc.traceEvents)
         meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
     warnings = [f"{path}: {_why(stream_error)}"] if stream_error is not None else []
-    return Trace(path, sink.cols.build(), meta, warnings, stream_error is not None, len(data))
+    return Trace(path, sink.build(), meta, warnings, stream_error is not None, len(data))
