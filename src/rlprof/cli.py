@@ -134,7 +134,7 @@ def analyze(
 
     from .analyze.engine import analyze as run_analysis
     from .analyze.export import write_analysis
-    from .analyze.summary import print_analysis
+    from .report.terminal import print_analysis
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
@@ -164,7 +164,8 @@ def compare(
     """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
     from pathlib import Path
 
-    from .compare import compare as run_compare, print_compare, write_compare
+    from .compare import compare as run_compare, write_compare
+    from .report.terminal import print_compare
 
     missing = [flag for flag, v in (("-d NEW", new), ("-bp BASELINE", baseline)) if not v]
     if missing:
@@ -195,7 +196,8 @@ def cluster(
     from pathlib import Path
 
     from .analyze.engine import load_analysis
-    from .cluster import cluster as run_cluster, print_cluster
+    from .cluster import cluster as run_cluster
+    from .report.terminal import print_cluster
 
     result = run_cluster(load_analysis(path, workers=workers), threshold)
     for warning in result["warnings"]:
@@ -230,6 +232,7 @@ def advise(
     from . import advise as adv
     from .config import resolve_plan
     from .config.describe import plan_words
+    from .report.terminal import print_advice, print_check
 
     if check:
         if not advice_file:
@@ -238,15 +241,7 @@ def advise(
             advice = json.loads(Path(advice_file).read_text())
         except (OSError, ValueError) as exc:
             fail(f"--advice {advice_file}: not an advice file ({exc}); allowed: the NEXT.advice.json advise wrote")
-        result = adv.check(check, advice)
-        ratio = f"{result['ratio']:.2f}x" if result["ratio"] is not None else "-"
-        typer.echo(f"predicted {result['predicted_bytes'] / 1e6:.3f} MB, actual {result['actual_bytes'] / 1e6:.3f} MB "
-                   f"({ratio} of the prediction) over {len(result['windows'])} window(s)")
-        for w in result["windows"]:
-            typer.echo(f"  step {w['step']} {w['role']}/{w['stage']} rank {w['rank']}: {w['bytes'] / 1e6:.3f} MB "
-                       f"({w['status']})")
-        for note in result["notes"]:
-            typer.echo(f"-> {note}")
+        print_check(adv.check(check, advice))
         return
     if run is None:
         fail("advise needs RUN (a profiled run) or --check NEW_RUN --advice NEXT.advice.json")
@@ -255,17 +250,8 @@ def advise(
     header = (f"# rlprof advise ({dialect} dialect) from {run}\n# target: {result['target']['stage']} at step "
               f"{result['target']['step']}, ranks {result['target']['ranks']}; predicted "
               f"{result['predicted_bytes'] / 1e6:.3f} MB (budget {result['budget_bytes'] / 1e6:.3f} MB per rank)\n")
-    typer.echo("why:")
-    for reason in result["reasons"]:
-        typer.echo(f"  - {reason}")
-    typer.echo(f"sizes from: {'; '.join(result['size_sources'])}")
-    typer.echo(plan_words(resolve_plan(result["config"], device="cpu"), rank=result["target"]["ranks"][0],
-                          world_size=max(result["target"]["ranks"]) + 1))
-    for w in result["windows"]:
-        typer.echo(f"predicted: {w['role']}/{w['stage']} step {w['steps']}: {w['bytes'] / 1e6:.3f} MB per rank "
-                   f"({w['how']})")
-    typer.echo(f"predicted total: {result['predicted_bytes'] / 1e6:.3f} MB over {len(result['target']['ranks'])} "
-               "rank(s)")
+    print_advice(result, plan_words(resolve_plan(result["config"], device="cpu"), rank=result["target"]["ranks"][0],
+                                    world_size=max(result["target"]["ranks"]) + 1))
     if out:
         Path(out).write_text(header + text)
         sidecar = Path(out).with_suffix(".advice.json")

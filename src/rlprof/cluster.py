@@ -110,24 +110,3 @@ def cluster(doc: dict, threshold: float = THRESHOLD) -> dict:
     ranks = per_rank(doc)
     return {"ranks": ranks, "stages": spread(ranks), "slow_ranks": slow_ranks(ranks, doc, threshold),
             "threshold": threshold, "warnings": doc.get("warnings", []), "partial": doc.get("partial", False)}
-
-
-def print_cluster(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(120, Console().width))
-    table = Table(title="spread across ranks, per stage (ms per step)")
-    for col in ("role", "stage", "ranks", "bucket", "mean", "min", "max", "spread", "cv", "slowest"):
-        table.add_column(col, justify="right")
-    for s in result["stages"]:
-        if s["bucket"] in ("wall", "compute", "comm"):
-            table.add_row(str(s["role"]), str(s["stage"]), str(s["ranks"]), s["bucket"], f"{s['mean_ms']:.2f}",
-                          f"{s['min_ms']:.2f}", f"{s['max_ms']:.2f}", f"{s['spread_ms']:.2f}", f"{s['cv']:.2f}",
-                          str(s["max_rank"]))
-    console.print(table)
-    if not result["slow_ranks"]:
-        console.print(f"no slow rank: no rank's compute exceeds the others' by {result['threshold']:.0%} "
-                      "with them waiting for it in collectives")
-    for f in result["slow_ranks"]:
-        console.print(f"[bold red]slow rank {f['rank']}[/] ({f['role']}/{f['stage']}): {f['evidence']['summary']}")

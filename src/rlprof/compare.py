@@ -7,8 +7,6 @@ by name, memory peaks by window. No operator-sequence alignment, so the cost is 
 
 from __future__ import annotations
 
-import csv
-import html
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -17,6 +15,7 @@ from .analyze.breakdown import BUCKETS
 from .analyze.engine import is_analysis_file, load_analysis
 from .analyze.readers.ascend import is_ascend
 from .errors import RLProfError
+from .report.shape import window_label
 
 SCHEMA_VERSION = 1
 INPUTS = "a run directory, a manifest.jsonl, a trace file, an Ascend profiler directory or an analysis.json"
@@ -75,10 +74,7 @@ def _stage_key(r: dict) -> tuple:
 
 
 def _label(k: tuple) -> str:
-    step, role, stage = k
-    if stage is None and role is None:
-        return "whole trace" if step is None else f"step {step}"
-    return (f"step {step} " if step is not None else "") + f"{role}/{stage}"
+    return window_label(*k)
 
 
 def match_windows(base: dict, new: dict) -> tuple[str, dict, dict, list[str]]:
@@ -230,120 +226,14 @@ TABLES = ("stages", "ops", "collectives", "memory")
 
 
 def write_compare(doc: dict, out_dir: Path) -> list[Path]:
+    """compare.json, one CSV per table (compare_stages.csv, ...) and compare.html, the fragment the report embeds."""
+    from .analyze.export import write_tables
+    from .report.fragments import compare_html
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "compare.json"]
     written[0].write_text(json.dumps(doc, indent=1))
-    for name in TABLES:
-        path = out_dir / f"compare_{name}.csv"
-        records = doc[name]
-        cols = list(dict.fromkeys(k for r in records for k in r)) or ["empty"]
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(records)
-        written.append(path)
+    written += write_tables({name: doc[name] for name in TABLES}, out_dir, prefix="compare_")
     html_path = out_dir / "compare.html"
     html_path.write_text(compare_html(doc))
     return written + [html_path]
-
-
-def _fmt(v, signed: bool = False) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:+.3f}" if signed else f"{v:.3f}"
-    return str(v)
-
-
-def stage_pivot(doc: dict) -> list[dict]:
-    """One line per matched window: wall before/after and the change of every bucket."""
-    lines: dict[tuple, dict] = {}
-    for r in doc["stages"]:
-        line = lines.setdefault((r["step"], r["role"], r["stage"]),
-                                {"step": r["step"], "role": r["role"], "stage": r["stage"]})
-        if r["bucket"] == "wall":
-            line.update(baseline_ms=r["baseline_ms"], new_ms=r["new_ms"], diff_ms=r["diff_ms"], ratio=r["ratio"])
-        else:
-            line[r["bucket"]] = r["diff_ms"]
-    return list(lines.values())
-
-
-PIVOT_COLUMNS = ("step", "role", "stage", "baseline_ms", "new_ms", "diff_ms", "ratio", "compute", "comm", "overlap",
-                 "memcpy", "idle")
-OP_COLUMNS = ("status", "role", "stage", "kind", "name", "baseline_ms", "new_ms", "diff_ms")
-
-
-def print_compare(doc: dict, top: int = 20) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(140, Console().width))
-    table = Table(title=f"per stage: baseline {doc['baseline']['path']} -> new {doc['new']['path']} "
-                        "(ms; bucket columns are the change)")
-    for col in PIVOT_COLUMNS:
-        table.add_column(col.replace("_ms", ""), justify="right")
-    for line in stage_pivot(doc):
-        table.add_row(*(_fmt(line.get(c), signed=c not in ("baseline_ms", "new_ms", "ratio")
-                             and c not in ("step", "role", "stage")) for c in PIVOT_COLUMNS))
-    console.print(table)
-    changed = [o for o in doc["ops"] if o["status"] != "same"][:top]
-    ops = Table(title=f"operators and kernels that moved (top {len(changed)} of "
-                      f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)")
-    for col in OP_COLUMNS + (("shape",) if doc["by_shape"] else ()):
-        ops.add_column(col.replace("_ms", ""))
-    for o in changed:
-        ops.add_row(*(_fmt(o.get(c), signed=c == "diff_ms") if c != "name" else o[c][:80]
-                      for c in OP_COLUMNS + (("shape",) if doc["by_shape"] else ())))
-    console.print(ops)
-    colls = [c for c in doc["collectives"] if c["status"] != "same"][:10]
-    if colls:
-        t = Table(title="collectives (ms per window)")
-        for col in ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"):
-            t.add_column(col.replace("_ms", ""))
-        for c in colls:
-            t.add_row(*(_fmt(c[k], signed=k == "diff_ms") for k in ("status", "role", "stage", "name", "baseline_ms",
-                                                                   "new_ms", "diff_ms")))
-        console.print(t)
-    for m in doc["memory"]:
-        console.print(f"memory peak {m['role']}/{m['stage']}: {_fmt(m['baseline_peak_mb'])} MB -> "
-                      f"{_fmt(m['new_peak_mb'])} MB ({_fmt(m['diff_mb'], True)} MB)")
-    for u in doc["unmatched"]:
-        console.print(f"only in {u['side']}: {_label((u['step'], u['role'], u['stage']))}")
-
-
-def _html_table(records: list[dict], columns: tuple[str, ...], signed: tuple[str, ...] = ()) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = []
-    for r in records:
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            cls = ""
-            if c in signed and isinstance(v, float) and v:
-                cls = ' class="worse"' if v > 0 else ' class="better"'
-            cells.append(f"<td{cls}>{html.escape(_fmt(v, c in signed))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def compare_html(doc: dict, top: int = 50) -> str:
-    """A self-contained <section> (no scripts, every name escaped) that the HTML report embeds."""
-    signed = ("diff_ms", "compute", "comm", "overlap", "memcpy", "idle", "diff_mb")
-    parts = [
-        '<section class="rlprof-compare">',
-        f"<h2>Compare: {html.escape(doc['baseline']['path'])} &rarr; {html.escape(doc['new']['path'])}</h2>",
-        "<h3>Per stage (ms; bucket columns are the change)</h3>",
-        _html_table(stage_pivot(doc), PIVOT_COLUMNS, signed),
-        "<h3>Operators and kernels that moved (ms per window)</h3>",
-        _html_table([o for o in doc["ops"] if o["status"] != "same"][:top],
-                    OP_COLUMNS + (("shape",) if doc["by_shape"] else ()), signed),
-        "<h3>Collectives</h3>",
-        _html_table(doc["collectives"][:top], ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"),
-                    signed),
-        "<h3>Memory peak</h3>",
-        _html_table(doc["memory"], ("role", "stage", "baseline_peak_mb", "new_peak_mb", "diff_mb"), signed),
-    ]
-    if doc["warnings"]:
-        parts.append("<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in doc["warnings"]) + "</ul>")
-    parts.append("</section>")
-    return "\n".join(parts)

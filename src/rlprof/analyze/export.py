@@ -1,4 +1,5 @@
-"""Writing an analysis: analysis.json, CSV tables, or one DuckDB file with the same tables."""
+"""The CSV / DuckDB renderer: analysis.json with its tables as CSV or one DuckDB file, and CSV tables of any
+document (compare uses it too)."""
 
 from __future__ import annotations
 
@@ -23,18 +24,26 @@ def memory_points(doc: dict) -> list[dict]:
             for m in doc["memory"] for ts, b in m.get("timeline", [])]
 
 
-def write_csv(doc: dict, out_dir: Path) -> list[Path]:
+def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "") -> list[Path]:
+    """One CSV per named table of any document (scalar columns; nested values stay in its JSON)."""
     written = []
-    tables = {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
     for name, records in tables.items():
-        path = out_dir / f"{name}.csv"
-        cols = _columns(records)
+        path = out_dir / f"{prefix}{name}.csv"
+        cols = _columns(records) or ["empty"]
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
             w.writerows(records)
         written.append(path)
     return written
+
+
+def analysis_tables(doc: dict) -> dict[str, list[dict]]:
+    return {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
+
+
+def write_csv(doc: dict, out_dir: Path) -> list[Path]:
+    return write_tables(analysis_tables(doc), out_dir)
 
 
 def _sql_type(values: list) -> str:
@@ -55,8 +64,7 @@ def write_duckdb(doc: dict, path: Path) -> Path:
     path.unlink(missing_ok=True)
     con = duckdb.connect(str(path))
     try:
-        tables = {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
-        for name, records in tables.items():
+        for name, records in analysis_tables(doc).items():
             cols = _columns(records)
             if not cols:
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import charts
+from . import charts, fragments
 from .charts import esc
 
 STYLE = """
@@ -26,30 +26,10 @@ padding:8px 12px}.chart{min-height:240px}.warn{color:#8a5300}.next{background:#f
 """
 
 
-# The operator table's stage selector: 'all stages' shows the top overall, a stage its own rows.
-STAGE_SELECT_JS = ("(function(){var s=document.getElementById('stage-select');if(!s)return;"
-                   "s.addEventListener('change',function(e){var v=e.target.value;"
-                   "document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
-                   "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});})();")
-
-
 def _script_json(value) -> str:
     """JSON safe inside <script>: no '<', '>' or '&' can close the element or open a comment."""
     return (json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
             .replace("&", "\\u0026"))
-
-
-def _table(records: list[dict], columns: list[tuple[str, str]], limit: int = 30) -> str:
-    head = "".join(f"<th>{esc(title)}</th>" for _, title in columns)
-    body = []
-    for r in records[:limit]:
-        cells = []
-        for key, _ in columns:
-            v = r.get(key)
-            text = f"{v:.3f}" if isinstance(v, float) else "-" if v is None else str(v)
-            cells.append(f"<td>{esc(text)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 class Page:
@@ -97,98 +77,28 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
     steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None})
     page = Page(f"rlprof report: {source}", f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
                 f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""))
-    page.section("findings", "Findings", _findings_html(doc.get("findings", [])), _next_step_html(doc, run_dir))
+    page.section("findings", "Findings", fragments.findings_html(doc.get("findings", [])),
+                 fragments.next_step_html(doc, run_dir))
     if doc.get("warnings"):
         page.section("warnings", "Warnings", "<ul>" + "".join(f'<li class="warn">{esc(w)}</li>'
                                                               for w in doc["warnings"]) + "</ul>")
     page.section("timeline", "Stage timeline per rank", figure=charts.timeline(doc),
                  empty="no window in this input carries a start time")
-    page.section("breakdown", "Breakdown per stage", _table(charts.stage_means(doc), [
+    page.section("breakdown", "Breakdown per stage", fragments.table(charts.stage_means(doc), [
         ("step", "step"), ("role", "role"), ("stage", "stage"), ("ranks", "ranks"), ("wall_ms", "wall ms"),
         ("compute_ms", "compute"), ("comm_ms", "comm"), ("overlap_ms", "overlap"), ("memcpy_ms", "memcpy"),
         ("idle_ms", "idle")], limit=60), figure=charts.breakdown(doc), empty="no stage windows")
-    page.section("ops", "Top operators and kernels", _ops_by_stage_html(doc["ops"]), figure=charts.top_ops(doc),
+    page.section("ops", "Top operators and kernels", fragments.ops_by_stage_html(doc["ops"]), figure=charts.top_ops(doc),
                  empty="no operators")
-    page.scripts.append(STAGE_SELECT_JS)
+    page.scripts.append(fragments.STAGE_SELECT_JS)
     page.section("memory", "Memory", figure=charts.memory(doc),
                  empty="no memory was recorded (collect with contents [memory] or the torch_memory tool)")
-    page.section("cluster", "Cluster: spread across ranks", *_cluster_parts(cluster_result),
+    page.section("cluster", "Cluster: spread across ranks", *fragments.cluster_parts(cluster_result),
                  figure=charts.cluster_spread(cluster_result), empty="no per-rank data")
     if compare_doc is not None:
-        from ..compare import compare_html
-
-        page.section("compare", "Compare with the baseline", compare_html(compare_doc),
+        page.section("compare", "Compare with the baseline", fragments.compare_html(compare_doc),
                      figure=charts.compare_stages(compare_doc), empty="no stage in common")
     return page.render()
-
-
-def _findings_html(found: list[dict]) -> str:
-    if not found:
-        return '<div class="ok">no finding above its threshold (see docs/analysis_schema.md)</div>'
-    return "".join(f'<div class="finding" data-kind="{esc(f["kind"])}"><b>{k}.</b> {esc(f["text"])}</div>'
-                   for k, f in enumerate(found, 1))
-
-
-def _next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) -> str:
-    """`rlprof advise` in a box: the next config to paste (rlprof dialect, 2 MB a rank), or why there is none."""
-    from omegaconf import OmegaConf
-
-    from ..advise import advise_from, run_windows
-    from ..errors import RLProfError
-
-    try:
-        advice = advise_from(doc, run_windows(run_dir) if run_dir else [], budget, "rlprof")
-    except RLProfError as exc:
-        return f'<p class="note">next step: {esc(str(exc))}</p>'
-    text = OmegaConf.to_yaml(OmegaConf.create(advice["config"]))
-    why = "".join(f"<li>{esc(r)}</li>" for r in advice["reasons"])
-    return (f'<div class="next"><b>Next step</b>: profile {esc(advice["target"]["stage"])} at step '
-            f'{esc(advice["target"]["step"])} on rank(s) {esc(advice["target"]["ranks"])}, predicted '
-            f'{advice["predicted_bytes"] / 1e6:.2f} MB a rank (budget 2 MB; other dialects and budgets: '
-            f'<code>rlprof advise RUN --budget SIZE --dialect verl|mindspeed|rlprof</code>)<ul>{why}</ul>'
-            f'<pre id="next-config">{esc(text)}</pre></div>')
-
-
-def _ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
-    """Operators per (role, stage) with a stage selector: 'all stages' shows the top overall, a stage its own."""
-    from ..analyze.summary import ops_by_stage
-
-    ranked = ops_by_stage(ops)
-    stages = sorted({f"{o['role']}/{o['stage']}" if o["stage"] else "-" for o in ranked})
-    options = '<option value="">all stages</option>' + "".join(
-        f'<option value="{esc(s)}">{esc(s)}</option>' for s in stages)
-    seen: dict[str, int] = {}
-    body = []
-    for k, o in enumerate(ranked):
-        where = f"{o['role']}/{o['stage']}" if o["stage"] else "-"
-        seen[where] = seen.get(where, 0) + 1
-        if seen[where] > per_stage and k >= per_stage:
-            continue
-        shown = "" if k < per_stage else ' style="display:none"'
-        cells = (where, o["kind"], o["name"], str(o["count"]), f"{o['self_ms']:.3f}", f"{o['total_ms']:.3f}")
-        body.append(f'<tr data-stage="{esc(where)}" data-top="{int(k < per_stage)}"{shown}>'
-                    + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{t}</th>" for t in ("stage", "kind", "name", "count", "self ms", "total ms"))
-    return (f'<label class="note">stage <select id="stage-select">{options}</select></label>'
-            f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
-
-
-def _cluster_parts(result: dict) -> list[str]:
-    parts = []
-    ranks = {r["rank"] for r in result["ranks"]}
-    if len(ranks) < 2:  # the breakdown above already holds its one rank's numbers
-        return ['<p class="note">one rank in this input: nothing to spread across</p>']
-    if result["slow_ranks"]:
-        parts += [f'<div class="finding"><b>slow rank {esc(f["rank"])}</b> ({esc(f["role"])}/{esc(f["stage"])}): '
-                  f'{esc(f["evidence"]["summary"])}</div>' for f in result["slow_ranks"]]
-    else:
-        parts.append(f'<div class="ok">no slow rank: no rank computes {result["threshold"]:.0%} more than the '
-                     "others in a stage while they wait for it in collectives</div>")
-    wide = [s for s in result["stages"] if s["bucket"] in ("wall", "compute", "comm")]
-    parts.append(_table(wide, [("role", "role"), ("stage", "stage"), ("bucket", "bucket"), ("ranks", "ranks"),
-                               ("mean_ms", "mean"), ("min_ms", "min"), ("max_ms", "max"), ("spread_ms", "spread"),
-                               ("cv", "cv"), ("max_rank", "slowest rank")], limit=60))
-    return parts
 
 
 def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = None,

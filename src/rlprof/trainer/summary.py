@@ -86,7 +86,7 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
         console.print(table)
         from ..analyze.engine import AnalyzeError, analyze
         from ..analyze.export import write_analysis
-        from ..analyze.summary import print_analysis
+        from ..report.terminal import print_analysis
 
         try:
             doc = analyze(run_dir, workers=1)

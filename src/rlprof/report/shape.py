@@ -1,0 +1,54 @@
+"""Shaping documents into the lines every renderer shows (terminal, HTML, CSV read the same lines)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+PIVOT_COLUMNS = ("step", "role", "stage", "baseline_ms", "new_ms", "diff_ms", "ratio", "compute", "comm", "overlap",
+                 "memcpy", "idle")
+OP_COLUMNS = ("status", "role", "stage", "kind", "name", "baseline_ms", "new_ms", "diff_ms")
+SIGNED = ("diff_ms", "compute", "comm", "overlap", "memcpy", "idle", "diff_mb")
+
+
+def fmt(v, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:+.3f}" if signed else f"{v:.3f}"
+    return str(v)
+
+
+def window_label(step, role, stage) -> str:
+    if stage is None and role is None:
+        return "whole trace" if step is None else f"step {step}"
+    return (f"step {step} " if step is not None else "") + f"{role}/{stage}"
+
+
+def stage_pivot(doc: dict) -> list[dict]:
+    """A compare document, one line per matched window: wall before/after and the change of every bucket."""
+    lines: dict[tuple, dict] = {}
+    for r in doc["stages"]:
+        line = lines.setdefault((r["step"], r["role"], r["stage"]),
+                                {"step": r["step"], "role": r["role"], "stage": r["stage"]})
+        if r["bucket"] == "wall":
+            line.update(baseline_ms=r["baseline_ms"], new_ms=r["new_ms"], diff_ms=r["diff_ms"], ratio=r["ratio"])
+        else:
+            line[r["bucket"]] = r["diff_ms"]
+    return list(lines.values())
+
+
+def ops_by_stage(ops: list[dict]) -> list[dict]:
+    """Operators summed over steps and ranks per (role, stage, kind, name): one row per key, never a name twice
+    without the stage that tells the rows apart."""
+    total: dict[tuple, dict] = defaultdict(lambda: {"count": 0, "self_ms": 0.0, "total_ms": 0.0})
+    for op in ops:
+        agg = total[(op.get("role"), op.get("stage"), op["kind"], op["name"])]
+        agg["count"] += op["count"]
+        agg["self_ms"] += op["self_ms"]
+        agg["total_ms"] += op["total_ms"]
+    return sorted(({"role": k[0], "stage": k[1], "kind": k[2], "name": k[3], **v} for k, v in total.items()),
+                  key=lambda o: -o["self_ms"])
+
+
+def where(role, stage) -> str:
+    return f"{role}/{stage}" if stage else "-"

@@ -1,0 +1,127 @@
+"""The terminal renderer: every document rlprof computes (analysis, cluster, compare, advice) as rich tables,
+the answer first. The HTML renderer is page.py / fragments.py; CSV and DuckDB are analyze/export.py."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analyze.breakdown import BUCKETS
+from .shape import OP_COLUMNS, PIVOT_COLUMNS, fmt, ops_by_stage, stage_pivot, where, window_label
+
+
+def _console(width: int = 120) -> Console:
+    return Console(width=max(width, Console().width))
+
+
+def print_findings(console: Console, found: list[dict], limit: int = 6) -> None:
+    if not found:
+        console.print("[bold]findings:[/] none above their thresholds (docs/analysis_schema.md)")
+        return
+    console.print("[bold]findings[/] (ranked; thresholds in docs/analysis_schema.md):")
+    for k, f in enumerate(found[:limit], 1):
+        console.print(f"  {k}. {f['text']}", highlight=False, soft_wrap=True, markup=False)
+    if len(found) > limit:
+        console.print(f"  ... and {len(found) - limit} more in analysis.json (findings)")
+
+
+def print_analysis(doc: dict, max_rows: int = 40) -> None:
+    console = _console()
+    print_findings(console, doc.get("findings", []))
+    rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
+    table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
+    for col in ("step", "role", "stage", "rank") + BUCKETS:
+        table.add_column(col.replace("_ms", ""), justify="right")
+    for r in rows:
+        table.add_row(*(str(r[c]) if r[c] is not None else "-" for c in ("step", "role", "stage", "rank")),
+                      *(f"{r[b]:.2f}" for b in BUCKETS))
+    console.print(table)
+    if not doc["ops"]:
+        console.print("no operators in these windows (ranges only, e.g. the markers tool)")
+        return
+    ops = Table(title="top operators and kernels per stage (self time, summed over steps and ranks)")
+    for col in ("stage", "kind", "name", "count", "self ms", "total ms"):
+        ops.add_column(col)
+    for op in ops_by_stage(doc["ops"])[:15]:
+        ops.add_row(where(op["role"], op["stage"]), op["kind"], op["name"][:70], str(op["count"]),
+                    f"{op['self_ms']:.2f}", f"{op['total_ms']:.2f}")
+    console.print(ops)
+
+
+def print_cluster(result: dict) -> None:
+    console = _console()
+    table = Table(title="spread across ranks, per stage (ms per step)")
+    for col in ("role", "stage", "ranks", "bucket", "mean", "min", "max", "spread", "cv", "slowest"):
+        table.add_column(col, justify="right")
+    for s in result["stages"]:
+        if s["bucket"] in ("wall", "compute", "comm"):
+            table.add_row(str(s["role"]), str(s["stage"]), str(s["ranks"]), s["bucket"], f"{s['mean_ms']:.2f}",
+                          f"{s['min_ms']:.2f}", f"{s['max_ms']:.2f}", f"{s['spread_ms']:.2f}", f"{s['cv']:.2f}",
+                          str(s["max_rank"]))
+    console.print(table)
+    if not result["slow_ranks"]:
+        console.print(f"no slow rank: no rank's compute exceeds the others' by {result['threshold']:.0%} "
+                      "with them waiting for it in collectives")
+    for f in result["slow_ranks"]:
+        console.print(f"[bold red]slow rank {f['rank']}[/] ({f['role']}/{f['stage']}): {f['evidence']['summary']}")
+
+
+def print_compare(doc: dict, top: int = 20) -> None:
+    console = _console(140)
+    table = Table(title=f"per stage: baseline {doc['baseline']['path']} -> new {doc['new']['path']} "
+                        "(ms; bucket columns are the change)")
+    for col in PIVOT_COLUMNS:
+        table.add_column(col.replace("_ms", ""), justify="right")
+    for line in stage_pivot(doc):
+        table.add_row(*(fmt(line.get(c), signed=c not in ("baseline_ms", "new_ms", "ratio")
+                            and c not in ("step", "role", "stage")) for c in PIVOT_COLUMNS))
+    console.print(table)
+    changed = [o for o in doc["ops"] if o["status"] != "same"][:top]
+    ops = Table(title=f"operators and kernels that moved (top {len(changed)} of "
+                      f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)")
+    columns = OP_COLUMNS + (("shape",) if doc["by_shape"] else ())
+    for col in columns:
+        ops.add_column(col.replace("_ms", ""))
+    for o in changed:
+        ops.add_row(*(fmt(o.get(c), signed=c == "diff_ms") if c != "name" else o[c][:80] for c in columns))
+    console.print(ops)
+    colls = [c for c in doc["collectives"] if c["status"] != "same"][:10]
+    if colls:
+        t = Table(title="collectives (ms per window)")
+        keys = ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms")
+        for col in keys:
+            t.add_column(col.replace("_ms", ""))
+        for c in colls:
+            t.add_row(*(fmt(c[k], signed=k == "diff_ms") for k in keys))
+        console.print(t)
+    for m in doc["memory"]:
+        console.print(f"memory peak {m['role']}/{m['stage']}: {fmt(m['baseline_peak_mb'])} MB -> "
+                      f"{fmt(m['new_peak_mb'])} MB ({fmt(m['diff_mb'], True)} MB)")
+    for u in doc["unmatched"]:
+        console.print(f"only in {u['side']}: {window_label(u['step'], u['role'], u['stage'])}")
+
+
+def print_advice(result: dict, plan_text: str) -> None:
+    console = _console()
+    console.print("why:", highlight=False, markup=False)
+    for reason in result["reasons"]:
+        console.print(f"  - {reason}", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"sizes from: {'; '.join(result['size_sources'])}", highlight=False, soft_wrap=True, markup=False)
+    console.print(plan_text, highlight=False, soft_wrap=True, markup=False)
+    for w in result["windows"]:
+        console.print(f"predicted: {w['role']}/{w['stage']} step {w['steps']}: {w['bytes'] / 1e6:.3f} MB per rank "
+                      f"({w['how']})", highlight=False, soft_wrap=True, markup=False)
+    console.print(f"predicted total: {result['predicted_bytes'] / 1e6:.3f} MB over {len(result['target']['ranks'])} "
+                  "rank(s)", highlight=False, markup=False)
+
+
+def print_check(result: dict) -> None:
+    console = _console()
+    ratio = f"{result['ratio']:.2f}x" if result["ratio"] is not None else "-"
+    console.print(f"predicted {result['predicted_bytes'] / 1e6:.3f} MB, actual {result['actual_bytes'] / 1e6:.3f} MB "
+                  f"({ratio} of the prediction) over {len(result['windows'])} window(s)", highlight=False, markup=False)
+    for w in result["windows"]:
+        console.print(f"  step {w['step']} {w['role']}/{w['stage']} rank {w['rank']}: {w['bytes'] / 1e6:.3f} MB "
+                      f"({w['status']})", highlight=False, markup=False)
+    for note in result["notes"]:
+        console.print(f"-> {note}", highlight=False, soft_wrap=True, markup=False)
