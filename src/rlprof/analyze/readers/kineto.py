@@ -138,8 +138,8 @@ class _Sink:
         self.decode = _decode_shape_events if shapes else _decode_events
         self.event_type = ShapeEvent if shapes else Event
         self.shapes = shapes
-        self.flow_starts: list[tuple] = []  # (id, ts): where a launch flow leaves the host
-        self.flow_ends: list[tuple] = []  # (id, ts, (pid, tid)): the device event it arrives at
+        self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
+        self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
 
     def _ids(self, keys: list, table: dict, labels: list, label=str) -> list[int]:
         for key in dict.fromkeys(keys):
@@ -151,15 +151,21 @@ class _Sink:
     def add(self, events: list[Event]) -> None:
         xs = [e for e in events if e.ph == "X"]
         if len(xs) != len(events):
-            for e in events:
+            rest = [e for e in events if e.ph != "X"]
+            for e in rest:
                 if e.ph == "i" and e.name == "[memory]":
                     total = e.decoded_args().total_allocated
                     if total is not None:
                         self.cols.add_memory(_num(e.ts), total)
-                elif e.ph == "s" and e.cat == "ac2g":
-                    self.flow_starts.append((e.id, e.ts))
-                elif e.ph == "f" and e.cat == "ac2g":
-                    self.flow_ends.append((e.id, e.ts, (e.pid, e.tid)))
+            starts = [e for e in rest if e.ph == "s" and e.cat == "ac2g"]
+            ends = [e for e in rest if e.ph == "f" and e.cat == "ac2g"]
+            if starts:  # kept as arrays per chunk: 16-24 bytes a flow, whatever the trace's size
+                self.flow_starts.append((_ids([e.id for e in starts]), np.array([e.ts for e in starts], np.float64)))
+            if ends:
+                thread = self._ids([(e.pid, e.tid) for e in ends], self._thread_ids, self.cols.threads.names,
+                                   lambda k: f"{k[0]}/{k[1]}")
+                self.flow_ends.append((_ids([e.id for e in ends]), np.array([e.ts for e in ends], np.float64),
+                                       np.array(thread, np.int64)))
         if not xs:
             return
         start = np.array([e.ts for e in xs], dtype=np.float64)  # numpy parses string timestamps too
@@ -198,11 +204,14 @@ class _Sink:
         event (same thread, same timestamp), its start at the launch. Vectorised: sorted keys + searchsorted."""
         if not self.flow_ends or not self.flow_starts or not len(t):
             return None
-        start_id = np.array([str(i) for i, _ in self.flow_starts])
-        start_ts = np.array([ts for _, ts in self.flow_starts], dtype=np.float64)
-        end_id = np.array([str(i) for i, _, _ in self.flow_ends])
-        end_ts = np.array([ts for _, ts, _ in self.flow_ends], dtype=np.float64)
-        end_thread = np.array([self._thread_ids.get(k, -1) for _, _, k in self.flow_ends], dtype=np.int64)
+        ids = [c[0] for c in self.flow_starts] + [c[0] for c in self.flow_ends]
+        if any(a.dtype.kind != "i" for a in ids):  # one writer's string ids: compare as strings throughout
+            ids = [a.astype(str) for a in ids]
+        start_id = np.concatenate(ids[:len(self.flow_starts)])
+        end_id = np.concatenate(ids[len(self.flow_starts):])
+        start_ts = np.concatenate([c[1] for c in self.flow_starts])
+        end_ts = np.concatenate([c[1] for c in self.flow_ends])
+        end_thread = np.concatenate([c[2] for c in self.flow_ends])
         order = np.argsort(start_id, kind="stable")
         pos = np.clip(np.searchsorted(start_id[order], end_id), 0, len(order) - 1)
         found = start_id[order][pos] == end_id
@@ -219,6 +228,14 @@ class _Sink:
         launch = np.full(len(t), np.nan)
         launch[device[hit]] = launch_of_end[key_order][at[hit]]
         return launch if np.isfinite(launch).any() else None
+
+
+def _ids(values: list) -> np.ndarray:
+    """Flow ids as int64 (Kineto writes integers), as strings where a writer used strings."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return np.array([str(v) for v in values])
 
 
 def _open(path: Path):
