@@ -316,3 +316,75 @@ def test_kernels_belong_to_the_stage_that_launched_them(tmp_path):
     by_start = sum(1 for k in kernels if lo <= k["ts"] < cut)
     assert by_launch != by_start  # the split is one where the two placements disagree
     assert mine == by_launch
+
+
+def _kept_events(data: bytes) -> tuple[list[dict], int]:
+    """The test's own tolerant parse: complete events of the traceEvents array up to the damage, and where the
+    last one ends in the (decompressed) stream."""
+    decoder = json.JSONDecoder()
+    pos = data.index(b"[", data.index(b'"traceEvents"')) + 1
+    text = data.decode("utf-8", errors="replace")  # ASCII traces: byte and character offsets agree
+    events, end = [], pos
+    while True:
+        while pos < len(text) and text[pos] in " \n\r\t,":
+            pos += 1
+        try:
+            event, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return events, end
+        events.append(event)
+        end = pos
+
+
+@pytest.mark.parametrize("n", [50_000, 300_000, 700_000, 1_000_000])
+def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
+    import re
+    import zlib
+
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes()[:n])
+    decompressable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut.read_bytes())
+    events, last_end = _kept_events(decompressable)
+    proc = run_cli("analyze", cut, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["partial"] is True
+    (warning,) = [w for w in doc["warnings"] if "ends early" in w]
+    offset = int(re.search(r"byte (\d+)", warning).group(1))
+    assert last_end - 2 <= offset <= len(decompressable) and len(decompressable) - offset < 5_000
+    # the events kept are exactly the complete ones before the cut: the same numbers as those events written whole
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps({"traceEvents": events}))
+    ref = json.loads(run_cli("analyze", whole, "--json").stdout)
+    (row,), (ref_row,) = doc["rows"], ref["rows"]
+    assert {k: row[k] for k in BUCKETS} == pytest.approx({k: ref_row[k] for k in BUCKETS})
+    assert ref["partial"] is False and doc["inputs"][0]["events"] == ref["inputs"][0]["events"]
+    compute = [(e["ts"], e["ts"] + e["dur"]) for e in events
+               if e.get("cat") == "kernel" and not e["name"].lower().startswith("nccl")]
+    if compute:  # a device trace by then: compute is the union of its compute kernels
+        assert row["compute_ms"] == pytest.approx(union(compute) / 1e3)
+
+
+def test_unusable_times_are_dropped_counted_and_never_printed(tmp_path):
+    good = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100 + 10 * k, "dur": 5}
+            for k in range(5)]
+    bad = [{"ph": "X", "cat": "cpu_op", "name": "nan_ts", "pid": 1, "tid": 1, "ts": "NaN", "dur": 5},
+           {"ph": "X", "cat": "cpu_op", "name": "negative", "pid": 1, "tid": 1, "ts": 120, "dur": -50},
+           {"ph": "X", "cat": "cpu_op", "name": "huge", "pid": 1, "tid": 1, "ts": 1e300, "dur": 1e300},
+           {"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 1, "dur": 5},
+           {"ph": "X", "cat": "cpu_op", "name": "word_ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 5}]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": good + bad}))
+    proc = run_cli("analyze", path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr  # no numpy / Python warning leaks
+
+    def refuse(constant):
+        raise AssertionError(f"non-finite number in the output: {constant}")
+
+    doc = json.loads(proc.stdout, parse_constant=refuse)
+    (warning,) = [w for w in doc["warnings"] if "dropped" in w]
+    assert "dropped 5 event(s)" in warning and "ts" in warning and "dur" in warning
+    (row,) = doc["rows"]
+    assert row["wall_ms"] == pytest.approx(0.045) and row["compute_ms"] == pytest.approx(0.025)
+    assert {o["name"] for o in doc["ops"]} == {"aten::mm"}

@@ -9,9 +9,9 @@ Damaged input keeps the events before the damage, with a warning naming the file
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import numpy as np
 from ..table import CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable
 
 CHUNK = 8 << 20
+MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
 SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
 ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), then the array's bracket
@@ -37,7 +38,7 @@ class Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float | str = 0.0
+    ts: float | str = float("nan")  # missing: dropped (not read as time 0)
     dur: float | str = 0.0
     id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # decoded only where needed
@@ -138,6 +139,7 @@ class _Sink:
         self.decode = _decode_shape_events if shapes else _decode_events
         self.event_type = ShapeEvent if shapes else Event
         self.shapes = shapes
+        self.dropped: dict[str, int] = defaultdict(int)  # events dropped for bad values, by reason
         self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
         self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
 
@@ -155,8 +157,9 @@ class _Sink:
             for e in rest:
                 if e.ph == "i" and e.name == "[memory]":
                     total = e.decoded_args().total_allocated
-                    if total is not None:
-                        self.cols.add_memory(_num(e.ts), total)
+                    ts = _floats([e.ts])[0]
+                    if total is not None and np.isfinite(ts) and np.isfinite(total):
+                        self.cols.add_memory(float(ts), total)
             starts = [e for e in rest if e.ph == "s" and e.cat == "ac2g"]
             ends = [e for e in rest if e.ph == "f" and e.cat == "ac2g"]
             if starts:  # kept as arrays per chunk: 16-24 bytes a flow, whatever the trace's size
@@ -168,8 +171,19 @@ class _Sink:
                                        np.array(thread, np.int64)))
         if not xs:
             return
-        start = np.array([e.ts for e in xs], dtype=np.float64)  # numpy parses string timestamps too
-        end = start + np.array([e.dur for e in xs], dtype=np.float64)
+        start = _floats([e.ts for e in xs])  # numpy parses string timestamps too
+        dur = _floats([e.dur for e in xs])
+        with np.errstate(all="ignore"):
+            bad_ts = ~np.isfinite(start) | (np.abs(start) > MAX_US)
+            bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_US)
+        if bad_ts.any() or bad_dur.any():  # dropped and counted: no NaN, inf or negative time reaches a table
+            self.dropped["missing, non-finite or out-of-range ts"] += int(bad_ts.sum())
+            self.dropped["negative, non-finite or out-of-range dur"] += int((bad_dur & ~bad_ts).sum())
+            ok = np.flatnonzero(~(bad_ts | bad_dur))
+            xs, start, dur = [xs[i] for i in ok.tolist()], start[ok], dur[ok]
+            if not xs:
+                return
+        end = start + dur
         self.cols.extend_span(float(start.min()), float(end.max()))
         kind = np.array([_KIND.get(e.cat, OTHER) for e in xs], dtype=np.uint8)
         # runtime API calls are only ever summed (launch overhead): aggregate now, do not store them
@@ -193,6 +207,12 @@ class _Sink:
             shapes = self._ids(raw, self.cols.shapes.ids, self.cols.shapes.names)
         self.cols.add(start, end, kind, names, threads, shapes)
 
+
+    def drop_warnings(self, path: Path) -> list[str]:
+        if not self.dropped:
+            return []
+        what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
+        return [f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})"]
 
     def build(self) -> EventTable:
         table = self.cols.build()
@@ -230,6 +250,20 @@ class _Sink:
         return launch if np.isfinite(launch).any() else None
 
 
+def _floats(values: list) -> np.ndarray:
+    """Numbers (or numeric strings) as float64; anything unreadable becomes NaN (then dropped and counted)."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        out = np.full(len(values), np.nan)
+        for i, v in enumerate(values):
+            try:
+                out[i] = float(v)
+            except (ValueError, TypeError, OverflowError):
+                pass
+        return out
+
+
 def _ids(values: list) -> np.ndarray:
     """Flow ids as int64 (Kineto writes integers), as strings where a writer used strings."""
     try:
@@ -238,10 +272,55 @@ def _ids(values: list) -> np.ndarray:
         return np.array([str(v) for v in values])
 
 
+class _CutTolerantGzip:
+    """A gzip stream that hands out every byte it could decompress. gzip.GzipFile raises on a cut or corrupt
+    stream and loses the block it was reading; this keeps it, ends the stream there and holds the reason in
+    `error`. Multi-member files (concatenated gzip) read through."""
+
+    def __init__(self, path: Path):
+        self.f = open(path, "rb")
+        self.d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.pending = b""
+        self.error: Exception | None = None
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        out, size = [self.pending], len(self.pending)
+        self.pending = b""
+        while size < n and not self.done:
+            raw = self.f.read(1 << 20)
+            if not raw:
+                if not self.d.eof:
+                    self.error = EOFError("compressed file ended before the end-of-stream marker")
+                self.done = True
+                break
+            try:
+                piece = self.d.decompress(raw)
+                while self.d.eof and self.d.unused_data:  # the next gzip member
+                    rest, self.d = self.d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    piece += self.d.decompress(rest)
+            except zlib.error as exc:
+                self.error, self.done = exc, True
+                break
+            out.append(piece)
+            size += len(piece)
+        data = b"".join(out)
+        if len(data) > n:
+            data, self.pending = data[:n], data[n:]
+        return data
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+        return False
+
+
 def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _CutTolerantGzip(path) if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
@@ -260,10 +339,13 @@ def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
             if stream_error is not None:
                 return b""
             try:
-                return f.read(CHUNK)
+                data = f.read(CHUNK)
             except (EOFError, OSError, zlib.error) as exc:
                 stream_error = exc
                 return b""
+            if not data and getattr(f, "error", None) is not None:
+                stream_error = f.error
+            return data
 
         # 1. header: everything up to the event array's "["
         while True:
@@ -318,7 +400,7 @@ def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
         partial = True
         warnings.append(f"{path}: {_why(stream_error)} at byte {offset}; events before it were kept")
     meta = _meta(header, tail)
-    return Trace(path, sink.build(), meta, warnings, partial, offset)
+    return Trace(path, sink.build(), meta, warnings + sink.drop_warnings(path), partial, offset)
 
 
 def _why(exc) -> str | None:
@@ -388,4 +470,4 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
         sink.add(doc.traceEvents)
         meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
     warnings = [f"{path}: {_why(stream_error)}"] if stream_error is not None else []
-    return Trace(path, sink.build(), meta, warnings, stream_error is not None, len(data))
+    return Trace(path, sink.build(), meta, warnings + sink.drop_warnings(path), stream_error is not None, len(data))
