@@ -388,3 +388,71 @@ def test_unusable_times_are_dropped_counted_and_never_printed(tmp_path):
     (row,) = doc["rows"]
     assert row["wall_ms"] == pytest.approx(0.045) and row["compute_ms"] == pytest.approx(0.025)
     assert {o["name"] for o in doc["ops"]} == {"aten::mm"}
+
+
+def test_pytorch_1_8_capitalised_categories_are_read(tmp_path):
+    """torch-tb-profiler era traces: Operator / Kernel / Runtime / Memcpy, not cpu_op / kernel / cuda_runtime."""
+    events = [{"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+              {"ph": "X", "cat": "Kernel", "name": "implicit_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 60},
+              {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 90, "dur": 5}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    doc, _ = analyze_json(path)
+    (row,) = doc["rows"]
+    assert row["compute_ms"] == pytest.approx(0.060) and row["memcpy_ms"] == pytest.approx(0.005)
+    assert {o["name"] for o in doc["ops"]} >= {"aten::conv2d", "implicit_gemm"}
+    assert not [w for w in doc["warnings"] if "categories" in w]
+
+
+def test_mostly_unknown_categories_warn_instead_of_reporting_zeros(tmp_path):
+    events = [{"ph": "X", "cat": "Mystery", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5}
+              for k in range(9)] + [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100,
+                                     "dur": 5}]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    doc, _ = analyze_json(path)
+    (warning,) = [w for w in doc["warnings"] if "categories" in w]
+    assert "9 of 10 events" in warning and "'Mystery'" in warning
+
+
+def test_a_partly_copied_run_directory_goes_on(tmp_path):
+    """A manifest row whose file is missing, a line that is not a row, a row whose path is not text, an event
+    name that is not UTF-8: each is a warning naming the file; the readable windows are analysed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    good = json.loads(gzip.open(REAL / "cpu_only_rank34.json.gz").read())
+    (run / "good.json").write_text(json.dumps(good))
+    raw = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "NAME", "pid": 1, "tid": 1, "ts": 1,
+                                       "dur": 1}]}).encode().replace(b"NAME", b"bad\xff\xfename")
+    (run / "bad_utf8.json").write_bytes(raw)
+    rows = [{"path": "good.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+            {"path": "gone.json", "step": 3, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+            {"path": "bad_utf8.json", "step": "4", "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+            [1, 2, 3], {"path": 17, "status": "complete"}]
+    (run / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    proc = run_cli("analyze", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert any(r["step"] == 2 for r in doc["rows"])
+    assert any("gone.json" in w for w in doc["warnings"])
+    assert any("bad_utf8.json" in w for w in doc["warnings"])
+
+
+def test_other_writers_layouts_unterminated_array_and_damage(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": "p1", "tid": "t1", "ts": str(10 * k), "dur": 5}
+              for k in range(4)]
+    unterminated = tmp_path / "unterminated.json"  # the Trace Event Format's array form may omit its "]"
+    unterminated.write_text("[" + ",\n".join(json.dumps(e) for e in events) + ",\n")
+    doc, _ = analyze_json(unterminated)
+    assert doc["partial"] is False and doc["inputs"][0]["events"] == 4
+    compact = json.dumps({"otherData": {}, "traceEvents": events})  # one line, traceEvents not first
+    broken = tmp_path / "broken.json"
+    broken.write_text(compact[:compact.index('"op3"') + 3])
+    proc = run_cli("analyze", broken, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["partial"] is True and doc["inputs"][0]["events"] == 3
+    (warning,) = [w for w in doc["warnings"] if "damaged" in w]
+    assert "byte" in warning and "3 events before it were kept" in warning

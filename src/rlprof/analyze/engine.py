@@ -6,6 +6,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import msgspec
+
 from ..errors import RLProfError
 from .breakdown import BUCKETS, framework_ranges, stage_of_events, window_rows
 from .findings import findings
@@ -118,7 +120,14 @@ def _tagged(records: list[dict], tag: dict, windows: list[dict]) -> list[dict]:
 
 
 def _run(job):
-    return analyze_file(*job)
+    """One input; whatever goes wrong inside it is that file's warning, and the directory goes on."""
+    try:
+        return analyze_file(*job)
+    except (NotATrace, AnalyzeError):
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, UnicodeDecodeError,
+            msgspec.DecodeError) as exc:
+        return _failed(job[0], NotATrace(f"{job[0]}: unreadable ({type(exc).__name__}: {exc})"))
 
 
 def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
@@ -192,7 +201,10 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
 
 
 def _k(v):
-    return (v is None, v if v is not None else 0)
+    """Sort key for steps and ranks that may be None, numbers or (from odd inputs) strings."""
+    if v is None:
+        return (1, 0, 0)
+    return (0, 0, v) if isinstance(v, (int, float)) else (0, 1, str(v))
 
 
 def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:

@@ -17,10 +17,12 @@ def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
                 continue
             try:
                 row = msgspec.json.decode(line)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, UnicodeDecodeError):
                 continue  # a torn last line from a crashed writer
+            if not isinstance(row, dict):
+                continue  # not a manifest row
             p = row.get("path")
-            if row.get("status") == "failed" or not p:
+            if row.get("status") == "failed" or not isinstance(p, str) or not p:
                 continue
             if not str(p).endswith((".json", ".json.gz", ".pickle")) and not (run_dir / p).is_dir():
                 continue

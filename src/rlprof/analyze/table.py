@@ -13,6 +13,9 @@ KIND_OF_CATEGORY = {
     "user_annotation": USER_ANNOTATION, "gpu_user_annotation": GPU_ANNOTATION, "cuda_runtime": RUNTIME,
     "cuda_driver": RUNTIME, "python_function": PYTHON, "mark": USER_ANNOTATION, "stage": USER_ANNOTATION,
     "micro_batch": USER_ANNOTATION, "mini_batch": USER_ANNOTATION, "decode_step": USER_ANNOTATION,
+    # PyTorch 1.8/1.9-era Kineto wrote capitalised categories
+    "Operator": CPU_OP, "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET, "Runtime": RUNTIME,
+    "Python": PYTHON, "User annotation": USER_ANNOTATION, "GPU user annotation": GPU_ANNOTATION,
 }
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
 

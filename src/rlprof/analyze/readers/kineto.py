@@ -140,6 +140,8 @@ class _Sink:
         self.event_type = ShapeEvent if shapes else Event
         self.shapes = shapes
         self.dropped: dict[str, int] = defaultdict(int)  # events dropped for bad values, by reason
+        self.complete = self.unknown = 0  # complete events, and those of a category rlprof does not know
+        self.unknown_cats: dict[str, int] = defaultdict(int)
         self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
         self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
 
@@ -186,6 +188,12 @@ class _Sink:
         end = start + dur
         self.cols.extend_span(float(start.min()), float(end.max()))
         kind = np.array([_KIND.get(e.cat, OTHER) for e in xs], dtype=np.uint8)
+        self.complete += len(xs)
+        unknown = np.flatnonzero(kind == OTHER)
+        if len(unknown):
+            self.unknown += len(unknown)
+            for i in unknown[:1000].tolist():  # which categories, for the warning (a sample is enough)
+                self.unknown_cats[xs[i].cat] += 1
         # runtime API calls are only ever summed (launch overhead): aggregate now, do not store them
         runtime = np.flatnonzero(kind == RUNTIME)
         if len(runtime):
@@ -209,10 +217,15 @@ class _Sink:
 
 
     def drop_warnings(self, path: Path) -> list[str]:
-        if not self.dropped:
-            return []
-        what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
-        return [f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})"]
+        out = []
+        if self.dropped:
+            what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
+            out.append(f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})")
+        if self.complete and self.unknown > self.complete / 2:  # mostly unread: the numbers would be silently wrong
+            cats = ", ".join(f"{c or '(none)'!r}" for c, _ in sorted(self.unknown_cats.items(), key=lambda kv: -kv[1])[:5])
+            out.append(f"{path}: {self.unknown} of {self.complete} events have categories rlprof does not know "
+                       f"({cats}); they are not counted, so the buckets and operators miss them")
+        return out
 
     def build(self) -> EventTable:
         table = self.cols.build()
@@ -413,7 +426,7 @@ def _decode_into(data: bytes, sink: _Sink) -> bool:
     try:
         sink.add(sink.decode(data))
         return True
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a name is damage like any other
         return False
 
 
@@ -427,7 +440,7 @@ def _salvage(piece: bytes, sink: _Sink) -> int:
         end = len(piece) if cut < 0 else cut + 1
         try:
             events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=sink.event_type))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             break
         kept = end
         if cut < 0:
@@ -453,14 +466,50 @@ def _meta(header: bytes, tail: bytes) -> Meta:
             return Meta()
 
 
+def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Trace:
+    """A damaged trace in any layout: its events one by one from the array's "[" up to the first that does not
+    parse (a slow path, taken only on damage)."""
+    import json
+
+    text = data.decode("utf-8", errors="replace")
+    pos = len(data[:bracket + 1].decode("utf-8", errors="replace"))
+    decoder, events, kept = json.JSONDecoder(), [], pos
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            raw, pos = decoder.raw_decode(text, pos)
+            events.append(msgspec.json.decode(msgspec.json.encode(raw), type=sink.event_type))
+        except (ValueError, msgspec.DecodeError, msgspec.EncodeError, RecursionError):
+            break
+        kept = pos
+    if not events:
+        raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
+                        "with traceEvents, or an array of trace events")
+    sink.add(events)
+    offset = len(text[:kept].encode("utf-8"))
+    warning = f"{path}: damaged event near byte {offset} ({exc}); the {len(events)} events before it were kept"
+    return Trace(path, sink.build(), Meta(), [warning] + sink.drop_warnings(path), True, offset)
+
+
 def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
     if not data.strip():
         raise NotATrace(f"{path}: empty file; allowed: a Chrome/Kineto trace JSON object with traceEvents")
+    decode = _decode_whole_shapes if sink.shapes else _decode_whole
     try:
-        doc = (_decode_whole_shapes if sink.shapes else _decode_whole)(data)
-    except msgspec.DecodeError as exc:
-        raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
-                        "with traceEvents, or an array of trace events") from None
+        doc = decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        body = data.strip()
+        if body.startswith(b"["):  # the Trace Event Format lets the array form end without its "]"
+            try:
+                doc = decode(body.rstrip(b",") + b"]")
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                return _salvage_any(path, data, 0, sink, exc)
+        elif b"traceEvents" in data and b"[" in data:
+            return _salvage_any(path, data, data.index(b"[", data.index(b"traceEvents")), sink, exc)
+        else:
+            raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
+                            "with traceEvents, or an array of trace events") from None
     if isinstance(doc, list):
         sink.add(doc)
         meta = Meta()
