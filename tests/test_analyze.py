@@ -438,6 +438,9 @@ def test_a_partly_copied_run_directory_goes_on(tmp_path):
     assert any(r["step"] == 2 for r in doc["rows"])
     assert any("gone.json" in w for w in doc["warnings"])
     assert any("bad_utf8.json" in w for w in doc["warnings"])
+    for cmd in (("report", run, "-o", tmp_path / "r.html"), ("cluster", run, "--json"), ("advise", run)):
+        proc = run_cli(*cmd)  # steps of mixed types (2 and "4") sort everywhere
+        assert "Traceback" not in proc.stderr, (cmd, proc.stderr[-1500:])
 
 
 def test_other_writers_layouts_unterminated_array_and_damage(tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from .analyze.breakdown import BUCKETS
+from .analyze.breakdown import BUCKETS, order_key
 
 THRESHOLD = 0.15  # excess compute, as a fraction of the other ranks' median, before a rank is suspected
 MIN_EXCESS_MS = 1.0  # below this, differences are timer noise
@@ -34,7 +34,7 @@ def per_rank(doc: dict) -> list[dict]:
     for (role, stage, rank), rows in groups.items():
         out.append({"role": role, "stage": stage, "rank": rank, "steps": len(rows),
                     **{b: statistics.fmean(r[b] for r in rows) for b in BUCKETS}})
-    out.sort(key=lambda r: (str(r["role"]), str(r["stage"]), r["rank"] if r["rank"] is not None else -1))
+    out.sort(key=lambda r: (str(r["role"]), str(r["stage"]), order_key(r["rank"])))
     return out
 
 

@@ -11,7 +11,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .analyze.breakdown import BUCKETS
+from .analyze.breakdown import BUCKETS, order_key
 from .analyze.engine import is_analysis_file, load_analysis
 from .analyze.readers.ascend import is_ascend
 from .errors import RLProfError
@@ -96,7 +96,7 @@ def match_windows(base: dict, new: dict) -> tuple[str, dict, dict, list[str]]:
 
 
 def _steps(doc: dict) -> str:
-    return str(sorted({r["step"] for r in _stage_rows(doc) if r.get("step") is not None}))
+    return str(sorted({r["step"] for r in _stage_rows(doc) if r.get("step") is not None}, key=order_key))
 
 
 def _ratio(b: float, n: float) -> float | None:

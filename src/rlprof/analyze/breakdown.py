@@ -19,6 +19,13 @@ from .table import USER_ANNOTATION, EventTable
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
 
+def order_key(v):
+    """Sort key for steps and ranks that may be None, numbers or (from odd inputs) strings."""
+    if v is None:
+        return (1, 0, 0)
+    return (0, 0, v) if isinstance(v, (int, float)) else (0, 1, str(v))
+
+
 class Breakdown:
     def __init__(self, table: EventTable, device: bool):
         m = buckets(table, device)

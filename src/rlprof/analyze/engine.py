@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import RLProfError
-from .breakdown import BUCKETS, framework_ranges, stage_of_events, window_rows
+from .breakdown import BUCKETS, framework_ranges, order_key, stage_of_events, window_rows
 from .findings import findings
 from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
 from .readers.kineto import NotATrace, read_kineto
@@ -200,11 +200,7 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _k(v):
-    """Sort key for steps and ranks that may be None, numbers or (from odd inputs) strings."""
-    if v is None:
-        return (1, 0, 0)
-    return (0, 0, v) if isinstance(v, (int, float)) else (0, 1, str(v))
+_k = order_key
 
 
 def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from .breakdown import order_key
+
 THRESHOLDS = {
     "dominant_share": 0.35,  # a stage holding at least this share of the step (with 2+ stages marked)
     "stage_share": 0.10,  # stages below this share of the step get no bucket finding of their own
@@ -44,7 +46,7 @@ def stage_means(doc: dict) -> dict[tuple, dict]:
         per_step = len(steps) * len(ranks)  # a stage marked twice in a step counts twice
         out[key] = {b: sum(r[b] for r in rows) / per_step
                     for b in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")}
-        out[key].update(steps=sorted(steps, key=lambda s: (s is None, s or 0)), ranks=len(ranks), rows=len(rows))
+        out[key].update(steps=sorted(steps, key=order_key), ranks=len(ranks), rows=len(rows))
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
-from ..analyze.breakdown import BUCKETS
+from ..analyze.breakdown import BUCKETS, order_key
 
 STAGE_COLORS = {"rollout_generate": "#4c78a8", "reward_compute": "#72b7b2", "ref_compute_log_prob": "#54a24b",
                 "actor_compute_log_prob": "#eeca3b", "advantage_compute": "#b279a2", "actor_update": "#e45756",
@@ -158,7 +158,7 @@ def cluster_spread(result: dict) -> dict | None:
     stages = list(dict.fromkeys(esc(f"{r['role']}/{r['stage']}") for r in ranks))
     traces = []
     palette = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
-    for i, rank in enumerate(sorted({r["rank"] for r in ranks}, key=lambda x: (x is None, x or 0))):
+    for i, rank in enumerate(sorted({r["rank"] for r in ranks}, key=order_key)):
         color = palette[i % len(palette)]
         mine = {esc(f"{r['role']}/{r['stage']}"): r for r in ranks if r["rank"] == rank}
         traces.append({"type": "bar", "name": f"rank {rank} compute", "x": stages,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..analyze.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
 
@@ -74,7 +75,7 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
 
     cluster_result = cluster_result or cluster(doc)
     n_ranks = len({(r.get("rank"), r.get("replica")) for r in doc["rows"]})
-    steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None})
+    steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None}, key=order_key)
     page = Page(f"rlprof report: {source}", f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
                 f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""))
     page.section("findings", "Findings", fragments.findings_html(doc.get("findings", [])),
