@@ -25,6 +25,7 @@ MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration
 SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
 ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), then the array's bracket
+LOOSE_END = re.compile(rb"\}\s*\]")  # any event's closing brace, then a bracket (checked by decoding)
 
 
 class Args(msgspec.Struct, gc=False):
@@ -388,6 +389,14 @@ def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
                 continue
             if not data:  # last piece: events up to the array's closing bracket, then the tail keys
                 close = ARRAY_END.search(buf)
+                if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
+                    loose = next((m for m in LOOSE_END.finditer(buf)
+                                  if _decodes(b"[" + buf[:m.start() + 1] + b"]")), None)
+                    if loose is not None:
+                        if not _decode_into(b"[" + buf[:loose.start() + 1] + b"]", sink):
+                            partial = True
+                        tail = buf[loose.end():]
+                        break
                 if close is None:
                     partial = True
                     good = _salvage(buf, sink)
@@ -420,6 +429,14 @@ def _why(exc) -> str | None:
     if exc is None:
         return None
     return f"compressed stream is cut or corrupt ({type(exc).__name__}: {exc})"
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        msgspec.json.decode(data)
+        return True
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False
 
 
 def _decode_into(data: bytes, sink: _Sink) -> bool:

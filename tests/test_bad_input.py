@@ -1,0 +1,115 @@
+"""docs/bad_input.md, row by row: the table is the test's list, so the two cannot drift apart."""
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import REAL, ROOT, run_cli
+
+DOC = ROOT / "docs" / "bad_input.md"
+ASCEND = ROOT / "tests" / "data" / "ascend" / "mindspeed" / "profiler_data"
+
+
+def table_rows() -> list[dict]:
+    rows = []
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("id", "---"):
+            rows.append({"id": cells[0], "says": cells[3], "exit": int(cells[4])})
+    return rows
+
+
+def _events(n=3):
+    return [{"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5}
+            for k in range(n)]
+
+
+def _write(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def build(case: str, tmp) -> list:
+    """The command line for one row of the table."""
+    f = tmp / "t.json"
+    if case == "missing-path":
+        return ["analyze", tmp / "nothing-here"]
+    if case == "empty-file":
+        f.write_text("")
+        return ["analyze", f]
+    if case == "not-json":
+        f.write_text("hello, this is not a trace")
+        return ["analyze", f]
+    if case == "no-trace-events":
+        return ["analyze", _write(f, {"schemaVersion": 1, "events": []})]
+    if case == "no-events":
+        return ["analyze", _write(f, {"schemaVersion": 1, "traceEvents": []})]
+    if case == "empty-dir":
+        (tmp / "d").mkdir()
+        return ["analyze", tmp / "d"]
+    if case == "cut-gzip":
+        cut = tmp / "cut.json.gz"
+        cut.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes()[:300_000])
+        return ["analyze", cut, "--json"]
+    if case == "bad-times":
+        bad = [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+               for ts, dur in (("NaN", 1), ("soon", 1), (5, -3), (1e300, 1))]
+        return ["analyze", _write(f, {"traceEvents": _events() + bad}), "--json"]
+    if case == "unknown-categories":
+        odd = [{**e, "cat": "Mystery"} for e in _events(5)]
+        return ["analyze", _write(f, {"traceEvents": odd + _events(1)}), "--json"]
+    if case == "missing-window":
+        run = tmp / "run"
+        run.mkdir()
+        _write(run / "a.json", {"traceEvents": _events()})
+        rows = [{"path": "a.json", "step": 1, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+                {"path": "gone.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"}]
+        (run / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        return ["analyze", run, "--json"]
+    if case == "truncated-db":
+        src = next((ASCEND / "integrated").glob("node0_4101_*_ascend_pt"))
+        shutil.copytree(src, tmp / "run" / src.name)
+        db = next((tmp / "run").rglob("*.db"))
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 3])
+        for extra in (tmp / "run").rglob("analysis.db"):
+            extra.unlink()
+        return ["analyze", tmp / "run"]
+    if case == "unparsed-ascend":
+        shutil.copytree(ASCEND / "actor_update", tmp / "raw")
+        return ["analyze", tmp / "raw"]
+    if case == "bad-config-key":
+        return ["plan", "global_profiler.tool=torch", "global_profiler.steps=[0]"]
+    if case == "bad-budget":
+        _write(f, {"traceEvents": _events()})
+        return ["advise", f, "--budget", "lots"]
+    raise AssertionError(f"docs/bad_input.md row {case!r} has no input builder in this test")
+
+
+def test_the_table_is_there():
+    assert len(table_rows()) >= 12
+
+
+@pytest.mark.parametrize("row", table_rows(), ids=lambda r: r["id"])
+def test_bad_input_row(tmp_path, row):
+    proc = run_cli(*build(row["id"], tmp_path))
+    assert proc.returncode == row["exit"], (proc.returncode, proc.stderr[-1500:])
+    assert "Traceback" not in proc.stderr
+    if row["exit"] == 2:
+        (line,) = proc.stderr.strip().splitlines()
+        assert row["says"] in line, line
+    else:
+        def refuse(constant):
+            raise AssertionError(f"non-finite number in the output: {constant}")
+
+        doc = json.loads(proc.stdout, parse_constant=refuse)
+        assert any(row["says"] in w for w in doc["warnings"]), doc["warnings"]
+
+
+def test_truncated_db_case_really_is_damaged(tmp_path):
+    """The truncated-db row's input is what it says: sqlite refuses it."""
+    build("truncated-db", tmp_path)
+    db = next((tmp_path / "run").rglob("*.db"))
+    with pytest.raises(sqlite3.DatabaseError):
+        sqlite3.connect(db).execute("SELECT COUNT(*) FROM TASK").fetchall()
