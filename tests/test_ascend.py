@@ -305,3 +305,24 @@ def test_cluster_names_the_slow_rank_of_an_ascend_run(tmp_path):
     (slow,) = doc["slow_ranks"]
     assert slow["rank"] == 1 and slow["stage"] == "actor_update"
     assert any("hcom_reduceScatter_" in str(v) for v in slow.values())
+
+
+def test_a_cut_text_export_keeps_what_was_written(tmp_path):
+    """trace_view.json cut at 60% and kernel_details.csv cut mid-row: the events before the cut, partial, named."""
+    out = tmp_path / "r_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    view = (REAL / "ascend" / "trace_view.json").read_bytes()
+    (out / "trace_view.json").write_bytes(view[: int(len(view) * 0.6)])
+    proc = run_cli("analyze", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["partial"] is True and any("trace_view.json" in w and "kept" in w for w in doc["warnings"])
+    kept = json.loads(view[: view.rfind(b"}", 0, int(len(view) * 0.6)) + 1].decode() + "]")
+    hardware = {e["pid"] for e in kept if e.get("ph") == "M" and e.get("args", {}).get("name") == "Ascend Hardware"}
+    assert doc["rows"] and doc["rows"][0]["compute_ms"] > 0 and hardware
+    csv_text = (REAL / "ascend" / "kernel_details.csv").read_bytes()
+    (out / "trace_view.json").unlink()
+    (out / "kernel_details.csv").write_bytes(csv_text[: len(csv_text) // 2])
+    proc = run_cli("analyze", tmp_path, "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["rows"][0]["compute_ms"] > 0

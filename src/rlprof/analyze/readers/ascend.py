@@ -25,7 +25,7 @@ from ...frameworks import mindspeed
 from ..classify import buckets
 from ..intervals import Coverage
 from ..table import CPU_OP, KERNEL, OTHER, RUNTIME, USER_ANNOTATION, ColumnBuilder, EventTable
-from .kineto import Event, NotATrace, _num
+from .kineto import Event, NotATrace, _num, salvage_events
 
 LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")  # as the Ascend tools name them
 PROCESS_KIND = {"Ascend Hardware": KERNEL, "HCCL": KERNEL, "CANN": RUNTIME, "Python": CPU_OP}
@@ -182,9 +182,9 @@ def read_ascend(path: Path, export: str | None = None) -> AscendTrace:
 def _read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
     cols = ColumnBuilder()
     spans: list[tuple[int, float, float]] = []
-    origin = 0
+    origin, partial, warnings = 0, False, []
     if "trace_view.json" in files:
-        spans, origin = _trace_view(files["trace_view.json"], cols)
+        spans, origin, partial = _trace_view(files["trace_view.json"], cols, warnings)
     elif "kernel_details.csv" in files:
         spans, origin = _kernel_details(files["kernel_details.csv"], cols)
     steps = _step_trace(files["step_trace_time.csv"]) if "step_trace_time.csv" in files else []
@@ -197,15 +197,23 @@ def _read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
     flags = buckets(table, True)
     lanes = lanes_of(*(Coverage(table.start[flags[k]], table.end[flags[k]]) for k in ("compute", "comm")))
     used = [str(p) for k, p in files.items() if k in mindspeed.TEXT_FILES]
-    return AscendTrace(Path(path), table, lanes, steps, kernel_table=kernels, step_spans=spans, export="text",
-                       files=used, origin_us=float(origin))
+    return AscendTrace(Path(path), table, lanes, steps, warnings, partial, kernel_table=kernels, step_spans=spans,
+                       export="text", files=used, origin_us=float(origin))
 
 
-def _trace_view(path: Path, cols: ColumnBuilder) -> tuple[list[tuple[int, float, float]], int]:
+def _trace_view(path: Path, cols: ColumnBuilder, warnings: list[str]
+                ) -> tuple[list[tuple[int, float, float]], int, bool]:
+    data = path.read_bytes()
+    partial = False
     try:
-        events = msgspec.json.decode(path.read_bytes(), type=list[Event])
-    except msgspec.DecodeError as exc:
-        raise NotATrace(f"{path}: not an Ascend trace_view.json ({exc})") from None
+        events = msgspec.json.decode(data, type=list[Event])
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # cut or damaged: the events before it
+        events, offset = salvage_events(data, data.find(b"[")) if data.lstrip().startswith(b"[") else ([], 0)
+        if not events:
+            raise NotATrace(f"{path}: not an Ascend trace_view.json ({exc})") from None
+        partial = True
+        warnings.append(f"{path}: damaged event near byte {offset} ({exc}); the {len(events)} events before it "
+                        "were kept")
     process = {str(e.pid): e.decoded_args().name for e in events if e.ph == "M" and e.name == "process_name"}
     spans: list[tuple[int, float, float]] = []
     start, end, kind, name, tid = [], [], [], [], []
@@ -229,7 +237,7 @@ def _trace_view(path: Path, cols: ColumnBuilder) -> tuple[list[tuple[int, float,
         name.append(cols.names(e.name))
         tid.append(cols.threads(f"{e.pid}/{e.tid}"))
     cols.add(start, end, kind, name, tid)
-    return sorted(spans, key=lambda s: s[1]), origin
+    return sorted(spans, key=lambda s: s[1]), origin, partial
 
 
 def whole_us(ts) -> int:
@@ -254,7 +262,7 @@ def _kernel_details(path: Path, cols: ColumnBuilder) -> tuple[list[tuple[int, fl
         try:
             t0 = relative_us(row["Start Time(us)"], origin)
             dur = float(row["Duration(us)"])
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, TypeError):  # a cut last row has missing fields
             continue
         label = row.get("Type") or row.get("Name") or "?"
         if row.get("Accelerator Core") == "HCCL" and not label.startswith("hcom_"):

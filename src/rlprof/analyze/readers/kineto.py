@@ -483,9 +483,9 @@ def _meta(header: bytes, tail: bytes) -> Meta:
             return Meta()
 
 
-def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Trace:
-    """A damaged trace in any layout: its events one by one from the array's "[" up to the first that does not
-    parse (a slow path, taken only on damage)."""
+def salvage_events(data: bytes, bracket: int, event_type=Event) -> tuple[list, int]:
+    """The events of a damaged array in any layout, one by one from its "[" up to the first that does not parse,
+    and the byte offset where the last one kept ends (a slow path, taken only on damage)."""
     import json
 
     text = data.decode("utf-8", errors="replace")
@@ -496,15 +496,19 @@ def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Tra
             pos += 1
         try:
             raw, pos = decoder.raw_decode(text, pos)
-            events.append(msgspec.json.decode(msgspec.json.encode(raw), type=sink.event_type))
+            events.append(msgspec.json.decode(msgspec.json.encode(raw), type=event_type))
         except (ValueError, msgspec.DecodeError, msgspec.EncodeError, RecursionError):
             break
         kept = pos
+    return events, len(text[:kept].encode("utf-8"))
+
+
+def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Trace:
+    events, offset = salvage_events(data, bracket, sink.event_type)
     if not events:
         raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                         "with traceEvents, or an array of trace events")
     sink.add(events)
-    offset = len(text[:kept].encode("utf-8"))
     warning = f"{path}: damaged event near byte {offset} ({exc}); the {len(events)} events before it were kept"
     return Trace(path, sink.build(), Meta(), [warning] + sink.drop_warnings(path), True, offset)
 
