@@ -43,3 +43,23 @@ def rows(d):
 
 def trace_files(d):
     return sorted(p.name for p in Path(d).glob("*.json.gz")) if Path(d).exists() else []
+
+
+def complete_events(data: bytes) -> tuple[list[dict], int]:
+    """The tests' own tolerant parse (independent of rlprof's reader): the complete events of the traceEvents
+    array in `data` up to any damage, and the character offset where the last one ends ([] when no array)."""
+    text = data.decode("utf-8", errors="replace")  # ASCII traces: byte and character offsets agree
+    at = text.find('"traceEvents"')
+    if at < 0 or text.find("[", at) < 0:
+        return [], 0
+    pos = end = text.find("[", at) + 1
+    decoder, events = json.JSONDecoder(), []
+    while True:
+        while pos < len(text) and text[pos] in " \n\r\t,":
+            pos += 1
+        try:
+            event, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return events, end
+        events.append(event)
+        end = pos

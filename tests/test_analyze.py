@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from conftest import REAL, run_cli
+from helpers import complete_events
 
 BUCKETS = ("compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
@@ -318,24 +319,6 @@ def test_kernels_belong_to_the_stage_that_launched_them(tmp_path):
     assert mine == by_launch
 
 
-def _kept_events(data: bytes) -> tuple[list[dict], int]:
-    """The test's own tolerant parse: complete events of the traceEvents array up to the damage, and where the
-    last one ends in the (decompressed) stream."""
-    decoder = json.JSONDecoder()
-    pos = data.index(b"[", data.index(b'"traceEvents"')) + 1
-    text = data.decode("utf-8", errors="replace")  # ASCII traces: byte and character offsets agree
-    events, end = [], pos
-    while True:
-        while pos < len(text) and text[pos] in " \n\r\t,":
-            pos += 1
-        try:
-            event, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            return events, end
-        events.append(event)
-        end = pos
-
-
 @pytest.mark.parametrize("n", [50_000, 300_000, 700_000, 1_000_000])
 def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
     import re
@@ -344,7 +327,7 @@ def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes()[:n])
     decompressable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut.read_bytes())
-    events, last_end = _kept_events(decompressable)
+    events, last_end = complete_events(decompressable)
     proc = run_cli("analyze", cut, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

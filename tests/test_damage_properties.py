@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers import complete_events
 from rlprof.analyze.readers.kineto import MAX_US, NotATrace, read_kineto
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -25,23 +26,6 @@ def kineto_layout(events: list[dict]) -> bytes:
     return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + body + '\n  ]\n}\n').encode()
 
 
-def complete_before(data: bytes) -> int:
-    """The test's own tolerant parse: how many events of the array are complete in `data`."""
-    text = data.decode("utf-8", errors="replace")
-    at = text.find('"traceEvents"')
-    if at < 0 or text.find("[", at) < 0:
-        return 0
-    pos, n, decoder = text.find("[", at) + 1, 0, json.JSONDecoder()
-    while True:
-        while pos < len(text) and text[pos] in " \n\r\t,":
-            pos += 1
-        try:
-            _, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            return n
-        n += 1
-
-
 @SETTINGS
 @given(events=st.lists(event, min_size=1, max_size=40), layout=st.sampled_from(["kineto", "compact"]),
        gz=st.booleans(), fraction=st.floats(0.0, 1.0))
@@ -52,7 +36,7 @@ def test_a_cut_anywhere_keeps_exactly_the_complete_events_before_it(tmp_path, ev
     path = tmp_path / ("t.json.gz" if gz else "t.json")
     path.write_bytes(cut)
     readable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut) if gz else cut
-    expected = complete_before(readable)
+    expected = len(complete_events(readable)[0])
     try:
         trace = read_kineto(path)
     except NotATrace:
