@@ -167,7 +167,7 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
-    doc["rows"].sort(key=lambda r: (_k(r["step"]), _k(r["rank"]), r["start_us"] or 0))
+    doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["findings"] = findings(doc)
     return doc
 
@@ -200,7 +200,6 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
     return out
 
 
-_k = order_key
 
 
 def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:

@@ -27,7 +27,8 @@ from ..intervals import Coverage
 from ..table import CPU_OP, KERNEL, OTHER, RUNTIME, USER_ANNOTATION, ColumnBuilder, EventTable
 from .kineto import Event, NotATrace, _num, salvage_events
 
-LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")  # as the Ascend tools name them
+# As the Ascend tools name them; free is what a window leaves after the first and the third (OverlapBreakdown).
+LANES = ("Computing", "Communication", "Communication(Not Overlapped)")
 PROCESS_KIND = {"Ascend Hardware": KERNEL, "HCCL": KERNEL, "CANN": RUNTIME, "Python": CPU_OP}
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -61,7 +62,7 @@ class OverlapBreakdown:
 
     def window(self, lo: float, hi: float) -> dict[str, float]:
         get = lambda k: self.lanes[k].within(lo, hi) if k in self.lanes else 0.0  # noqa: E731
-        compute, comm_all, comm_alone = (get(k) for k in LANES[:3])
+        compute, comm_all, comm_alone = (get(k) for k in LANES)
         return {"wall_ms": (hi - lo) / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm_alone / 1e3,
                 "overlap_ms": max(0.0, comm_all - comm_alone) / 1e3, "memcpy_ms": 0.0,
                 "idle_ms": max(0.0, hi - lo - compute - comm_alone) / 1e3}
@@ -89,13 +90,9 @@ class OverlapBreakdown:
 
 
 def lanes_of(compute: Coverage, comm: Coverage) -> dict[str, Coverage]:
-    """The Overlap Analysis lanes of a device timeline: computing, communication, communication not
-    overlapped by computing, and free (the gaps between them)."""
-    busy = Coverage(np.concatenate([compute.s, comm.s]), np.concatenate([compute.e, comm.e]))
-    lanes = {"Computing": compute, "Communication": comm, "Communication(Not Overlapped)": comm.minus(compute)}
-    if len(busy.s):
-        lanes["Free"] = Coverage.runs(busy.e[:-1], busy.s[1:])
-    return lanes
+    """The Overlap Analysis lanes of a device timeline: computing, communication, and communication not
+    overlapped by computing."""
+    return {"Computing": compute, "Communication": comm, "Communication(Not Overlapped)": comm.minus(compute)}
 
 
 # ---- where the files are --------------------------------------------------------------------------
