@@ -200,8 +200,6 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
     return out
 
 
-
-
 def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     """One Ascend output (text or db export): rows per mstx stage range, else per recorded step, else the
     whole device timeline; operators and collectives from the device tasks; memory where recorded."""
