@@ -5,7 +5,8 @@ kineto: a pair of synthetic GPU-style Kineto traces (bench/synth_trace.py, diffe
 db:     a pair of torch_npu db exports (`ascend_pytorch_profiler_*.db`): the two ranks of the MindSpeed-RL
         fixture (tests/data/ascend/mindspeed: mstx stages, compute tasks, HCCL), each repeated in time until it
         reaches the asked size, so both tools read the documented tables at a realistic size.
-Each tool runs in its own process with its peak RSS. Prints one JSON object: {"kineto": {...}, "db": {...}}.
+Each tool runs in its own process; peak memory is the summed RSS of its process tree (bench/ingest.py's
+measure). The Kineto case also times the decode floor of both files (bench/decode_floor.py, one core). Prints one JSON object: {"kineto": {...}, "db": {...}}.
 msprof-analyze 26.2.0 runs from bench/.venv-msprof (bench/msprof.py makes it on first use).
 
     python3 bench/compare.py                  # 48 MB Kineto pair, 40 MB db pair
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sqlite3
 import sys
 import tempfile
@@ -69,17 +71,28 @@ def grow_db(src: Path, dst: Path, mb: float) -> int:
     return tasks
 
 
-def time_pair(base: Path, new: Path, out: Path, use_msprof: bool) -> dict:
-    from ingest import isolated
+def time_pair(base: Path, new: Path, out: Path, use_msprof: bool, pairs: int = 3, floor: bool = False) -> dict:
+    """rlprof (median of `pairs` runs, alternating with the decode floor of both files where `floor`), then
+    msprof-analyze once."""
+    from ingest import floor_cmd, measured
 
-    rl_s, rl_mb, _ = isolated([sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
-                               "-o", str(out / "rlprof_out")])
+    rlprof = [sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
+              "-o", str(out / "rlprof_out")]
+    runs = {"rlprof": [], "floor": []}
+    for _ in range(pairs):
+        runs["rlprof"].append(measured(rlprof)[:2])
+        if floor:
+            runs["floor"].append(measured(floor_cmd(new, base))[:2])
+    rl_s, rl_mb = statistics.median(s for s, _ in runs["rlprof"]), max(mb for _, mb in runs["rlprof"])
     result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": round(rl_mb, 1)}
+    if floor:
+        floor_s = statistics.median(s for s, _ in runs["floor"])
+        result.update({"floor_s": round(floor_s, 2), "rlprof_over_floor": round(rl_s / floor_s, 2)})
     if use_msprof:
         from msprof import ensure_msprof
 
         exe = ensure_msprof()
-        ms_s, ms_mb, _ = isolated([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", str(out / "msprof")])
+        ms_s, ms_mb, _ = measured([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", str(out / "msprof")])
         result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": round(ms_mb, 1),
                        "speedup": round(ms_s / rl_s, 1), "memory_ratio": round(rl_mb / ms_mb, 3)})
     return result
@@ -94,7 +107,8 @@ def kineto_case(tmp: Path, mb: float, use_msprof: bool) -> dict:
     info = write_trace(base, mb, seed=0)
     write_trace(new, mb, seed=1)
     size_mb = min(base.stat().st_size, new.stat().st_size) / 1e6
-    return {"size_mb": round(size_mb, 1), "events": info["events"], **time_pair(base, new, tmp, use_msprof)}
+    return {"size_mb": round(size_mb, 1), "events": info["events"],
+            **time_pair(base, new, tmp, use_msprof, floor=True)}
 
 
 def db_case(tmp: Path, mb: float, use_msprof: bool) -> dict:

@@ -1,10 +1,11 @@
 """The collection runtime on a small real CPU loop with roles, stages, mini/micro-batches, decode steps."""
 
 import json
+import socket
 
 from helpers import A, R, load_trace, names, rows, run, trace_files
 
-from rlprof.config.vocab import STAGES
+from rlprof.vocab import STAGES
 
 DEMO_STAGES = ["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
                "advantage_compute", "actor_update"]
@@ -140,6 +141,21 @@ def test_mark_ranges_and_analysis_hook(tmp_path):
     analysis = json.loads((tmp_path / "r" / "step1_actor_e2e_rank0.analysis.json").read_text())
     assert [(r["step"], r["stage"], r["rank"]) for r in analysis["rows"]] == [(1, "actor_update", 0)]
     assert analysis["input"]["events"] > 0
+    # the manifest says where the window was written; `rlprof analyze` reuses the background tables
+    from rlprof.analyze.engine import analyze
+    from rlprof.collect.manifest import read_rows
+
+    (row,) = read_rows(tmp_path / "r")
+    assert row["host"] == socket.gethostname() and row["node_id"] is None
+    reused = analyze(tmp_path / "r")
+    assert [i["analysed_on"]["reused"] for i in reused["inputs"]] == [True]
+    (tmp_path / "r" / "step1_actor_e2e_rank0.analysis.json").unlink()
+    fresh = analyze(tmp_path / "r")
+    assert [i["analysed_on"] for i in fresh["inputs"]] == [{"host": socket.gethostname(), "node_id": None,
+                                                            "reused": False}]
+    for doc in (reused, fresh):
+        del doc["inputs"][0]["analysed_on"]
+    assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
 
 
 def test_stage_decorator_uses_current_profiler(tmp_path):

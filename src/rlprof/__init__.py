@@ -4,16 +4,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .config import ProfilePlan, load_plan
 from .errors import ConfigError, RLProfError
 
 
 def __getattr__(name):
-    # The runtime imports lazily so that `import rlprof` (and the CLI's dry run) stays light.
+    # Imported on first use so that `import rlprof` (the CLI's start, every analysis worker) stays light.
     if name in ("Profiler", "stage", "mark", "tick", "current"):
         from . import collect
 
         return getattr(collect, name)
+    if name in ("ProfilePlan", "load_plan"):
+        from . import config
+
+        return getattr(config, name)
     raise AttributeError(name)
 
 

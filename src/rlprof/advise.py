@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analyze.findings import UNIT_WORDS
-from .config.vocab import STAGE_ROLE
+from .vocab import STAGE_ROLE
 from .errors import RLProfError
 from .frameworks import mindspeed, verl
 

@@ -126,7 +126,7 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="print the analysis to stdout instead of writing files"),
     export: str = typer.Option("csv", "--export", help="tables as: csv (one file each) or db (one DuckDB file)"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: next to the input)"),
-    ray: bool = typer.Option(False, "--ray", help="fan the per-file work out over a Ray cluster"),
+    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
 ):
     """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory."""
@@ -160,6 +160,7 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="print the comparison to stdout instead of writing files"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
     top: int = typer.Option(20, "--top", min=1, help="operators shown in the terminal table"),
+    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
 ):
     """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
     from pathlib import Path
@@ -171,7 +172,7 @@ def compare(
     if missing:
         fail(f"{' and '.join(missing)} missing; usage: rlprof compare -d NEW -bp BASELINE, each a run directory, "
              "manifest, trace, Ascend directory or analysis.json")
-    doc = run_compare(new, baseline, by_shape=by_shape, workers=workers)
+    doc = run_compare(new, baseline, by_shape=by_shape, workers=workers, use_ray=ray)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
     if as_json:
@@ -191,6 +192,7 @@ def cluster(
     threshold: float = typer.Option(0.15, "--threshold", min=0.0,
                                     help="excess compute (fraction of the other ranks' median) to suspect a rank"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
 ):
     """Per rank and stage buckets, spread across ranks, and slow-rank detection with the evidence."""
     from pathlib import Path
@@ -199,7 +201,7 @@ def cluster(
     from .cluster import cluster as run_cluster
     from .report.terminal import print_cluster
 
-    result = run_cluster(load_analysis(path, workers=workers), threshold)
+    result = run_cluster(load_analysis(path, workers=workers, use_ray=ray), threshold)
     for warning in result["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
     if as_json:
@@ -269,11 +271,12 @@ def report(
     baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="add a compare section against this"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="the HTML file (default: PATH/report.html)"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
 ):
     """One self-contained HTML report: timeline, breakdown, operators, memory, cluster, compare."""
     from .report import write_report
 
-    target = write_report(path, out, baseline, workers=workers)
+    target = write_report(path, out, baseline, workers=workers, use_ray=ray)
     typer.echo(f"report: {target} ({target.stat().st_size / 1e6:.1f} MB, opens offline)")
 
 

@@ -35,9 +35,10 @@ def input_kind(path: Path, doc: dict | None = None) -> str:
     return "trace" if is_ascend(path) else "run"
 
 
-def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None) -> tuple[str, dict]:
+def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_ray: bool = False
+              ) -> tuple[str, dict]:
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not use_ray:  # with --ray the run may live on other nodes only
         raise CompareError(f"{flag} {path} does not exist; allowed: {INPUTS}")
     if is_analysis_file(p):
         if by_shape:
@@ -45,7 +46,7 @@ def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None) -> t
                                "allowed with --by-shape: traces or a run directory")
         doc = load_analysis(p)
         return input_kind(p, doc), doc
-    doc = load_analysis(p, top=None, by_shape=by_shape, workers=workers)
+    doc = load_analysis(p, top=None, by_shape=by_shape, workers=workers, use_ray=use_ray)
     return input_kind(p, doc), doc  # by content: an Ascend directory of ranks and stages is a run
 
 
@@ -148,7 +149,7 @@ def compare_records(base: list[dict], new: list[dict], matched: set, mode: str, 
     """Aggregates matched by (role, stage, *fields), per window, sorted by |difference|."""
     tb, tn = _totals(base, matched, mode, fields, value), _totals(new, matched, mode, fields, value)
     out = []
-    for key in set(tb) | set(tn):
+    for key in dict.fromkeys([*tb, *tn]):  # first-seen order, not a set's (which varies from run to run)
         (bc, bms), (nc, nms) = tb.get(key, (0.0, 0.0)), tn.get(key, (0.0, 0.0))
         wb, wn = windows[0].get(key[:2], 1) or 1, windows[1].get(key[:2], 1) or 1
         bms, nms, bc, nc = bms / wb, nms / wn, bc / wb, nc / wn
@@ -156,7 +157,7 @@ def compare_records(base: list[dict], new: list[dict], matched: set, mode: str, 
         out.append({"role": key[0], "stage": key[1], **dict(zip(fields, key[2:])), "status": _status(bc, nc, diff),
                     "baseline_count": round(bc, 3), "new_count": round(nc, 3), "baseline_ms": bms, "new_ms": nms,
                     "diff_ms": diff, "ratio": _ratio(bms, nms)})
-    out.sort(key=lambda r: (-abs(r["diff_ms"]), r["name"]))
+    out.sort(key=lambda r: (-abs(r["diff_ms"]), r["name"], str(r["role"]), str(r["stage"])))
     return out
 
 
@@ -184,13 +185,13 @@ def compare_memory(base: dict, new: dict) -> list[dict]:
 
 
 def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None,
-            new_doc: dict | None = None) -> dict:
+            new_doc: dict | None = None, use_ray: bool = False) -> dict:
     """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
     if new_doc is not None:
         new_kind, new = input_kind(Path(new_path), new_doc if is_analysis_file(Path(new_path)) else None), new_doc
     else:
-        new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers)
-    base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers)
+        new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers, use_ray=use_ray)
+    base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers, use_ray=use_ray)
     try:
         mode, b, n, warnings = match_windows(base, new)
     except CompareError:

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..config.vocab import STAGE_ROLE
+from ..vocab import STAGE_ROLE
 from .classify import RLPROF_RANGE, buckets
 from .intervals import Coverage
 from .table import USER_ANNOTATION, EventTable

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -15,6 +17,8 @@ from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
 from .readers.kineto import NotATrace, read_kineto
 
 SCHEMA_VERSION = 1
+SPLIT_BYTES = 32 << 20  # a plain trace this large is read in byte ranges by several workers
+RANGE_BYTES = 256 << 20  # at most this much per range: bounds what a worker holds
 TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
 
 
@@ -70,9 +74,11 @@ def directory_inputs(root: Path, files: list[Path]) -> list[tuple[Path, dict]]:
     return inputs
 
 
-def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = False) -> dict:
+def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = False, map_ranges=None,
+                 workers: int = 1) -> dict:
     """Everything rlprof reports about one trace file (small: safe to send between processes).
-    Operators and collectives are per stage window; `top` bounds the operators kept per window."""
+    Operators and collectives are per stage window; `top` bounds the operators kept per window.
+    With `map_ranges` (a map over worker processes or Ray tasks), a large plain trace is read in byte ranges."""
     from .readers.ascend import is_ascend
 
     if is_ascend(Path(path)):
@@ -80,7 +86,7 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     if str(path).endswith(".pickle"):
         return analyze_snapshot(Path(path), meta)
     try:
-        trace = read_kineto(path, shapes=by_shape)
+        trace = read_kineto(path, shapes=by_shape, map_ranges=map_ranges, parts=range_count(path, workers))
     except NotATrace as exc:
         return _failed(path, exc)
     if not len(trace.table):
@@ -119,34 +125,102 @@ def _tagged(records: list[dict], tag: dict, windows: list[dict]) -> list[dict]:
     return out
 
 
-def _run(job):
-    """One input; whatever goes wrong inside it is that file's warning, and the directory goes on."""
+def range_count(path: Path, workers: int) -> int:
+    """How many byte ranges to read a trace in: none below SPLIT_BYTES; else a multiple of the workers (balanced)
+    with ranges of at most RANGE_BYTES (what one worker holds at a time)."""
     try:
-        return analyze_file(*job)
+        size = Path(path).stat().st_size
+    except OSError:
+        return 1
+    if workers <= 1 or size < SPLIT_BYTES:
+        return 1
+    return workers * -(-size // (workers * RANGE_BYTES))
+
+
+def _run(job, map_ranges=None, workers: int = 1):
+    """One input; whatever goes wrong inside it is that file's warning, and the directory goes on. A window the
+    background analysis already analysed with the same parameters is not read again. Records where it ran."""
+    path, meta, top, by_shape = job
+    meta = {k: v for k, v in meta.items() if k != "where"}  # where the file was written: placement, not input
+    try:
+        result = cached_analysis(path, meta, top, by_shape)
+        reused = result is not None
+        if reused:
+            result["input"]["path"] = str(path)  # as given now (the background analysis saw it absolute)
+        else:
+            result = analyze_file(path, meta, top, by_shape, map_ranges=map_ranges, workers=workers)
     except (NotATrace, AnalyzeError):
         raise
     except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, UnicodeDecodeError,
             msgspec.DecodeError) as exc:
-        return _failed(job[0], NotATrace(f"{job[0]}: unreadable ({type(exc).__name__}: {exc})"))
+        result, reused = _failed(path, NotATrace(f"{path}: unreadable ({type(exc).__name__}: {exc})")), False
+    result["input"]["analysed_on"] = {**here(), "reused": reused}
+    return result
+
+
+def here() -> dict:
+    """This process's host, and its Ray node when it runs as a Ray task."""
+    import socket
+    import sys
+
+    node_id = None
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        node_id = ray.get_runtime_context().get_node_id()
+    return {"host": socket.gethostname(), "node_id": node_id}
+
+
+def cache_path(trace: Path) -> Path:
+    """Where the background analysis (`analysis: true`) keeps one window's tables: next to its trace."""
+    return trace.with_name(trace.name.split(".")[0] + ".analysis.json")
+
+
+def cache_key(meta: dict, top: int | None, by_shape: bool) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "meta": meta, "top": top, "by_shape": by_shape}
+
+
+def cached_analysis(path: Path, meta: dict, top: int | None, by_shape: bool) -> dict | None:
+    """The background analysis of this window, when it was made from this trace with these parameters."""
+    import json
+
+    cache = cache_path(Path(path))
+    try:
+        if cache == Path(path) or cache.stat().st_mtime < Path(path).stat().st_mtime:
+            return None
+        doc = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.pop("cache", None) != json.loads(json.dumps(cache_key(meta, top, by_shape))):
+        return None
+    return doc
 
 
 def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
             top: int | None = 50, by_shape: bool = False) -> dict:
     """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes."""
-    inputs = [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
-    if use_ray:
-        from .distributed import ray_map
+    cores = workers or os.cpu_count() or 1
+    inputs = [] if use_ray else [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
+    cluster_warnings: list[str] = []
+    split = len(inputs) < cores and any(range_count(job[0], cores) > 1 for job in inputs)
+    if use_ray:  # the inputs are listed by the nodes that hold them
+        from .distributed import analyze_on_cluster
 
-        results = ray_map(_run, inputs)
-    elif len(inputs) == 1 or workers == 1:
+        results, cluster_warnings = analyze_on_cluster(str(path), top, by_shape, progress)
+    elif cores == 1 or (len(inputs) == 1 and not split):
         results = []
         for job in inputs:
             results.append(_run(job))
             if progress:
                 progress()
+    elif split:  # fewer files than cores, and large ones: each file's byte ranges go over every core
+        results = []
+        with _pool(cores) as pool:
+            for job in inputs:
+                results.append(_run(job, partial(_ordered_map, pool), cores))
+                if progress:
+                    progress()
     else:
-        n = min(len(inputs), workers or os.cpu_count() or 1)
-        with ProcessPoolExecutor(n) as pool:
+        with _pool(min(len(inputs), cores)) as pool:
             results = []
             for res in pool.map(_run, inputs):
                 results.append(res)
@@ -163,13 +237,25 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
-    doc["warnings"].extend(_unparsed_warning(path))
+    doc["warnings"].extend(cluster_warnings)
+    if Path(path).exists():
+        doc["warnings"].extend(_unparsed_warning(path))
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["findings"] = findings(doc)
     return doc
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    """Worker processes; forked where the platform can (they start in milliseconds with rlprof imported)."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method))
+
+
+def _ordered_map(pool: ProcessPoolExecutor, fn, jobs: list):
+    return pool.map(fn, jobs)
 
 
 def _unparsed_warning(path) -> list[str]:
@@ -281,7 +367,7 @@ def is_analysis_file(path: Path) -> bool:
 
 
 def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = False,
-                  workers: int | None = None) -> dict:
+                  workers: int | None = None, use_ray: bool = False) -> dict:
     """An analysis document from anything `rlprof analyze` reads, or from its analysis.json."""
     path = Path(path)
     if is_analysis_file(path):
@@ -294,4 +380,4 @@ def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = Fa
         if "findings" not in doc:  # written before findings existed
             doc["findings"] = findings(doc)
         return doc
-    return analyze(path, workers=workers, top=top, by_shape=by_shape)
+    return analyze(path, workers=workers, top=top, by_shape=by_shape, use_ray=use_ray)

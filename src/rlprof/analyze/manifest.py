@@ -7,6 +7,15 @@ from pathlib import Path
 import msgspec
 
 
+META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes")
+
+
+def row_meta(row: dict) -> dict:
+    """What analysis takes from a window's manifest row (the background analysis uses the same, so that its
+    per-window tables can stand in for a fresh read)."""
+    return {k: row.get(k) for k in META_KEYS}
+
+
 def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
     run_dir = path.parent
     out = []
@@ -26,7 +35,8 @@ def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:
                 continue
             if not str(p).endswith((".json", ".json.gz", ".pickle")) and not (run_dir / p).is_dir():
                 continue
-            meta = {k: row.get(k) for k in ("step", "steps", "role", "stage", "rank", "replica", "window", "status",
-                                             "bytes")}
+            meta = row_meta(row)
+            if row.get("host") or row.get("node_id"):  # where the window was written (not analysis input)
+                meta["where"] = {"host": row.get("host"), "node_id": row.get("node_id")}
             out.append((run_dir / p, meta))
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config.vocab import STAGE_ROLE
+from ..vocab import STAGE_ROLE
 from ..frameworks import mindspeed
 from .readers.ascend import is_unparsed
 

@@ -75,7 +75,7 @@ class ColumnBuilder:
         self.names, self.threads, self.shapes = Interner(), Interner(), Interner()
         self.with_shapes = shapes
         self._chunks: list[tuple[np.ndarray, ...]] = []
-        self._memory: list[tuple[float, float]] = []
+        self.memory_points: list[tuple[float, float]] = []
         self.runtime: dict[str, list[float]] = {}
         self.span: tuple[float, float] | None = None
 
@@ -90,8 +90,13 @@ class ColumnBuilder:
                 cols += (np.asarray(shape if shape is not None else np.zeros(len(start)), np.int32),)
             self._chunks.append(cols)
 
+    def take_chunks(self) -> list[tuple[np.ndarray, ...]]:
+        """The appended column pieces, handed over (this builder forgets them)."""
+        chunks, self._chunks = self._chunks, []
+        return chunks
+
     def add_memory(self, ts: float, total: float) -> None:
-        self._memory.append((ts, total))
+        self.memory_points.append((ts, total))
 
     def build(self) -> EventTable:
         dtypes = (np.float64, np.float64, np.uint8, np.int32, np.int32) + ((np.int32,) if self.with_shapes else ())
@@ -102,7 +107,7 @@ class ColumnBuilder:
             self._chunks = [c[:i] + (None,) + c[i + 1:] for c in self._chunks]
             del pieces
         self._chunks = []
-        memory = np.array(sorted(self._memory), dtype=np.float64).reshape(-1, 2)
+        memory = np.array(sorted(self.memory_points), dtype=np.float64).reshape(-1, 2)
         shape = cols.pop() if self.with_shapes else None
         return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory,
                           runtime=self.runtime, span=self.span, shape=shape,

@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..config.vocab import STAGE_ROLE
+from ..vocab import STAGE_ROLE
 from ..frameworks import verl
 
 

@@ -18,12 +18,12 @@ class AnalysisHook:
     def __init__(self):
         self._proc: subprocess.Popen | None = None
 
-    def submit(self, path: str, run_dir: str) -> None:
+    def submit(self, path: str, run_dir: str, meta: dict | None = None) -> None:
         if self._proc is None:
             self._proc = subprocess.Popen([sys.executable, "-m", "rlprof.collect.analysis_worker"],
                                           stdin=subprocess.PIPE, text=True)
         try:
-            self._proc.stdin.write(json.dumps({"path": path, "run_dir": run_dir}) + "\n")
+            self._proc.stdin.write(json.dumps({"path": path, "run_dir": run_dir, "meta": meta or {}}) + "\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             log.warning("rlprof: analysis worker is gone (%s); windows are kept, run `rlprof analyze` later", exc)

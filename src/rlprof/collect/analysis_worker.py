@@ -1,4 +1,4 @@
-"""Background analysis worker: reads {"path", "run_dir"} lines on stdin, analyses each window.
+"""Background analysis worker: reads {"path", "run_dir", "meta"} lines on stdin, analyses each window.
 
 Runs in its own process with no torch import; a failure on one window is reported and skipped.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from ..analyze.engine import analyze_file
+    from ..analyze.engine import analyze_file, cache_key, cache_path
 
     for line in sys.stdin:
         line = line.strip()
@@ -19,9 +19,10 @@ def main() -> int:
             continue
         job = json.loads(line)
         try:
-            path = Path(job["path"])
-            result = analyze_file(path, {})
-            out = path.with_name(path.name.split(".")[0] + ".analysis.json")
+            path, meta = Path(job["path"]), job.get("meta") or {}
+            result = analyze_file(path, meta)
+            result["cache"] = cache_key(meta, 50, False)  # `rlprof analyze` reuses it for the same window
+            out = cache_path(path)
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(result))
             tmp.replace(out)

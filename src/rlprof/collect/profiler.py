@@ -8,6 +8,7 @@ no environment lookups.
 from __future__ import annotations
 
 import atexit
+from collections import defaultdict
 import msgspec
 import functools
 import importlib.util
@@ -22,10 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..config.plan import ProfilePlan, RolePlan
-from ..config.vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
+from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..errors import CollectError, ConfigError
 from .backends import Backend, Output, WindowSpec, backend_class
-from .manifest import append_row
+from .manifest import append_row, written_where
 from .naming import shared_run_id, window_name
 from .tracefile import finalize_trace
 
@@ -33,11 +34,12 @@ log = logging.getLogger("rlprof")
 
 
 class _NullContext:
-    """Shared no-op context. `"".format` is a C builtin taking any arguments and returning "" (falsy,
-    so exceptions propagate): entering and leaving cost no Python frame."""
+    """Shared no-op context whose entering and leaving run no Python frame: `tuple` (a C type, no descriptor)
+    returns the empty tuple as the `as` target; `"".format`, a C builtin taking any arguments, returns ""
+    (falsy, so exceptions propagate). The cheapest C callables measured for the two slots (bench/overhead.py)."""
 
     __slots__ = ()
-    __enter__ = "".format
+    __enter__ = tuple
     __exit__ = "".format
 
 
@@ -144,6 +146,7 @@ class _StageScope:
             self.window = prof._open_window(self.target, self.name, (prof._step,))
             self.opened = True
             prof._stage_now[self.name] = None  # entered again this step (a DAPO refill): first one only
+            prof._scopes[self.name] = NULL
         self.range = self.window.range("rlprof:stage:" + self.name)
         self.range.__enter__()
         return self
@@ -156,6 +159,29 @@ class _StageScope:
         if self.opened:
             prof._close_window(self.window)
         return False
+
+
+class _SelectedStage:
+    """What `prof.stage(name)` returns for a stage selected this step: every entry opens a scope of its own
+    (per thread, so that threads entering the same stage do not share one)."""
+
+    __slots__ = ("prof", "name", "target", "_local")
+
+    def __init__(self, prof: "Profiler", name: str, target):
+        self.prof, self.name, self.target = prof, name, target
+        self._local = threading.local()
+
+    def __enter__(self):
+        scope = _StageScope(self.prof, self.name, self.target)
+        self._local.__dict__.setdefault("open", []).append(scope)
+        return scope.__enter__()
+
+    def __exit__(self, *exc):
+        return self._local.open.pop().__exit__(*exc)
+
+
+def _null() -> _NullContext:
+    return NULL
 
 
 class _UnitScope:
@@ -238,7 +264,12 @@ class Profiler:
                 self._factories[rp.tool] = backend_class(rp.tool)
         self.run_id = shared_run_id(run_id) if any(r.enabled and r.steps for r in plan.roles) else (run_id or "")
         self._step: int | None = None
+        self._where = written_where()
         self._stage_now: dict = {}
+        # `with prof.stage("actor_update"):` marks a stage and opens its window when selected. `stage` is the C
+        # lookup of a dict kept in step with _stage_now: an unselected stage costs one dict hit, no Python frame.
+        self._scopes: defaultdict = defaultdict(_null)
+        self.stage = self._scopes.__getitem__
         self._ticks: dict[str, list[Window]] = {}
         self._open: list[Window] = []
         self._e2e: Window | None = None
@@ -268,13 +299,6 @@ class Profiler:
         """`with prof.step(n):` marks global training step n (1-based)."""
         return _StepScope(self, n)
 
-    def stage(self, name: str, role: str | None = None):
-        """`with prof.stage("actor_update"):` marks a stage; opens its window when selected."""
-        target = self._stage_now.get(name)
-        if target is None:
-            return NULL
-        return _StageScope(self, name, target)
-
     def tick(self, unit: str) -> None:
         """A `unit` boundary (mini_batch, micro_batch, decode_step) has passed: drives schedules."""
         windows = self._ticks.get(unit)
@@ -303,7 +327,7 @@ class Profiler:
         while self._open:
             self._close_window(self._open[-1])
         self._e2e = None
-        self._stage_now = {}
+        self._select({})
         self._wait_written()
         if self._hook is not None and self._profiled_steps:  # the run ended before the last listed step
             self._run_finish_hook()
@@ -338,7 +362,13 @@ class Profiler:
             if rp.mode == "discrete" and n in rp.steps:
                 for stage in rp.stages:
                     stage_now.setdefault(stage, rp)
+        self._select(stage_now)
+
+    def _select(self, stage_now: dict) -> None:
+        """The stages selected now, and what `stage` returns for each (in place: `stage` is bound to the dict)."""
         self._stage_now = stage_now
+        self._scopes.clear()
+        self._scopes.update((name, _SelectedStage(self, name, target)) for name, target in stage_now.items())
 
     def _end_step(self, n: int) -> None:
         self.tick("step")
@@ -346,7 +376,7 @@ class Profiler:
         if w is not None and n >= w.spec.steps[-1]:
             self._e2e = None
             self._close_window(w)
-        self._stage_now = {}
+        self._select({})
         self._step = None
         if self._hook is not None:
             rp, last = self._hook
@@ -484,7 +514,9 @@ class Profiler:
                 from .analysis_hook import AnalysisHook
 
                 self._analysis = AnalysisHook()
-            self._analysis.submit(str(out.path), str(spec.run_dir))
+            from ..analyze.manifest import row_meta
+
+            self._analysis.submit(str(out.path), str(spec.run_dir), row_meta(row))
 
     def _row(self, w: Window, out: Output | None, error: str | None = None) -> dict:
         spec, rp = w.spec, w.plan
@@ -500,6 +532,7 @@ class Profiler:
             "end_ns": out.end_ns if out else time.time_ns(),
             "status": out.status if out else "failed",
             "roles": list(self.roles),
+            **self._where,
         }
         if error:
             row["error"] = error
@@ -563,14 +596,14 @@ class stage:
             prof = _current
             if prof is None or name not in prof._stage_now:  # unselected: a plain call, no `with`
                 return fn(*args, **kwargs)
-            with prof.stage(name, role):
+            with prof.stage(name):
                 return fn(*args, **kwargs)
 
         return wrapper
 
     def __enter__(self):
         prof = _current
-        self._scope = NULL if prof is None else prof.stage(self.name, self.role)
+        self._scope = NULL if prof is None else prof.stage(self.name)
         return self._scope.__enter__()
 
     def __exit__(self, *exc):

@@ -13,7 +13,7 @@ from ..frameworks import verl
 from . import global_role, integrated, legacy
 from .plan import MemoryOptions, ProfilePlan, RolePlan, Schedule, disabled_plan
 from .source import get, has, load_config
-from .vocab import ROLES, STAGES, TOOLS, UNITS
+from ..vocab import ROLES, STAGES, TOOLS, UNITS
 
 __all__ = ["ProfilePlan", "RolePlan", "Schedule", "MemoryOptions", "load_plan", "resolve_plan", "load_config",
            "detect_dialect", "machine_device", "machine_warnings", "ROLES", "STAGES", "TOOLS", "UNITS"]

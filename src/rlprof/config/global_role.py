@@ -19,7 +19,7 @@ from ..frameworks import verl
 from . import checks as c
 from .plan import FinishHook, MemoryOptions, ProfilePlan, RolePlan, Schedule
 from .source import get
-from .vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
+from ..vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
 
 ROLE_BLOCKS = verl.ROLE_BLOCKS
 RLPROF_ROLE_KEYS = ("stages", "strict", "max_bytes_per_window")

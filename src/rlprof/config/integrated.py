@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import checks as c
 from .plan import ProfilePlan, RolePlan
 from ..frameworks import mindspeed
-from .vocab import DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES
+from ..vocab import DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES
 
 KEYS = mindspeed.KEYS
 PREFIX = "profiler_config.integrated"

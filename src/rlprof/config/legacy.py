@@ -11,7 +11,7 @@ from . import checks as c
 from .plan import ProfilePlan, RolePlan
 from ..frameworks import verl
 from .source import get, has
-from .vocab import DEFAULT_SAVE_PATH, LEVELS, ROLE_STAGES, ROLES, STAGES
+from ..vocab import DEFAULT_SAVE_PATH, LEVELS, ROLE_STAGES, ROLES, STAGES
 
 GROUP_BLOCKS = verl.LEGACY_GROUP_BLOCKS
 ROLE_BLOCKS = verl.LEGACY_ROLE_BLOCKS

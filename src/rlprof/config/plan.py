@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .vocab import ROLES
+from ..vocab import ROLES
 
 
 class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -128,7 +128,7 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 def disabled_plan(dialect: str = "none") -> ProfilePlan:
     """A plan that collects nothing (no profiling keys in the config)."""
-    from .vocab import DEFAULT_SAVE_PATH
+    from ..vocab import DEFAULT_SAVE_PATH
 
     return ProfilePlan(
         dialect=dialect,

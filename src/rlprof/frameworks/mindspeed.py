@@ -46,7 +46,7 @@ METHOD_STAGE = {
 def stage_of_range(name: str) -> str | None:
     """Canonical stage of an mstx range name: a MindSpeed-RL stage name, rlprof's own name, or a
     `Class.method` qualname of one of MindSpeed-RL's stage methods; None for any other range."""
-    from ..config.vocab import STAGES as CANONICAL
+    from ..vocab import STAGES as CANONICAL
 
     name = name.strip()
     if name in STAGES:

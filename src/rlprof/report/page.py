@@ -103,26 +103,27 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
 
 
 def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = None,
-             workers: int | None = None) -> str:
+             workers: int | None = None, use_ray: bool = False) -> str:
     """The report page of PATH (analysed here unless `doc` is given), with a compare section for BASELINE."""
     from ..analyze.engine import load_analysis
 
     src = Path(path)
     # compare needs every operator of NEW, so with a baseline it is read once with all of them kept
-    doc = doc if doc is not None else load_analysis(src, workers=workers, top=None if baseline else 50)
+    doc = doc if doc is not None else load_analysis(src, workers=workers, top=None if baseline else 50,
+                                                        use_ray=use_ray)
     compare_doc = None
     if baseline:
         from ..compare import compare
 
-        compare_doc = compare(str(src), baseline, workers=workers, new_doc=doc)
+        compare_doc = compare(str(src), baseline, workers=workers, new_doc=doc, use_ray=use_ray)
     return build_page(doc, src.name or str(src), compare_doc=compare_doc, run_dir=src if src.is_dir() else None)
 
 
 def write_report(path: str | Path, out: str | Path | None = None, baseline: str | None = None,
-                 doc: dict | None = None, workers: int | None = None) -> Path:
+                 doc: dict | None = None, workers: int | None = None, use_ray: bool = False) -> Path:
     src = Path(path)
     target = Path(out) if out else (src / "report.html" if src.is_dir() else src.with_name("report.html"))
-    page = page_for(src, baseline, doc, workers)
+    page = page_for(src, baseline, doc, workers, use_ray)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
     return target

@@ -128,7 +128,7 @@ def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, floa
 
 
 def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
-    from ..config.vocab import STAGE_ROLE
+    from ..vocab import STAGE_ROLE
 
     if STAGE_ROLE.get(sel.stage, sel.role) != sel.role:
         raise SliceError(f"--stage {sel.stage} belongs to role {STAGE_ROLE[sel.stage]}, not {sel.role}; allowed: "

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
-from ..table import CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable
+from ..table import CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable, Interner
 
 CHUNK = 8 << 20
 MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
@@ -49,6 +51,19 @@ class Event(msgspec.Struct, gc=False):
             return _decode_args(self.args) if len(self.args) else Args()
         except msgspec.DecodeError:
             return Args()
+
+
+class LeanEvent(msgspec.Struct, gc=False):
+    """What the hot path reads: an event without its args (skipped by the decoder, not materialised)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | str = float("nan")
+    dur: float | str = 0.0
+    id: int | str = 0
 
 
 class ShapeArgs(msgspec.Struct, gc=False):
@@ -112,6 +127,8 @@ class NotATrace(ValueError):
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _decode_shape_events = msgspec.json.Decoder(list[ShapeEvent]).decode
 _decode_args = msgspec.json.Decoder(Args).decode
+_decode_args_list = msgspec.json.Decoder(list[Args]).decode
+_decode_lean = msgspec.json.Decoder(list[LeanEvent]).decode
 _decode_meta = msgspec.json.Decoder(Meta).decode
 _decode_whole = msgspec.json.Decoder(WholeTrace | list[Event]).decode
 
@@ -128,17 +145,27 @@ def _num(x) -> float:
 
 
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ID, _ARGS = map(
+    attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"))
+
+
+class _NeedArgs(Exception):
+    """Events decoded without args hold memory counters, whose args are read."""
 
 
 class _Sink:
-    """Turns decoded events into columns. Whole-list comprehensions, not a per-event loop: this is
-    the hot path of ingestion."""
+    """Turns decoded events into columns. The hot path of ingestion, so every per-event step runs in C
+    (map/attrgetter/compress into numpy.fromiter, dict lookups); Python loops only over distinct values.
+    A sink is also what one byte range of a split trace sends back: `absorb` merges sinks in file order into
+    exactly the table one sink reading the whole file would build (ids in order of first appearance)."""
 
     def __init__(self, shapes: bool = False):
         self.cols = ColumnBuilder(shapes)
-        self._thread_ids: dict[tuple, int] = {}
-        self.decode = _decode_shape_events if shapes else _decode_events
-        self.event_type = ShapeEvent if shapes else Event
+        self.thread_keys: dict[tuple, int] = {}  # (pid, tid) -> thread id
+        self._key_ids: dict[int, int] = {}  # integer (pid, tid) packed in an int64 -> thread id
+        self._known_keys, self._known_ids = np.zeros(0, np.int64), np.zeros(0, np.int32)  # the same, sorted
+        self.runtime_names = Interner()
+        self.runtime: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk (name id, dur): summed at build
         self.shapes = shapes
         self.dropped: dict[str, int] = defaultdict(int)  # events dropped for bad values, by reason
         self.complete = self.unknown = 0  # complete events, and those of a category rlprof does not know
@@ -146,76 +173,167 @@ class _Sink:
         self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
         self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
 
-    def _ids(self, keys: list, table: dict, labels: list, label=str) -> list[int]:
-        for key in dict.fromkeys(keys):
-            if key not in table:
-                table[key] = len(labels)
-                labels.append(label(key))
-        return [table[k] for k in keys]
+    @property
+    def event_type(self) -> type:
+        return ShapeEvent if self.shapes else Event
 
-    def add(self, events: list[Event]) -> None:
-        xs = [e for e in events if e.ph == "X"]
-        if len(xs) != len(events):
-            rest = [e for e in events if e.ph != "X"]
-            for e in rest:
-                if e.ph == "i" and e.name == "[memory]":
-                    total = e.decoded_args().total_allocated
-                    ts = _floats([e.ts])[0]
-                    if total is not None and np.isfinite(ts) and np.isfinite(total):
-                        self.cols.add_memory(float(ts), total)
-            starts = [e for e in rest if e.ph == "s" and e.cat == "ac2g"]
-            ends = [e for e in rest if e.ph == "f" and e.cat == "ac2g"]
-            if starts:  # kept as arrays per chunk: 16-24 bytes a flow, whatever the trace's size
-                self.flow_starts.append((_ids([e.id for e in starts]), np.array([e.ts for e in starts], np.float64)))
-            if ends:
-                thread = self._ids([(e.pid, e.tid) for e in ends], self._thread_ids, self.cols.threads.names,
-                                   lambda k: f"{k[0]}/{k[1]}")
-                self.flow_ends.append((_ids([e.id for e in ends]), np.array([e.ts for e in ends], np.float64),
-                                       np.array(thread, np.int64)))
-        if not xs:
+    def _threads(self, events) -> np.ndarray:
+        """Thread ids of `events` ("pid/tid", in order of first appearance): integer pids and tids (Kineto's)
+        are paired in numpy; other writers' strings take a dict of tuples."""
+        n = len(events)
+        if not n:
+            return np.zeros(0, np.int32)
+        try:
+            pid = np.fromiter(map(_PID, events), np.int64, n)
+            tid = np.fromiter(map(_TID, events), np.int64, n)
+        except (ValueError, TypeError, OverflowError):
+            return np.fromiter(map(self._thread_id, zip(map(_PID, events), map(_TID, events))), np.int32, n)
+        if pid.min() < 0 or pid.max() >= 1 << 31 or tid.min() < -(1 << 31) or tid.max() >= 1 << 31:
+            return np.fromiter(map(self._thread_id, zip(pid.tolist(), tid.tolist())), np.int32, n)
+        key = (pid << 32) + (tid + (1 << 31))  # one int64 per (pid, tid)
+        at = np.minimum(np.searchsorted(self._known_keys, key), len(self._known_keys) - 1)
+        new = self._known_keys[at] != key if len(self._known_keys) else np.ones(n, bool)
+        if new.any():  # threads not seen before: added in order of first appearance
+            fresh, first = np.unique(key[new], return_index=True)
+            for i in np.argsort(first, kind="stable").tolist():
+                k = int(fresh[i])
+                self._thread_id((k >> 32, (k & 0xFFFFFFFF) - (1 << 31)))
+                self._key_ids[k] = self.thread_keys[(k >> 32, (k & 0xFFFFFFFF) - (1 << 31))]
+            self._known_keys = np.array(sorted(self._key_ids), np.int64)
+            self._known_ids = np.array([self._key_ids[k] for k in self._known_keys.tolist()], np.int32)
+            at = np.searchsorted(self._known_keys, key)
+        return self._known_ids[at]
+
+    def _thread_id(self, key: tuple) -> int:
+        i = self.thread_keys.get(key)
+        if i is None:
+            i = self.thread_keys[key] = len(self.cols.threads.names)
+            self.cols.threads.names.append(f"{key[0]}/{key[1]}")
+        return i
+
+    def add(self, events: list) -> None:
+        """One decoded batch, in file order. Ids (names, threads) are given in order of first appearance in the
+        file, whatever the batch boundaries: so a file split anywhere merges back into the same table."""
+        n = len(events)
+        if not n:
             return
-        start = _floats([e.ts for e in xs])  # numpy parses string timestamps too
-        dur = _floats([e.dur for e in xs])
+        is_x = np.fromiter(map("X".__eq__, map(_PH, events)), bool, n)
+        x_at = np.flatnonzero(is_x)  # positions in the batch
+        flow_end_at = self._add_others(list(compress(events, (~is_x).tolist())), np.flatnonzero(~is_x)) \
+            if len(x_at) < n else np.zeros(0, np.int64)
+        xs = list(compress(events, is_x.tolist())) if len(x_at) < n else events
+        start, dur = _floats_of(xs, _TS), _floats_of(xs, _DUR)
         with np.errstate(all="ignore"):
             bad_ts = ~np.isfinite(start) | (np.abs(start) > MAX_US)
             bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_US)
         if bad_ts.any() or bad_dur.any():  # dropped and counted: no NaN, inf or negative time reaches a table
             self.dropped["missing, non-finite or out-of-range ts"] += int(bad_ts.sum())
             self.dropped["negative, non-finite or out-of-range dur"] += int((bad_dur & ~bad_ts).sum())
-            ok = np.flatnonzero(~(bad_ts | bad_dur))
-            xs, start, dur = [xs[i] for i in ok.tolist()], start[ok], dur[ok]
-            if not xs:
-                return
+            ok = ~(bad_ts | bad_dur)
+            xs, start, dur, x_at = list(compress(xs, ok.tolist())), start[ok], dur[ok], x_at[ok]
         end = start + dur
-        self.cols.extend_span(float(start.min()), float(end.max()))
-        kind = np.array([_KIND.get(e.cat, OTHER) for e in xs], dtype=np.uint8)
-        self.complete += len(xs)
-        unknown = np.flatnonzero(kind == OTHER)
-        if len(unknown):
-            self.unknown += len(unknown)
-            for i in unknown[:1000].tolist():  # which categories, for the warning (a sample is enough)
-                self.unknown_cats[xs[i].cat] += 1
-        # runtime API calls are only ever summed (launch overhead): aggregate now, do not store them
-        runtime = np.flatnonzero(kind == RUNTIME)
-        if len(runtime):
-            stats = self.cols.runtime
-            for i in runtime.tolist():
-                entry = stats.setdefault(xs[i].name, [0, 0.0])
-                entry[0] += 1
-                entry[1] += end[i] - start[i]
-        keep = np.flatnonzero((kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON))
-        if len(keep) != len(xs):
-            xs = [xs[i] for i in keep.tolist()]
-            start, end, kind = start[keep], end[keep], kind[keep]
-        names = self._ids([e.name for e in xs], self.cols.names.ids, self.cols.names.names)
-        threads = self._ids([(e.pid, e.tid) for e in xs], self._thread_ids, self.cols.threads.names,
-                            lambda k: f"{k[0]}/{k[1]}")
+        kind = np.zeros(0, np.uint8)
+        if xs:
+            self.cols.extend_span(float(start.min()), float(end.max()))
+            cats = list(map(_CAT, xs))
+            kind = np.fromiter(map(_KIND.get, cats, repeat(OTHER)), np.uint8, len(xs))
+            self.complete += len(xs)
+            unknown = kind == OTHER
+            if unknown.any():
+                self.unknown += int(unknown.sum())
+                for cat, count in Counter(compress(cats, unknown.tolist())).items():  # for the warning
+                    self.unknown_cats[cat] += count
+            # runtime API calls are only ever summed (launch overhead): their name and duration, not their place
+            runtime = kind == RUNTIME
+            if runtime.any():
+                names = list(map(_NAME, compress(xs, runtime.tolist())))
+                self.runtime.append((_intern(names, self.runtime_names), end[runtime] - start[runtime]))
+            keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
+            if not keep.all():
+                xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
+                    x_at[keep]
+        if not xs and not len(flow_end_at):
+            return
+        # threads of the kept events and of the flow ends, interned together in file order
+        chosen = np.zeros(n, bool)
+        chosen[x_at] = True
+        chosen[flow_end_at] = True
+        threads = self._threads(list(compress(events, chosen.tolist())))
+        rank = np.cumsum(chosen) - 1
+        if len(flow_end_at):
+            self.flow_ends[-1] += (threads[rank[flow_end_at]],)
+        if not xs:
+            return
+        names = _intern(list(map(_NAME, xs)), self.cols.names)
         shapes = None
         if self.shapes:
-            raw = [bytes(e.args.input_dims).replace(b" ", b"").decode() for e in xs]
-            shapes = self._ids(raw, self.cols.shapes.ids, self.cols.shapes.names)
-        self.cols.add(start, end, kind, names, threads, shapes)
+            raw = [bytes(a.input_dims).replace(b" ", b"").decode() for a in map(_ARGS, xs)]
+            shapes = _intern(raw, self.cols.shapes)
+        self.cols.add(start, end, kind, names, threads[rank[x_at]], shapes)
 
+    def _add_others(self, events: list, at: np.ndarray) -> np.ndarray:
+        """Instant and flow events (at positions `at` of the batch): memory counters, and the launch flows (ac2g)
+        that tie kernels to the host. Returns the batch positions of the flow ends (their threads come after)."""
+        phs = list(map(_PH, events))
+        if "i" in phs:  # memory counters (profile_memory traces): their args decoded in one call
+            instants = list(compress(events, map("i".__eq__, phs)))
+            counters = list(compress(instants, map("[memory]".__eq__, map(_NAME, instants))))
+            if counters:
+                if not hasattr(counters[0], "args"):
+                    raise _NeedArgs  # decoded without args (nothing added yet): the caller decodes them with args
+                self._add_memory(counters)
+        flow = np.fromiter(map("ac2g".__eq__, map(_CAT, events)), bool, len(events))
+        if not flow.any():
+            return np.zeros(0, np.int64)
+        is_start = flow & np.fromiter(map("s".__eq__, phs), bool, len(phs))
+        is_end = flow & np.fromiter(map("f".__eq__, phs), bool, len(phs))
+        if is_start.any():  # kept as arrays per batch: 16-24 bytes a flow, whatever the trace's size
+            starts = list(compress(events, is_start.tolist()))
+            self.flow_starts.append((_ids(list(map(_ID, starts))), _floats_of(starts, _TS)))
+        if not is_end.any():
+            return np.zeros(0, np.int64)
+        ends = list(compress(events, is_end.tolist()))
+        self.flow_ends.append((_ids(list(map(_ID, ends))), _floats_of(ends, _TS)))  # + threads, by add()
+        return at[is_end]
+
+    def _add_memory(self, counters: list) -> None:
+        raws = [bytes(a) or b"{}" for a in map(_ARGS, counters)]
+        try:
+            totals = [a.total_allocated for a in _decode_args_list(b"[" + b",".join(raws) + b"]")]
+        except msgspec.DecodeError:  # one damaged args object: the others still count
+            totals = [e.decoded_args().total_allocated for e in counters]
+        ts = _floats_of(counters, _TS)
+        for t, total in zip(ts.tolist(), totals):
+            if total is not None and np.isfinite(t) and np.isfinite(total):
+                self.cols.add_memory(t, total)
+
+    def absorb(self, part: "_Sink") -> None:
+        """Append what another sink read after this one (the next byte range of the same file)."""
+        name_map = _remap(part.cols.names.names, self.cols.names)
+        shape_map = _remap(part.cols.shapes.names, self.cols.shapes)
+        runtime_map = _remap(part.runtime_names.names, self.runtime_names)
+        thread_map = np.zeros(len(part.thread_keys), np.int32)
+        for key, i in part.thread_keys.items():
+            if key not in self.thread_keys:
+                self.thread_keys[key] = len(self.cols.threads.names)
+                self.cols.threads.names.append(part.cols.threads.names[i])
+            thread_map[i] = self.thread_keys[key]
+        for chunk in part.cols.take_chunks():
+            start, end, kind, name, thread = chunk[:5]
+            self.cols.add(start, end, kind, name_map[name], thread_map[thread],
+                          shape_map[chunk[5]] if self.shapes else None)
+        if part.cols.span is not None:
+            self.cols.extend_span(*part.cols.span)
+        self.cols.memory_points.extend(part.cols.memory_points)
+        self.runtime += [(runtime_map[ids], dur) for ids, dur in part.runtime]
+        self.flow_starts += part.flow_starts
+        self.flow_ends += [(ids, ts, thread_map[thread]) for ids, ts, thread in part.flow_ends]
+        for why, count in part.dropped.items():
+            self.dropped[why] += count
+        for cat, count in part.unknown_cats.items():
+            self.unknown_cats[cat] += count
+        self.complete += part.complete
+        self.unknown += part.unknown
 
     def drop_warnings(self, path: Path) -> list[str]:
         out = []
@@ -229,6 +347,13 @@ class _Sink:
         return out
 
     def build(self) -> EventTable:
+        if self.runtime:  # summed over the whole file at once: the same sums however the file was split
+            ids = np.concatenate([r[0] for r in self.runtime])
+            dur = np.concatenate([r[1] for r in self.runtime])
+            count = np.bincount(ids, minlength=len(self.runtime_names.names))
+            total = np.bincount(ids, weights=dur, minlength=len(self.runtime_names.names))
+            self.cols.runtime = {name: [int(count[i]), float(total[i])]
+                                 for i, name in enumerate(self.runtime_names.names)}
         table = self.cols.build()
         table.launch = self._launch_times(table)
         return table
@@ -238,30 +363,66 @@ class _Sink:
         event (same thread, same timestamp), its start at the launch. Vectorised: sorted keys + searchsorted."""
         if not self.flow_ends or not self.flow_starts or not len(t):
             return None
-        ids = [c[0] for c in self.flow_starts] + [c[0] for c in self.flow_ends]
-        if any(a.dtype.kind != "i" for a in ids):  # one writer's string ids: compare as strings throughout
-            ids = [a.astype(str) for a in ids]
-        start_id = np.concatenate(ids[:len(self.flow_starts)])
-        end_id = np.concatenate(ids[len(self.flow_starts):])
-        start_ts = np.concatenate([c[1] for c in self.flow_starts])
-        end_ts = np.concatenate([c[1] for c in self.flow_ends])
-        end_thread = np.concatenate([c[2] for c in self.flow_ends])
+        # Each temporary is released as soon as it is used: on a 2 GB trace every array here is ~12 MB.
+        starts, ends, self.flow_starts, self.flow_ends = self.flow_starts, self.flow_ends, [], []
+        as_text = any(c[0].dtype.kind != "i" for c in starts + ends)  # one writer's string ids: compare as strings
+
+        def ids_of(chunks):
+            return np.concatenate([c[0].astype(str) if as_text else c[0] for c in chunks])
+
+        start_id, start_ts = ids_of(starts), np.concatenate([c[1] for c in starts])
         order = np.argsort(start_id, kind="stable")
-        pos = np.clip(np.searchsorted(start_id[order], end_id), 0, len(order) - 1)
-        found = start_id[order][pos] == end_id
-        launch_of_end = np.where(found, start_ts[order][pos], np.nan)
+        start_id, start_ts = start_id[order], start_ts[order]
+        del order, starts
+        end_id = ids_of(ends)
+        pos = np.clip(np.searchsorted(start_id, end_id), 0, len(start_id) - 1)
+        found = start_id[pos] == end_id
+        del start_id, end_id
+        launch_of_end = start_ts[pos]
+        launch_of_end[~found] = np.nan
+        del start_ts, pos, found
         # device events <- flow ends on the same thread at the same start time
+        end_ts = np.concatenate([c[1] for c in ends])
+        end_thread = np.concatenate([c[2] for c in ends])
+        del ends
         width = float(max(t.end.max(), end_ts.max()) - min(t.start.min(), end_ts.min())) + 1.0
         base = float(min(t.start.min(), end_ts.min()))
-        end_key = end_thread * width + (end_ts - base)
+        end_key = end_thread * width
+        end_key += end_ts - base
+        del end_ts, end_thread
         key_order = np.argsort(end_key, kind="stable")
+        end_key, launch_of_end = end_key[key_order], launch_of_end[key_order]
+        del key_order
         device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
         ev_key = t.thread[device].astype(np.int64) * width + (t.start[device] - base)
-        at = np.clip(np.searchsorted(end_key[key_order], ev_key), 0, len(key_order) - 1)
-        hit = np.abs(end_key[key_order][at] - ev_key) < 1e-3
+        at = np.clip(np.searchsorted(end_key, ev_key), 0, len(end_key) - 1)
+        hit = np.abs(end_key[at] - ev_key) < 1e-3
         launch = np.full(len(t), np.nan)
-        launch[device[hit]] = launch_of_end[key_order][at[hit]]
+        launch[device[hit]] = launch_of_end[at[hit]]
         return launch if np.isfinite(launch).any() else None
+
+
+def _floats_of(events: list, field) -> np.ndarray:
+    """One numeric field of every event as float64, in C; a writer's numeric strings or junk take the slow path."""
+    try:
+        return np.fromiter(map(field, events), np.float64, len(events))
+    except (ValueError, TypeError, OverflowError):
+        return _floats(list(map(field, events)))
+
+
+def _intern(values: list, interner: Interner) -> np.ndarray:
+    """Dense ids for `values`, new ones in order of first appearance; Python loops over distinct values only."""
+    ids = interner.ids
+    for value in dict.fromkeys(values):
+        if value not in ids:
+            ids[value] = len(interner.names)
+            interner.names.append(value)
+    return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+
+
+def _remap(labels: list, interner: Interner) -> np.ndarray:
+    """Another interner's ids -> this one's (labels it has not seen are added in their order)."""
+    return np.array([interner(label) for label in labels], np.int32).reshape(-1)
 
 
 def _floats(values: list) -> np.ndarray:
@@ -332,97 +493,208 @@ class _CutTolerantGzip:
 
 
 def _open(path: Path):
+    return _CutTolerantGzip(path) if _is_gzip(path) else open(path, "rb")
+
+
+def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
-        magic = f.read(2)
-    return _CutTolerantGzip(path) if magic == b"\x1f\x8b" else open(path, "rb")
+        return f.read(2) == b"\x1f\x8b"
 
 
-def read_kineto(path: str | Path, shapes: bool = False) -> Trace:
-    """`shapes`: also keep each op's input shapes (slower: args are decoded)."""
+class _Chunks:
+    """CHUNK-sized reads from a stream, optionally only up to `limit` bytes; a stream error ends it and is kept."""
+
+    def __init__(self, f, limit: int | None = None):
+        self.f, self.left, self.error = f, limit, None
+
+    def more(self) -> bytes:
+        if self.error is not None or self.left == 0:
+            return b""
+        try:
+            data = self.f.read(CHUNK if self.left is None else min(CHUNK, self.left))
+        except (EOFError, OSError, zlib.error) as exc:
+            self.error = exc
+            return b""
+        if self.left is not None:
+            self.left -= len(data)
+        if not data and getattr(self.f, "error", None) is not None:
+            self.error = self.f.error
+        return data
+
+
+@dataclass
+class Part:
+    """What one reader made of a stretch of the event array: the sink holding its columns, and how it ended."""
+
+    sink: _Sink
+    warnings: list[str]
+    partial: bool
+    end: int  # byte offset just past the last event read
+    tail: bytes = b""  # after the array (the final part only): the trace's remaining top-level keys
+
+
+@dataclass
+class Layout:
+    """Where a plain trace in Kineto's layout keeps its event array: what byte ranges are cut from."""
+
+    header: bytes  # the top-level keys before traceEvents
+    body_start: int  # the first byte after the array's "["
+    size: int
+
+
+def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: int = 1) -> Trace:
+    """`shapes`: also keep each op's input shapes (slower: args are decoded). With `map_ranges` (a map function:
+    (fn, list of argument tuples) -> results, e.g. a process pool's) and `parts` > 1, a large plain file in Kineto's
+    layout is read as that many byte ranges in parallel; the table is the same as one reader's."""
     path = Path(path)
-    sink, warnings = _Sink(shapes), []
-    partial = False
-    offset = 0  # decompressed bytes consumed so far
-    header = b""
+    layout = kineto_layout(path) if parts > 1 and map_ranges is not None else None
+    ranges = byte_ranges(path, layout, parts) if layout else []
+    if len(ranges) > 1:
+        return assemble(path, layout.header, map_ranges(read_range_job, [(path, lo, hi, shapes) for lo, hi in ranges]))
+    sink = _Sink(shapes)
     with _open(path) as f:
+        chunks = _Chunks(f)
         buf = b""
-        stream_error = None
-
-        def more() -> bytes:
-            nonlocal stream_error
-            if stream_error is not None:
-                return b""
-            try:
-                data = f.read(CHUNK)
-            except (EOFError, OSError, zlib.error) as exc:
-                stream_error = exc
-                return b""
-            if not data and getattr(f, "error", None) is not None:
-                stream_error = f.error
-            return data
-
-        # 1. header: everything up to the event array's "["
-        while True:
-            data = more()
+        while True:  # the header: everything up to the event array's "["
+            data = chunks.more()
             buf += data
             k = buf.find(ARRAY_KEY)
             if k >= 0 and buf.find(b"[", k) >= 0:
                 open_at = buf.find(b"[", k)
                 header, buf = buf[:k], buf[open_at + 1:]
-                offset = open_at + 1
                 break
             if not data:
-                return _read_whole(path, buf, stream_error, sink)
+                return _read_whole(path, buf, chunks.error, sink)
         if b"\n  {" not in buf[:64] and not buf.lstrip().startswith(b"]"):
             # not Kineto's pretty layout: decode the whole file (small traces from other writers)
             rest = buf
-            while data := more():
+            while data := chunks.more():
                 rest += data
-            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, stream_error, sink)
-        # 2. events, chunk by chunk, cut at the separator
-        tail = b""
-        while True:
-            data = more()
-            buf += data
-            cut = buf.rfind(SEP)
-            if data and cut < 0:
+            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, chunks.error, sink)
+        part = _scan(chunks, buf, open_at + 1, sink, True, path)
+    return assemble(path, header, [part])
+
+
+def kineto_layout(path: Path) -> Layout | None:
+    """The layout of a plain (uncompressed) file in Kineto's form; None for anything else (read by one reader)."""
+    if _is_gzip(path):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    k = head.find(ARRAY_KEY)
+    open_at = head.find(b"[", k) if k >= 0 else -1
+    if open_at < 0 or b"\n  {" not in head[open_at + 1:open_at + 65]:
+        return None
+    return Layout(head[:k], open_at + 1, path.stat().st_size)
+
+
+def byte_ranges(path: Path, layout: Layout, parts: int) -> list[tuple[int, int | None]]:
+    """About `parts` equal byte ranges of the event array, each cut between two events (at a separator, which
+    cannot occur inside a string or a nested object). The last range runs to the end of the file."""
+    cuts = []
+    with open(path, "rb") as f:
+        for i in range(1, parts):
+            target = layout.body_start + (layout.size - layout.body_start) * i // parts
+            if cuts and target <= cuts[-1]:
                 continue
-            if not data:  # last piece: events up to the array's closing bracket, then the tail keys
-                close = ARRAY_END.search(buf)
-                if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
-                    loose = next((m for m in LOOSE_END.finditer(buf)
-                                  if _decodes(b"[" + buf[:m.start() + 1] + b"]")), None)
-                    if loose is not None:
-                        if not _decode_into(b"[" + buf[:loose.start() + 1] + b"]", sink):
-                            partial = True
-                        tail = buf[loose.end():]
-                        break
-                if close is None:
-                    partial = True
-                    good = _salvage(buf, sink)
-                    warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
-                                    f"({_why(stream_error) or 'no closing bracket'}); events before it were kept")
-                    break
-                body, tail = buf[:close.start() + 4], buf[close.end():]
-                if body.strip():
-                    ok = _decode_into(b"[" + body + b"]", sink)
-                    if not ok:
-                        partial = True
-                        good = _salvage(body, sink)
-                        warnings.append(f"{path}: damaged event near byte {offset + good}; events before it kept")
+            f.seek(target)
+            window = f.read(1 << 20)
+            at = window.find(SEP)
+            if at < 0 or ARRAY_END.search(window, 0, at):  # no separator near, or the array ends first
                 break
-            piece, buf = buf[:cut + 1], buf[cut + len(SEP) - 1:]
-            if not _decode_into(b"[" + piece + b"]", sink):
-                partial = True
-                good = _salvage(piece, sink)
-                warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
-                break
-            offset += cut + len(SEP) - 1
-    if stream_error is not None and not partial:
-        partial = True
-        warnings.append(f"{path}: {_why(stream_error)} at byte {offset}; events before it were kept")
-    meta = _meta(header, tail)
-    return Trace(path, sink.build(), meta, warnings + sink.drop_warnings(path), partial, offset)
+            cuts.append(target + at)
+    starts = [layout.body_start] + [c + len(SEP) - 1 for c in cuts]
+    ends = [c + 1 for c in cuts] + [None]
+    return list(zip(starts, ends))
+
+
+def read_range(path: Path, lo: int, hi: int | None, shapes: bool = False) -> Part:
+    """The events in bytes [lo, hi) of a plain trace (hi None: to the end of the array, and the keys after it)."""
+    with open(path, "rb") as f:
+        f.seek(lo)
+        return _scan(_Chunks(f, None if hi is None else hi - lo), b"", lo, _Sink(shapes), hi is None, path)
+
+
+def read_range_job(job: tuple) -> Part:
+    return read_range(*job)
+
+
+def assemble(path: Path, header: bytes, parts) -> Trace:
+    """One trace from its parts in file order (any iterable: each is merged as it arrives, then let go).
+    Damage in a part ends the trace there, as it ends one reader."""
+    sink, warnings, partial, last = None, [], False, None
+    for part in parts:
+        if sink is None:
+            sink = part.sink
+        else:
+            sink.absorb(part.sink)
+        warnings += part.warnings
+        last, tail = part, part.tail
+        if part.partial:
+            partial = True
+            break
+    else:
+        tail = last.tail
+    return Trace(path, sink.build(), _meta(header, tail), warnings + sink.drop_warnings(path), partial, last.end)
+
+
+def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path) -> Part:
+    """Decode the events of `buf` and what follows it, piece by piece cut at the separator. `offset`: where `buf`
+    starts in the stream. `final`: the stretch runs to the end of the array (else it ends on an event's brace)."""
+    warnings: list[str] = []
+    # The buffer holds "[" + events: a piece is decoded in place, its closing bracket written over the
+    # separator's comma, and the next buffer opens with "[" written over the space before its first "{".
+    buf = bytearray(b"[" + buf)
+    while True:
+        data = chunks.more()
+        buf += data
+        cut = buf.rfind(SEP)
+        if data and cut < 0:
+            continue
+        if not data:
+            rest = bytes(buf[1:])
+            if not final:  # a range ends on its last event's closing brace
+                good = len(rest) if not rest.strip() or _decode_into(b"[" + rest + b"]", sink) else _salvage(rest, sink)
+                if good < len(rest):
+                    warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
+                return Part(sink, warnings, good < len(rest), offset + good)
+            return _scan_end(chunks, rest, offset, sink, path, warnings)
+        buf[cut + 1] = 0x5D  # "]"
+        if not _decode_into(memoryview(buf)[:cut + 2], sink):
+            good = _salvage(bytes(buf[1:cut + 1]), sink)
+            warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
+            return Part(sink, warnings, True, offset + good)
+        buf = buf[cut + len(SEP) - 2:]
+        buf[0] = 0x5B  # "["
+        offset += cut + len(SEP) - 2
+
+
+def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str]) -> Part:
+    """The last piece: events up to the array's closing bracket, then the keys after it."""
+    close = ARRAY_END.search(buf)
+    if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
+        loose = next((m for m in LOOSE_END.finditer(buf) if _decodes(b"[" + buf[:m.start() + 1] + b"]")), None)
+        if loose is not None:
+            ok = _decode_into(b"[" + buf[:loose.start() + 1] + b"]", sink)
+            return _ended(chunks, Part(sink, warnings, not ok, offset + loose.start() + 1, buf[loose.end():]), path)
+        good = _salvage(buf, sink)
+        warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
+                        f"({_why(chunks.error) or 'no closing bracket'}); events before it were kept")
+        return Part(sink, warnings, True, offset + good)
+    body, tail = buf[:close.start() + 4], buf[close.end():]
+    end = offset + len(body)
+    if body.strip() and not _decode_into(b"[" + body + b"]", sink):
+        good = _salvage(body, sink)
+        warnings.append(f"{path}: damaged event near byte {offset + good}; events before it kept")
+        return Part(sink, warnings, True, offset + good, tail)
+    return _ended(chunks, Part(sink, warnings, False, end, tail), path)
+
+
+def _ended(chunks: _Chunks, part: Part, path: Path) -> Part:
+    if chunks.error is not None and not part.partial:  # the array closed, but the stream broke after it
+        part.partial = True
+        part.warnings.append(f"{path}: {_why(chunks.error)} at byte {part.end}; events before it were kept")
+    return part
 
 
 def _why(exc) -> str | None:
@@ -439,9 +711,14 @@ def _decodes(data: bytes) -> bool:
         return False
 
 
-def _decode_into(data: bytes, sink: _Sink) -> bool:
+def _decode_into(data, sink: _Sink) -> bool:
+    """Decode a JSON array of events (bytes or a view of them) into `sink`; False where it does not parse."""
     try:
-        sink.add(sink.decode(data))
+        events = (_decode_shape_events if sink.shapes else _decode_lean)(data)
+        try:
+            sink.add(events)
+        except _NeedArgs:  # args are decoded only where they are read
+            sink.add(_decode_events(data))
         return True
     except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a name is damage like any other
         return False

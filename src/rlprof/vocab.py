@@ -1,4 +1,4 @@
-"""The closed vocabularies of a profiling plan (SPEC §1d). Data only; no torch import."""
+"""rlprof's own vocabulary: roles, stages, tools, units (data; read by config and analysis alike)."""
 
 from __future__ import annotations
 
