@@ -184,3 +184,30 @@ def test_a_node_lost_mid_run_is_a_warning_and_a_partial_result(cluster, tmp_path
     rank0 = [i for i in doc["inputs"] if i.get("rank") == 0]
     assert rank0 and all(i["analysed_on"]["node_id"] == ids["node_a"] and not i.get("error") for i in rank0)
     assert any(r["rank"] == 0 and r["stage"] == "actor_update" for r in doc["rows"])
+
+
+def test_where_a_file_was_written_decides_its_node():
+    from rlprof.analyze.distributed import place
+
+    nodes = {"n1": "hostA", "n2": "hostB", "n3": "hostB"}
+    # the manifest's node id wins among the nodes that see the file; soft only where another node sees it too
+    assert place({"where": {"node_id": "n2", "host": "hostB"}}, ["n1", "n2"], nodes) == ("n2", True)
+    assert place({"where": {"node_id": "n2", "host": "hostB"}}, ["n2"], nodes) == ("n2", False)
+    # no (known) node id: the host name, where exactly one seeing node has it
+    assert place({"where": {"node_id": None, "host": "hostA"}}, ["n2", "n1"], nodes) == ("n1", True)
+    assert place({"where": {"node_id": "gone", "host": "hostB"}}, ["n1", "n2", "n3"], nodes) == ("n1", True)
+    # nothing recorded: the first node that listed it
+    assert place({}, ["n3"], nodes) == ("n3", False)
+
+
+def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
+    from rlprof.analyze.engine import find_inputs
+    from rlprof.frameworks.torch_profiler import host_of
+
+    assert host_of(tmp_path / "gpu-node-7_4242.1732300000123.pt.trace.json.gz") == "gpu-node-7"
+    assert host_of(tmp_path / "node0_4100_20261122120500_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "x.db") == "node0"
+    assert host_of(tmp_path / "actor-rollout-ref_actor-update_step3_rank1-of-2_pid3764_20261122185742361.json.gz") \
+        is None  # verl's own names carry no host
+    mindspeed = ROOT / "tests" / "data" / "ascend" / "mindspeed" / "profiler_data"
+    inputs = find_inputs(mindspeed)
+    assert inputs and all(meta["where"] == {"host": "node0", "node_id": None} for _, meta in inputs)

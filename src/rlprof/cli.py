@@ -361,7 +361,7 @@ def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
     from .analyze.engine import find_inputs
 
     console = Console(stderr=True)
-    if quiet or not console.is_terminal:
+    if quiet or not console.is_terminal or ray:  # with --ray the nodes list the inputs, not this machine
         return run_analysis(path, workers=workers, use_ray=ray)
     total = len(find_inputs(path))
     with Progress(TextColumn("[bold]analyze"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -65,12 +65,18 @@ def ascend_collections(path: Path) -> list[Path]:
 
 
 def directory_inputs(root: Path, files: list[Path]) -> list[tuple[Path, dict]]:
-    """Files of a directory without a manifest; those verl's profiler named carry its step/role/stage/rank."""
+    """Files of a directory without a manifest; those verl's profiler named carry its step/role/stage/rank, those
+    torch's or torch_npu's handlers named carry the host that wrote them (where --ray analyses them)."""
+    from ..frameworks.torch_profiler import host_of
     from .mindspeed_output import dir_meta
     from .verl_output import file_meta, number_units
 
     inputs = [(p, file_meta(p, root) or dir_meta(p) or {}) for p in files]
     number_units(inputs)
+    for p, meta in inputs:
+        host = host_of(p)
+        if host:
+            meta["where"] = {"host": host, "node_id": None}
     return inputs
 
 
