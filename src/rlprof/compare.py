@@ -50,6 +50,17 @@ def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_
     return input_kind(p, doc), doc  # by content: an Ascend directory of ranks and stages is a run
 
 
+def load_sides(new_path: str, base_path: str, **kw) -> tuple[tuple[str, dict], tuple[str, dict]]:
+    """Both sides; where both are traces or runs to read, their files share the cores in one schedule."""
+    from .analyze.engine import analyze_each
+
+    sides = ((new_path, "-d"), (base_path, "-bp"))
+    if kw["use_ray"] or any(not Path(p).exists() or is_analysis_file(Path(p)) for p, _ in sides):
+        return tuple(load_side(p, flag, **kw) for p, flag in sides)
+    docs = analyze_each([new_path, base_path], top=None, by_shape=kw["by_shape"], workers=kw["workers"])
+    return tuple((input_kind(Path(p), doc), doc) for (p, _), doc in zip(sides, docs))
+
+
 def _mean(values) -> float:
     values = list(values)
     return sum(values) / len(values) if values else 0.0
@@ -189,9 +200,10 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
     """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
     if new_doc is not None:
         new_kind, new = input_kind(Path(new_path), new_doc if is_analysis_file(Path(new_path)) else None), new_doc
+        base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers, use_ray=use_ray)
     else:
-        new_kind, new = load_side(new_path, "-d", by_shape=by_shape, workers=workers, use_ray=use_ray)
-    base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers, use_ray=use_ray)
+        (new_kind, new), (base_kind, base) = load_sides(new_path, base_path, by_shape=by_shape, workers=workers,
+                                                        use_ray=use_ray)
     try:
         mode, b, n, warnings = match_windows(base, new)
     except CompareError:

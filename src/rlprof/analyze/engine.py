@@ -18,7 +18,7 @@ from .readers.kineto import NotATrace, read_kineto
 
 SCHEMA_VERSION = 1
 SPLIT_BYTES = 32 << 20  # a plain trace this large is read in byte ranges by several workers
-RANGE_BYTES = 256 << 20  # at most this much per range: bounds what a worker holds
+RANGE_BYTES = 96 << 20  # at most this much per range: bounds what a worker holds
 TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
 
 
@@ -204,34 +204,51 @@ def cached_analysis(path: Path, meta: dict, top: int | None, by_shape: bool) -> 
 def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
             top: int | None = 50, by_shape: bool = False) -> dict:
     """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes."""
-    cores = workers or os.cpu_count() or 1
-    inputs = [] if use_ray else [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
-    cluster_warnings: list[str] = []
-    split = len(inputs) < cores and any(range_count(job[0], cores) > 1 for job in inputs)
+    return analyze_each([path], workers=workers, use_ray=use_ray, progress=progress, top=top, by_shape=by_shape)[0]
+
+
+def analyze_each(paths: list, *, workers: int | None = None, use_ray: bool = False, progress=None,
+                 top: int | None = 50, by_shape: bool = False) -> list[dict]:
+    """One analysis document per path, their files scheduled together (compare's two sides share the cores)."""
     if use_ray:  # the inputs are listed by the nodes that hold them
         from .distributed import analyze_on_cluster
 
-        results, cluster_warnings = analyze_on_cluster(str(path), top, by_shape, progress)
-    elif cores == 1 or (len(inputs) == 1 and not split):
-        results = []
+        docs = []
+        for path in paths:
+            results, warnings = analyze_on_cluster(str(path), top, by_shape, progress)
+            docs.append(document(path, results, warnings))
+        return docs
+    side_inputs = [[(p, meta, top, by_shape) for p, meta in find_inputs(path)] for path in paths]
+    results = run_inputs([job for inputs in side_inputs for job in inputs], workers or os.cpu_count() or 1,
+                         progress)
+    docs, at = [], 0
+    for path, inputs in zip(paths, side_inputs):
+        docs.append(document(path, results[at:at + len(inputs)]))
+        at += len(inputs)
+    return docs
+
+
+def run_inputs(inputs: list, cores: int, progress=None) -> list[dict]:
+    """Per-file results, in input order: in this process (one core, or one small file), a file's byte ranges
+    over every core (fewer files than cores, large ones), else one file per worker process."""
+    split = len(inputs) < cores and any(range_count(job[0], cores) > 1 for job in inputs)
+    results = []
+    if cores == 1 or (len(inputs) == 1 and not split) or split:
         for job in inputs:
-            results.append(_run(job))
+            results.append(_run(job, partial(_pool_map, cores), cores) if split else _run(job))
             if progress:
                 progress()
-    elif split:  # fewer files than cores, and large ones: each file's byte ranges go over every core
-        results = []
-        with _pool(cores) as pool:
-            for job in inputs:
-                results.append(_run(job, partial(_ordered_map, pool), cores))
-                if progress:
-                    progress()
-    else:
-        with _pool(min(len(inputs), cores)) as pool:
-            results = []
-            for res in pool.map(_run, inputs):
-                results.append(res)
-                if progress:
-                    progress()
+        return results
+    with _pool(min(len(inputs), cores)) as pool:
+        for res in pool.map(_run, inputs):
+            results.append(res)
+            if progress:
+                progress()
+    return results
+
+
+def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
+    """The analysis document of one path from its per-file results."""
     doc = {"schema_version": SCHEMA_VERSION, "inputs": [], "warnings": [], "partial": False, "rows": [], "ops": [],
            "collectives": [], "launch": [], "memory": []}
     for res in results:
@@ -243,7 +260,7 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
         for key in ("launch", "memory"):
             if res[key] is not None:
                 doc[key].append(res[key])
-    doc["warnings"].extend(cluster_warnings)
+    doc["warnings"].extend(warnings)
     if Path(path).exists():
         doc["warnings"].extend(_unparsed_warning(path))
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
@@ -260,8 +277,12 @@ def _pool(n: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method))
 
 
-def _ordered_map(pool: ProcessPoolExecutor, fn, jobs: list):
-    return pool.map(fn, jobs)
+def _pool_map(n: int, fn, jobs: list):
+    """`fn` over `jobs` on `n` fresh worker processes, in order, as they finish. The workers exit once the last
+    result is taken (or the reader stops early), before the table is built and analysed: they never hold
+    memory during the analysis's own peak."""
+    with _pool(min(n, len(jobs))) as pool:
+        yield from pool.map(fn, jobs)
 
 
 def _unparsed_warning(path) -> list[str]:

@@ -635,6 +635,8 @@ def assemble(path: Path, header: bytes, parts) -> Trace:
             break
     else:
         tail = last.tail
+    if hasattr(parts, "close"):  # a generator over worker processes: let them go before the table is built
+        parts.close()
     return Trace(path, sink.build(), _meta(header, tail), warnings + sink.drop_warnings(path), partial, last.end)
 
 
