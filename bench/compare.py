@@ -79,22 +79,22 @@ def time_pair(base: Path, new: Path, out: Path, use_msprof: bool, pairs: int = 3
     rlprof = [sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
               "-o", str(out / "rlprof_out")]
     runs = {"rlprof": [], "floor": []}
-    for _ in range(pairs):
-        runs["rlprof"].append(measured(rlprof)[:2])
+    for _ in range(pairs):  # alternating, timed without the memory sampler
+        runs["rlprof"].append(measured(rlprof, sample=False)[0])
         if floor:
-            runs["floor"].append(measured(floor_cmd(new, base))[:2])
-    rl_s, rl_mb = statistics.median(s for s, _ in runs["rlprof"]), max(mb for _, mb in runs["rlprof"])
-    result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": round(rl_mb, 1)}
+            runs["floor"].append(measured(floor_cmd(new, base), sample=False)[0])
+    rl_s, rl_mb = statistics.median(runs["rlprof"]), measured(rlprof)[1]
+    result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": rl_mb}
     if floor:
-        floor_s = statistics.median(s for s, _ in runs["floor"])
+        floor_s = statistics.median(runs["floor"])
         result.update({"floor_s": round(floor_s, 2), "rlprof_over_floor": round(rl_s / floor_s, 2)})
     if use_msprof:
         from msprof import ensure_msprof
 
         exe = ensure_msprof()
         ms_s, ms_mb, _ = measured([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", str(out / "msprof")])
-        result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": round(ms_mb, 1),
-                       "speedup": round(ms_s / rl_s, 1), "memory_ratio": round(rl_mb / ms_mb, 3)})
+        result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": ms_mb, "speedup": round(ms_s / rl_s, 1),
+                       "memory_ratio": {k: round(rl_mb[k] / ms_mb[k], 3) for k in ms_mb}})
     return result
 
 

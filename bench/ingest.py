@@ -7,7 +7,9 @@ one run measures, each in its own process:
 - floor: bench/decode_floor.py (read the file and msgspec-decode it into a minimal typed struct, one core),
 alternating rlprof / floor / rlprof-one-core for --pairs rounds (medians reported), then HTA's TraceAnalysis
 load + get_temporal_breakdown once. Wall time is the process's; peak memory is the largest sum of RSS over
-the whole process tree (workers included), sampled every 10 ms. Prints one JSON object.
+the whole process tree (workers included: pss, rss_sum and rss_max, see `measured`), sampled every 10 ms in
+one more run of each (the timed runs are
+not sampled: the sampler would take CPU from the command that uses every core). Prints one JSON object.
 HTA runs from bench/.venv-hta (created here on first use: pip install holistictraceanalysis "pandas<2.3").
 
     python3 bench/ingest.py                      # 300 MB case: rlprof vs floor vs HTA
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,32 +51,55 @@ def ensure_hta() -> Path:
     return python
 
 
-def measured(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak MB of the summed RSS of the process and all its descendants, stdout tail)."""
+def measured(cmd: list[str], env: dict | None = None, tree: bool = True, sample: bool = True
+             ) -> tuple[float, dict, str]:
+    """(wall seconds, peak memory in MB, stdout). Peaks, sampled every 10 ms over the process and all its
+    descendants (the process alone with tree=False): `pss` the summed proportional set size (shared pages,
+    such as a forked worker's copy of its parent, counted once: the tree's real footprint), `rss_sum` the summed
+    RSS (shared pages counted in every process), `rss_max` the largest single process (what /usr/bin/time
+    reports). sample=False times the command alone (the sampler takes CPU from a command that uses every core)."""
     t = time.perf_counter()
-    proc = psutil.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = 0
+    proc = psutil.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peaks = {"pss": 0, "rss_sum": 0, "rss_max": 0}
     done = threading.Event()
 
-    def sample():
-        nonlocal peak
+    def watch():
         while not done.is_set():
             try:
-                tree = [proc] + proc.children(recursive=True)
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                procs = [proc] + (proc.children(recursive=True) if tree else [])
+                mems = [p.memory_full_info() for p in procs if p.is_running()]
+                peaks["pss"] = max(peaks["pss"], sum(m.pss for m in mems))
+                peaks["rss_sum"] = max(peaks["rss_sum"], sum(m.rss for m in mems))
+                peaks["rss_max"] = max([peaks["rss_max"]] + [m.rss for m in mems])
             except psutil.Error:
                 pass
             done.wait(0.01)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = threading.Thread(target=watch, daemon=True)
+    if sample:
+        sampler.start()
     out, err = proc.communicate()
     seconds = time.perf_counter() - t
     done.set()
-    sampler.join()
+    if sample:
+        sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed: {err.decode()[-2000:]}")
-    return seconds, peak / 2**20, out.decode()[-4000:]
+    return seconds, {k: round(v / 2**20, 1) for k, v in peaks.items()}, out.decode()
+
+
+def stop_tree(proc: psutil.Process) -> None:
+    """Kill a process and every process under it, by PID (a `ray start --block` and its raylet, workers...)."""
+    try:
+        tree = [proc] + proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=30)
 
 
 def floor_cmd(*traces: Path) -> list[str]:
@@ -96,22 +122,22 @@ def main() -> int:
         trace = folder / "rank0.pt.trace.json"
         info = write_trace(trace, args.mb)
         rlprof = [sys.executable, "-m", "rlprof.cli", "analyze", str(trace), "--json"]
-        runs: dict[str, list[tuple[float, float]]] = {"rlprof": [], "floor": [], "rlprof_one_core": []}
-        for _ in range(args.pairs):
-            runs["rlprof"].append(measured(rlprof)[:2])
-            runs["floor"].append(measured(floor_cmd(trace))[:2])
-            runs["rlprof_one_core"].append(measured(rlprof + ["--workers", "1"])[:2])
+        commands = {"rlprof": rlprof, "floor": floor_cmd(trace), "rlprof_one_core": rlprof + ["--workers", "1"]}
         result = {"size_mb": round(trace.stat().st_size / 1e6, 1), "events": info["events"], "pairs": args.pairs}
-        for name, values in runs.items():
-            result[f"{name}_s"] = round(statistics.median(s for s, _ in values), 2)
-            result[f"{name}_peak_mb"] = round(max(mb for _, mb in values), 1)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.pairs):  # alternating, timed without the memory sampler
+            for name, cmd in commands.items():
+                times[name].append(measured(cmd, sample=False)[0])
+        for name, cmd in commands.items():
+            result[f"{name}_s"] = round(statistics.median(times[name]), 2)
+            result[f"{name}_peak_mb"] = measured(cmd)[1]  # a run of its own, sampled
         result["rlprof_over_floor"] = round(result["rlprof_s"] / result["floor_s"], 2)
         if not args.no_hta:
             python = ensure_hta()
             hta_s, hta_mb, _ = measured([str(python), "-c", HTA_SCRIPT, str(folder)])
-            result.update({"hta_s": round(hta_s, 2), "hta_peak_mb": round(hta_mb, 1),
+            result.update({"hta_s": round(hta_s, 2), "hta_peak_mb": hta_mb,
                            "speedup_vs_hta": round(hta_s / result["rlprof_s"], 1),
-                           "memory_vs_hta": round(result["rlprof_peak_mb"] / hta_mb, 3)})
+                           "memory_vs_hta": {k: round(result["rlprof_peak_mb"][k] / hta_mb[k], 3) for k in hta_mb}})
     result["machine"] = f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB"
     print(json.dumps(result))
     return 0

@@ -19,18 +19,18 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from ingest import measured, stop_tree  # noqa: E402
 
 
 def make_run(folder: Path, ranks: int, rank_mb: float) -> float:
@@ -46,32 +46,6 @@ def make_run(folder: Path, ranks: int, rank_mb: float) -> float:
                                        "stage": "actor_update", "rank": rank, "world_size": ranks, "window": 0,
                                        "path": name, "status": "ok", "host": socket.gethostname()}) + "\n")
     return sum(p.stat().st_size for p in folder.iterdir()) / 1e6
-
-
-def driver_run(cmd: list[str], env: dict) -> tuple[float, float, int]:
-    """(wall s, peak RSS MB of the driver process alone, bytes it printed)."""
-    t = time.perf_counter()
-    proc = psutil.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak, done = 0, threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not done.is_set():
-            try:
-                peak = max(peak, proc.memory_info().rss)
-            except psutil.Error:
-                pass
-            done.wait(0.01)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    seconds = time.perf_counter() - t
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.decode()[-2000:]}")
-    return seconds, peak / 2**20, len(out)
 
 
 class RayHead:
@@ -99,13 +73,7 @@ class RayHead:
         raise SystemExit("the Ray head did not come up")
 
     def stop(self) -> None:
-        tree = [self.proc] + self.proc.children(recursive=True)
-        for p in tree:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(tree, timeout=30)
+        stop_tree(self.proc)
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
@@ -115,7 +83,6 @@ def main() -> int:
     ap.add_argument("--rank-mb", type=float, default=2.0, help="size of each rank's trace")
     ap.add_argument("--no-ray", action="store_true")
     args = ap.parse_args()
-    sys.path.insert(0, str(HERE))
     head = None if args.no_ray or shutil.which("ray") is None else RayHead()
     result = {"rank_mb": args.rank_mb, "cases": []}
     try:
@@ -125,11 +92,11 @@ def main() -> int:
                 total_mb = make_run(run, count, args.rank_mb)
                 cmd = [sys.executable, "-m", "rlprof.cli", "analyze", str(run), "--json"]
                 case = {"ranks": count, "trace_mb": round(total_mb, 1)}
-                s, mb, out = driver_run(cmd, dict(os.environ))
-                case.update(local_s=round(s, 2), local_driver_peak_mb=round(mb, 1), doc_mb=round(out / 1e6, 2))
+                s, mb, out = measured(cmd, dict(os.environ), tree=False)
+                case.update(local_s=round(s, 2), local_driver_peak_mb=mb["rss_max"], doc_mb=round(len(out) / 1e6, 2))
                 if head is not None:
-                    s, mb, out = driver_run(cmd + ["--ray"], dict(os.environ, **head.env))
-                    case.update(ray_s=round(s, 2), ray_driver_peak_mb=round(mb, 1))
+                    s, mb, out = measured(cmd + ["--ray"], dict(os.environ, **head.env), tree=False)
+                    case.update(ray_s=round(s, 2), ray_driver_peak_mb=mb["rss_max"])
                 result["cases"].append(case)
                 shutil.rmtree(run)
     finally:

@@ -5,7 +5,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,9 @@ import pytest
 
 from conftest import ROOT, run_cli
 from helpers import A
+
+sys.path.insert(0, str(ROOT / "bench"))
+from ingest import stop_tree  # noqa: E402  (bench/ingest.py: kill a process tree by PID)
 
 pytestmark = pytest.mark.skipif(shutil.which("ray") is None, reason="ray is not installed (pip install rlprof[all])")
 
@@ -46,16 +48,7 @@ class Node:
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> None:
-        try:
-            tree = [self.proc] + self.proc.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for p in tree:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(tree, timeout=30)
+        stop_tree(self.proc)
 
     def running(self, fragment: str) -> bool:
         try:
@@ -157,7 +150,6 @@ def test_a_node_lost_mid_run_is_a_warning_and_a_partial_result(cluster, tmp_path
     ids = cluster["ids"]
     run = two_node_torchrun(tmp_path, [ids["node_a"], ids["node_b"]])
     # node b also holds a large window, so that its analysis is still running when the node goes
-    sys.path.insert(0, str(ROOT / "bench"))
     from synth_trace import write_trace
 
     write_trace(run / "step2_actor_big_rank1.pt.trace.json", 150, seed=3, rank=1)

@@ -15,10 +15,11 @@ from .breakdown import BUCKETS, framework_ranges, order_key, stage_of_events, wi
 from .findings import findings
 from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
 from .readers.kineto import NotATrace, read_kineto
+from .table import release_free_memory
 
 SCHEMA_VERSION = 1
 SPLIT_BYTES = 32 << 20  # a plain trace this large is read in byte ranges by several workers
-RANGE_BYTES = 96 << 20  # at most this much per range: bounds what a worker holds
+RANGE_BYTES = 64 << 20  # at most this much per range: bounds what a worker holds
 TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
 
 
@@ -108,6 +109,7 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
            "stage": info.get("stage"), "file": path.name}
     groups, windows = stage_of_events(trace.table, rows)
     unit_signatures(trace.table, rows)
+    release_free_memory()
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read,

@@ -85,13 +85,21 @@ def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | N
     if shaped:
         key *= max(1, len(t.shapes))
         key += t.shape[sel]
-    uniq, inv = np.unique(key, return_inverse=True)
+    size = int(key.max()) + 1
+    if size > max(len(key), 1 << 16):  # sparse keys: number them (a sort)
+        uniq, key = np.unique(key, return_inverse=True)
+        size, present = len(uniq), slice(None)
+        count = np.bincount(key, minlength=size)
+    else:  # dense enough to count in place: no sort, no inverse index (the same sums, in the same order)
+        count = np.bincount(key, minlength=size)
+        present = uniq = np.flatnonzero(count)
+        count = count[present]
+    total = np.bincount(key, weights=dur, minlength=size)[present]
+    mx = np.zeros(size)
+    np.maximum.at(mx, key, dur)
+    mx = mx[present]
+    slf = np.bincount(key, weights=self_t, minlength=size)[present] if self_t is not None else total
     del key
-    count = np.bincount(inv)
-    total = np.bincount(inv, weights=dur)
-    mx = np.zeros(len(uniq))
-    np.maximum.at(mx, inv, dur)
-    slf = np.bincount(inv, weights=self_t) if self_t is not None else total
     shape_id = uniq % max(1, len(t.shapes)) if shaped else None
     rest = uniq // max(1, len(t.shapes)) if shaped else uniq
     name_id, group_of = rest % len(t.names), rest // len(t.names) - 1
@@ -117,9 +125,10 @@ def top_ops(t: EventTable, top: int | None = 50, groups: np.ndarray | None = Non
             ) -> list[dict]:
     """CPU operators (ranked by self time) and device kernels/copies, per group of events."""
     cpu = np.flatnonzero(t.kind == CPU_OP)
+    rows = _aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
+    del cpu
     kernels = np.flatnonzero(np.isin(t.kind, (KERNEL, MEMCPY, MEMSET)))
-    return (_aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
-            + _aggregate(t, kernels, "kernel", None, top, groups, by_shape))
+    return rows + _aggregate(t, kernels, "kernel", None, top, groups, by_shape)
 
 
 def collectives(t: EventTable, device: bool, groups: np.ndarray | None = None) -> list[dict]:

@@ -20,9 +20,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..table import CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable, Interner
+from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable,
+                     Interner, release_free_memory)
 
-CHUNK = 8 << 20
+CHUNK = 4 << 20
 MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
 SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
@@ -35,24 +36,6 @@ class Args(msgspec.Struct, gc=False):
     name: str | None = None  # process_name / thread_name metadata events
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float | str = float("nan")  # missing: dropped (not read as time 0)
-    dur: float | str = 0.0
-    id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # decoded only where needed
-
-    def decoded_args(self) -> Args:
-        try:
-            return _decode_args(self.args) if len(self.args) else Args()
-        except msgspec.DecodeError:
-            return Args()
-
-
 class LeanEvent(msgspec.Struct, gc=False):
     """What the hot path reads: an event without its args (skipped by the decoder, not materialised)."""
 
@@ -61,9 +44,21 @@ class LeanEvent(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float | str = float("nan")
+    ts: float | str = float("nan")  # missing: dropped (not read as time 0)
     dur: float | str = 0.0
-    id: int | str = 0
+    id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
+
+
+class Event(LeanEvent, gc=False):
+    """An event with its args kept raw: decoded only where needed (memory counters, metadata names)."""
+
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+    def decoded_args(self) -> Args:
+        try:
+            return _decode_args(self.args) if len(self.args) else Args()
+        except msgspec.DecodeError:
+            return Args()
 
 
 class ShapeArgs(msgspec.Struct, gc=False):
@@ -355,7 +350,9 @@ class _Sink:
             self.cols.runtime = {name: [int(count[i]), float(total[i])]
                                  for i, name in enumerate(self.runtime_names.names)}
         table = self.cols.build()
+        release_free_memory()  # the pieces just concatenated
         table.launch = self._launch_times(table)
+        release_free_memory()  # the flows and the launch matching's temporaries
         return table
 
     def _launch_times(self, t: EventTable) -> np.ndarray | None:
