@@ -39,15 +39,28 @@ def bench_figures(script: str, *args: str) -> dict:
 
 
 def test_ingest_bench_prints_documented_json():
-    figures = bench_figures("ingest.py", "--mb", "3", "--no-hta")
-    assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["rlprof_peak_mb"] > 0
+    figures = bench_figures("ingest.py", "--mb", "3", "--no-hta", "--pairs", "1")
+    assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["floor_s"] > 0
+    assert figures["rlprof_over_floor"] == round(figures["rlprof_s"] / figures["floor_s"], 2)
+    for name in ("rlprof", "floor", "rlprof_one_core"):
+        peak = figures[f"{name}_peak_mb"]
+        assert peak["rss_sum"] >= peak["rss_max"] > 0 and peak["pss"] > 0
 
 
 def test_compare_bench_prints_documented_json():
     figures = bench_figures("compare.py", "--mb", "2", "--db-mb", "2", "--no-msprof")
     kineto, db = figures["kineto"], figures["db"]
-    assert kineto["size_mb"] >= 2 and kineto["rlprof_s"] > 0 and kineto["rlprof_peak_mb"] > 0
+    assert kineto["size_mb"] >= 2 and kineto["rlprof_s"] > 0 and kineto["rlprof_peak_mb"]["rss_max"] > 0
+    assert kineto["floor_s"] > 0 and kineto["rlprof_over_floor"] > 0
     assert db["size_mb"] >= 2 and db["device_tasks"] > 10_000 and db["rlprof_s"] > 0
+
+
+def test_scale_bench_prints_documented_json():
+    figures = bench_figures("scale.py", "--counts", "2", "4", "--rank-mb", "0.3", "--no-ray")
+    assert [c["ranks"] for c in figures["cases"]] == [2, 4]
+    for case in figures["cases"]:
+        assert case["local_s"] > 0 and case["local_driver_peak_mb"] > 0 and case["doc_mb"] > 0
+    assert figures["cases"][1]["doc_mb"] > figures["cases"][0]["doc_mb"]
 
 
 def test_trl_overhead_bench_prints_documented_json():
