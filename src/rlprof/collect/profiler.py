@@ -589,7 +589,7 @@ class stage:
         self.name, self.role, self._scope = name, role, None
 
     def __call__(self, fn):
-        name, role = self.name, self.role
+        name = self.name  # the role is checked above; the stage alone decides the window (its role is fixed)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
