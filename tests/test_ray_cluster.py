@@ -143,6 +143,9 @@ def test_each_file_is_analysed_on_the_node_that_wrote_it(cluster, tmp_path):
         assert a.returncode == b.returncode == 0, b.stderr
         assert json.loads(a.stdout).keys() == json.loads(b.stdout).keys()
         assert json.dumps(json.loads(a.stdout), sort_keys=True) == json.dumps(json.loads(b.stdout), sort_keys=True)
+    report = run_cli("report", run, "-o", tmp_path / "report.html", "--ray", env=cluster["env"])
+    assert report.returncode == 0, report.stderr
+    assert "actor_update" in (tmp_path / "report.html").read_text()
 
 
 @pytest.mark.slow
