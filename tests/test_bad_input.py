@@ -1,6 +1,7 @@
 """docs/bad_input.md, row by row: the table is the test's list, so the two cannot drift apart."""
 
 import json
+import socket
 import shutil
 import sqlite3
 
@@ -84,6 +85,11 @@ def build(case: str, tmp) -> list:
     if case == "bad-budget":
         _write(f, {"traceEvents": _events()})
         return ["advise", f, "--budget", "lots"]
+    if case == "ray-unreachable":
+        with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return ["analyze", _write(f, {"traceEvents": _events()}), "--ray"], {"RAY_ADDRESS": f"127.0.0.1:{port}"}
     raise AssertionError(f"docs/bad_input.md row {case!r} has no input builder in this test")
 
 
@@ -93,7 +99,10 @@ def test_the_table_is_there():
 
 @pytest.mark.parametrize("row", table_rows(), ids=lambda r: r["id"])
 def test_bad_input_row(tmp_path, row):
-    proc = run_cli(*build(row["id"], tmp_path))
+    cmd, env = build(row["id"], tmp_path), None
+    if isinstance(cmd, tuple):  # (arguments, environment)
+        cmd, env = cmd
+    proc = run_cli(*cmd, env=env)
     assert proc.returncode == row["exit"], (proc.returncode, proc.stderr[-1500:])
     assert "Traceback" not in proc.stderr
     if row["exit"] == 2:

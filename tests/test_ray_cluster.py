@@ -206,3 +206,11 @@ def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
     mindspeed = ROOT / "tests" / "data" / "ascend" / "mindspeed" / "profiler_data"
     inputs = find_inputs(mindspeed)
     assert inputs and all(meta["where"] == {"host": "node0", "node_id": None} for _, meta in inputs)
+
+
+def test_ray_missing_is_one_clear_error(tmp_path, monkeypatch):
+    from rlprof.analyze.engine import AnalyzeError, analyze
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as on an install without Ray
+    with pytest.raises(AnalyzeError, match="--ray needs the ray package"):
+        analyze(tmp_path, use_ray=True)

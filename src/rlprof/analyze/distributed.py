@@ -24,18 +24,46 @@ def timeout_s() -> float:
 def ray_session():
     """A connection to the cluster (RAY_ADDRESS, else a local one), closed again if opened here. Ray's own
     notices (a raylet that died, ...) go to stderr: stdout carries only rlprof's answer (`--json`)."""
-    import ray
+    from .engine import AnalyzeError
 
+    _reachable(os.environ.get("RAY_ADDRESS") or None)
+    try:
+        import ray
+    except ImportError:
+        raise AnalyzeError("--ray needs the ray package (pip install 'rlprof[all]' or ray); without --ray the "
+                           "analysis runs on this machine's cores") from None
     with redirect_stdout(sys.stderr):
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
-                     configure_logging=False, log_to_driver=False)
+            address = os.environ.get("RAY_ADDRESS") or None
+            try:
+                ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise AnalyzeError(f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''}); allowed: the address of a "
+                                   "running cluster's head (host:port), or unset for a local one") from None
         try:
             yield ray
         finally:
             if started_here:
                 ray.shutdown()
+
+
+def _reachable(address: str | None, timeout: float = 10.0) -> None:
+    """A host:port address must answer within `timeout` s: Ray's own connect retries for minutes."""
+    import socket
+
+    from .engine import AnalyzeError
+
+    if not address or "://" in address or address == "auto" or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as exc:
+        raise AnalyzeError(f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({exc}); allowed: the "
+                           "address of a running cluster's head (host:port), or unset for a local one") from None
 
 
 def ray_map(fn, jobs: list, strategy=None) -> list:
