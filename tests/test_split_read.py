@@ -69,6 +69,23 @@ def test_a_trace_damaged_in_a_later_range_stops_where_one_reader_stops(tmp_path)
         assert_same_trace(whole, split)
 
 
+@pytest.mark.parametrize("cut", [None, 300_000, 1_000_000])
+def test_a_compressed_trace_in_pieces_gives_the_same_table(cut, tmp_path, monkeypatch):
+    """gzip cannot be entered mid-way: one process inflates, workers decode pieces; whole or cut, the same."""
+    from rlprof.analyze.readers import kineto
+
+    path = tmp_path / "t.json.gz"
+    data = (REAL / "gpu_nccl_rank0.json.gz").read_bytes()
+    path.write_bytes(data[:cut] if cut else data)
+    whole = read_kineto(path)
+    monkeypatch.setattr(kineto, "PIECE", 256 << 10)
+    pieces = []
+    split = read_kineto(path, map_ranges=lambda fn, jobs: (pieces.append(job) or fn(job) for job in jobs), parts=2)
+    assert len(pieces) > 3  # really handed out in pieces
+    assert_same_trace(whole, split)
+    assert split.partial == bool(cut)
+
+
 def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     """The engine's own path: the file's ranges over a process pool, merged, then analysed."""
     path = plain_copy("gpu_nccl_rank0", tmp_path)
@@ -78,6 +95,15 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     assert engine.range_count(path, 2) > 2
     split = engine.analyze(path, workers=2)
     assert json.dumps(split, sort_keys=True) == json.dumps(one, sort_keys=True)
+    # the compressed original: inflated here, decoded in pieces by the workers
+    from rlprof.analyze.readers import kineto
+
+    monkeypatch.setattr(kineto, "PIECE", 512 << 10)
+    gz = tmp_path / "rank0.json.gz"
+    gz.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
+    assert engine.range_count(gz, 2) > 2  # sized by what it inflates to
+    one_gz, split_gz = engine.analyze(gz, workers=1), engine.analyze(gz, workers=2)
+    assert json.dumps(split_gz, sort_keys=True) == json.dumps(one_gz, sort_keys=True)
 
 
 def test_a_batch_of_runtime_calls_only_is_summed_not_stored():

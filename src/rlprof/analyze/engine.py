@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -135,9 +136,15 @@ def _tagged(records: list[dict], tag: dict, windows: list[dict]) -> list[dict]:
 
 def range_count(path: Path, workers: int) -> int:
     """How many byte ranges to read a trace in: none below SPLIT_BYTES; else a multiple of the workers (balanced)
-    with ranges of at most RANGE_BYTES (what one worker holds at a time)."""
+    with ranges of at most RANGE_BYTES (what one worker holds at a time). A gzip trace counts by the size it
+    inflates to (its trailer's, where the file is one member under 4 GB)."""
     try:
         size = Path(path).stat().st_size
+        if Path(path).is_file() and size > 18:
+            with open(path, "rb") as f:
+                if f.read(2) == b"\x1f\x8b":
+                    f.seek(-4, os.SEEK_END)
+                    size = max(size, int.from_bytes(f.read(4), "little"))
     except OSError:
         return 1
     if workers <= 1 or size < SPLIT_BYTES:
@@ -279,12 +286,18 @@ def _pool(n: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method))
 
 
-def _pool_map(n: int, fn, jobs: list):
-    """`fn` over `jobs` on `n` fresh worker processes, in order, as they finish. The workers exit once the last
-    result is taken (or the reader stops early), before the table is built and analysed: they never hold
-    memory during the analysis's own peak."""
-    with _pool(min(n, len(jobs))) as pool:
-        yield from pool.map(fn, jobs)
+def _pool_map(n: int, fn, jobs):
+    """`fn` over `jobs` (any iterable, taken lazily: at most n + 1 in flight) on `n` fresh worker processes, results
+    in order. The workers exit once the last result is taken (or the reader stops early), before the table is
+    built and analysed: they never hold memory during the analysis's own peak."""
+    with _pool(n) as pool:
+        pending: deque = deque()
+        for job in jobs:
+            pending.append(pool.submit(fn, job))
+            if len(pending) > n:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _unparsed_warning(path) -> list[str]:

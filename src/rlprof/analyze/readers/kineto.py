@@ -9,6 +9,7 @@ Damaged input keeps the events before the damage, with a warning naming the file
 
 from __future__ import annotations
 
+import io
 import re
 import zlib
 from collections import Counter, defaultdict
@@ -568,8 +569,49 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
             while data := chunks.more():
                 rest += data
             return _read_whole(path, header + ARRAY_KEY + b":[" + rest, chunks.error, sink)
+        if map_ranges is not None and parts > 1 and isinstance(f, _CutTolerantGzip):
+            # a compressed stream cannot be entered mid-way: this process inflates it and hands out pieces
+            return assemble(path, header, _pipelined(path, chunks, buf, open_at + 1, shapes, map_ranges))
         part = _scan(chunks, buf, open_at + 1, sink, True, path)
     return assemble(path, header, [part])
+
+
+PIECE = 16 << 20  # what one worker decodes of a compressed trace at a time
+
+
+def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: bool, map_ranges):
+    """The parts of a compressed trace: pieces cut at event separators go to the workers (a bounded number in
+    flight) while this process inflates the next; the last piece (the array's end, the keys after it, a cut
+    stream) is read here with the stream's own state, as one reader ends it."""
+    rest: list = []
+
+    def pieces():
+        nonlocal buf, offset
+        while True:
+            data = chunks.more()
+            buf += data
+            while len(buf) > PIECE:  # whole events, about PIECE bytes each
+                cut = buf.rfind(SEP, 0, PIECE)
+                cut = cut if cut >= 0 else buf.find(SEP, PIECE)  # an event longer than a piece
+                if cut < 0:
+                    break
+                yield path, buf[:cut + 1], offset, shapes
+                buf, offset = buf[cut + len(SEP) - 1:], offset + cut + len(SEP) - 1
+            if not data:
+                rest.append((buf, offset))
+                return
+
+    for part in map_ranges(read_piece_job, pieces()):
+        yield part
+        if part.partial:
+            return
+    yield _scan(chunks, *rest[0], _Sink(shapes), True, path)
+
+
+def read_piece_job(job: tuple) -> Part:
+    """One piece of a compressed trace's event array (whole events), decoded in a worker."""
+    path, piece, offset, shapes = job
+    return _scan(_Chunks(io.BytesIO(piece)), b"", offset, _Sink(shapes), False, path)
 
 
 def kineto_layout(path: Path) -> Layout | None:
@@ -724,8 +766,8 @@ def _decode_into(data, sink: _Sink) -> bool:
 
 
 def _salvage(piece: bytes, sink: _Sink) -> int:
-    """Decode the events of `piece` one by one up to the first damaged one; returns bytes kept."""
-    kept = 0
+    """Decode the events of `piece` one by one up to the first damaged one. Returns where that one starts (the
+    whole length when none is): the same byte whatever stretch of the file `piece` began at."""
     pos = 0
     events = []
     while True:
@@ -735,12 +777,12 @@ def _salvage(piece: bytes, sink: _Sink) -> int:
             events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=sink.event_type))
         except (msgspec.DecodeError, UnicodeDecodeError):
             break
-        kept = end
         if cut < 0:
+            pos = len(piece)
             break
         pos = cut + len(SEP) - 1
     sink.add(events)
-    return kept
+    return pos
 
 
 def _meta(header: bytes, tail: bytes) -> Meta:
