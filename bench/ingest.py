@@ -14,6 +14,7 @@ HTA runs from bench/.venv-hta (created here on first use: pip install holistictr
 
     python3 bench/ingest.py                      # 300 MB case: rlprof vs floor vs HTA
     python3 bench/ingest.py --mb 2000 --no-hta --pairs 1   # the 2 GB case: memory of the process tree
+    python3 bench/ingest.py --gzip --no-hta      # the same 300 MB, gzip-compressed
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3, help="alternating rounds of rlprof / floor (medians)")
     ap.add_argument("--no-hta", action="store_true", help="skip holistictraceanalysis (the 2 GB memory case)")
     ap.add_argument("--keep", type=Path, help="directory to keep the trace in (default: a temporary one)")
+    ap.add_argument("--gzip", action="store_true", help="write the trace gzip-compressed (.json.gz), as most are")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from synth_trace import write_trace
@@ -119,11 +121,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlprof-ingest-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        trace = folder / "rank0.pt.trace.json"
+        trace = folder / ("rank0.pt.trace.json" + (".gz" if args.gzip else ""))
         info = write_trace(trace, args.mb)
         rlprof = [sys.executable, "-m", "rlprof.cli", "analyze", str(trace), "--json"]
         commands = {"rlprof": rlprof, "floor": floor_cmd(trace), "rlprof_one_core": rlprof + ["--workers", "1"]}
-        result = {"size_mb": round(trace.stat().st_size / 1e6, 1), "events": info["events"], "pairs": args.pairs}
+        result = {"size_mb": round(info["bytes"] / 1e6, 1), "file_mb": round(trace.stat().st_size / 1e6, 1),
+                  "events": info["events"], "pairs": args.pairs}
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.pairs):  # alternating, timed without the memory sampler
             for name, cmd in commands.items():

@@ -576,7 +576,7 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
     return assemble(path, header, [part])
 
 
-PIECE = 16 << 20  # what one worker decodes of a compressed trace at a time
+PIECE = 8 << 20  # what one worker decodes of a compressed trace at a time
 
 
 def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: bool, map_ranges):
