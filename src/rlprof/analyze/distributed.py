@@ -95,12 +95,14 @@ def _pinned(node_id: str, soft: bool):
 
 def _list_here(path: str):
     """On one node: what it holds of `path` (its manifest rows or its files), or why it holds nothing."""
-    from .engine import find_inputs, here
+    from ..where import this_process
+    from .engine import find_inputs
 
+    node_id = this_process()["node_id"]
     try:
-        return here()["node_id"], find_inputs(path), None
+        return node_id, find_inputs(path), None
     except Exception as exc:  # "does not exist" on a node that holds no part of the run is normal
-        return here()["node_id"], [], str(exc)
+        return node_id, [], str(exc)
 
 
 def _key(path: Path, meta: dict) -> tuple:

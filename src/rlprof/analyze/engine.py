@@ -15,7 +15,8 @@ from ..errors import RLProfError
 from .breakdown import BUCKETS, framework_ranges, order_key, stage_of_events, window_rows
 from .findings import findings
 from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
-from .readers.kineto import NotATrace, read_kineto
+from .readers.kineto import NotATrace, read_kineto, stream_size
+from ..where import this_process
 from .table import release_free_memory
 
 SCHEMA_VERSION = 1
@@ -139,12 +140,7 @@ def range_count(path: Path, workers: int) -> int:
     with ranges of at most RANGE_BYTES (what one worker holds at a time). A gzip trace counts by the size it
     inflates to (its trailer's, where the file is one member under 4 GB)."""
     try:
-        size = Path(path).stat().st_size
-        if Path(path).is_file() and size > 18:
-            with open(path, "rb") as f:
-                if f.read(2) == b"\x1f\x8b":
-                    f.seek(-4, os.SEEK_END)
-                    size = max(size, int.from_bytes(f.read(4), "little"))
+        size = stream_size(Path(path))
     except OSError:
         return 1
     if workers <= 1 or size < SPLIT_BYTES:
@@ -169,20 +165,8 @@ def _run(job, map_ranges=None, workers: int = 1):
     except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, UnicodeDecodeError,
             msgspec.DecodeError) as exc:
         result, reused = _failed(path, NotATrace(f"{path}: unreadable ({type(exc).__name__}: {exc})")), False
-    result["input"]["analysed_on"] = {**here(), "reused": reused}
+    result["input"]["analysed_on"] = {**this_process(), "reused": reused}
     return result
-
-
-def here() -> dict:
-    """This process's host, and its Ray node when it runs as a Ray task."""
-    import socket
-    import sys
-
-    node_id = None
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        node_id = ray.get_runtime_context().get_node_id()
-    return {"host": socket.gethostname(), "node_id": node_id}
 
 
 def cache_path(trace: Path) -> Path:

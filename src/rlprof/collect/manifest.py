@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
-import sys
 from pathlib import Path
 
 import msgspec
 
+from ..where import this_process
 from .naming import MANIFEST
 
 _encoder = msgspec.json.Encoder()
@@ -17,17 +16,11 @@ _encoder = msgspec.json.Encoder()
 
 def written_where() -> dict:
     """Where this process writes its windows: the host name, and the Ray node id when the process runs on a
-    Ray node (a Ray worker, or a launcher that exports RLPROF_NODE_ID for its ranks). `rlprof analyze --ray`
-    sends the analysis of each window to the node that holds it."""
-    node_id = os.environ.get("RLPROF_NODE_ID") or None
-    ray = sys.modules.get("ray")  # never imported here: only asked when the process already uses Ray
-    if node_id is None and ray is not None:
-        try:
-            if ray.is_initialized():
-                node_id = ray.get_runtime_context().get_node_id()
-        except Exception:  # an old or partial Ray: the host name still says where
-            node_id = None
-    return {"host": socket.gethostname(), "node_id": node_id}
+    Ray node (a Ray worker), or the one a launcher exports as RLPROF_NODE_ID for its ranks. `rlprof analyze
+    --ray` sends the analysis of each window to the node that holds it."""
+    where = this_process()
+    where["node_id"] = os.environ.get("RLPROF_NODE_ID") or where["node_id"]
+    return where
 
 
 def append_row(run_dir: Path, row: dict) -> None:

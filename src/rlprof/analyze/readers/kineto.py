@@ -10,6 +10,7 @@ Damaged input keeps the events before the damage, with a warning naming the file
 from __future__ import annotations
 
 import io
+import os
 import re
 import zlib
 from collections import Counter, defaultdict
@@ -497,6 +498,17 @@ def _open(path: Path):
 def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == b"\x1f\x8b"
+
+
+def stream_size(path: Path) -> int:
+    """The bytes a reader goes through: a gzip file's inflated size (its trailer's, where the file is one member
+    under 4 GB), else the file's own size."""
+    size = path.stat().st_size
+    if path.is_file() and size > 18 and _is_gzip(path):
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    return size
 
 
 class _Chunks:
