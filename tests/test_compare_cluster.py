@@ -212,6 +212,21 @@ def test_slow_rank_rule_on_eight_ranks_and_replicas():
     assert [(f["rank"], f["role"]) for f in result["slow_ranks"]] == [(2, "rollout")]
 
 
+def test_one_slow_step_is_a_hiccup_not_a_slow_rank():
+    # rank 0 is 30 ms behind in step 2 only (its mean is 15 ms ahead of rank 1's, past every other bar)
+    rows = _rows("actor", "weight_sync", {0: (5.0, 20.0), 1: (5.0, 30.0)})
+    for r in rows:
+        if r["rank"] == 0 and r["step"] == 2:
+            r["compute_ms"] = 35.0
+    assert cluster({"rows": rows, "collectives": []})["slow_ranks"] == []
+    for r in rows:  # behind in both steps: named, with the steps it was behind in
+        if r["rank"] == 0:
+            r["compute_ms"] = 20.0
+    (found,) = cluster({"rows": rows, "collectives": []})["slow_ranks"]
+    assert found["rank"] == 0 and found["evidence"]["steps_behind"] == 2
+    assert "behind in 2 of 2 steps" in found["evidence"]["summary"]
+
+
 def test_cluster_bad_input_exits_2(tmp_path):
     one_line_exit_2(run_cli("cluster", tmp_path / "missing"), "does not exist")
     (tmp_path / "x.json").write_text("{}")

@@ -3,7 +3,8 @@
 A rank that is slow in compute reaches each collective late: it waits little there while every other
 rank waits for it. So a suspect is a rank whose compute in a stage exceeds the other ranks' median
 by a clear margin (15% of their compute and a tenth of the stage's wall time), *and* whose collective
-wait is shorter than theirs by at least half that excess.
+wait is shorter than theirs by at least half that excess, *and* who is that far behind in most of the
+profiled steps, not in one: a single hiccup (a page fault, a busy core) is not a straggler.
 Async rollout replicas count as the ranks of the rollout role.
 """
 
@@ -67,11 +68,31 @@ def _collective_waits(doc: dict) -> dict[tuple, dict[str, float]]:
     return {k: {name: ms / max(1, len(steps[k])) for name, ms in v.items()} for k, v in total.items()}
 
 
+def _compute_per_step(doc: dict) -> dict[tuple, dict]:
+    """(role, stage, rank) -> step -> compute ms in that step."""
+    out: dict[tuple, dict] = defaultdict(lambda: defaultdict(float))
+    for r in doc["rows"]:
+        if r.get("unit") is None:
+            out[(r.get("role"), r.get("stage"), _rank(r))][r.get("step")] += r["compute_ms"]
+    return out
+
+
+def _steps_behind(rank: dict, others: list[dict], per_step: dict, floor: float) -> tuple[int, int]:
+    """In how many of the steps that every one of these ranks profiled is `rank` `floor` ms behind the others."""
+    key = (rank["role"], rank["stage"])
+    mine = per_step.get((*key, rank["rank"]), {})
+    theirs = [per_step.get((*key, o["rank"]), {}) for o in others]
+    common = [s for s in mine if all(s in t for t in theirs)]
+    behind = sum(mine[s] - statistics.median(t[s] for t in theirs) >= floor for s in common)
+    return behind, len(common)
+
+
 def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in ranks:
         groups[(r["role"], r["stage"])].append(r)
     waits = _collective_waits(doc)
+    per_step = _compute_per_step(doc)
     found = []
     for (role, stage), rows in groups.items():
         if len(rows) < 2:
@@ -86,6 +107,9 @@ def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> li
             floor = max(threshold * others_compute, MIN_SHARE_OF_WALL * wall, MIN_EXCESS_MS)
             if excess < floor or waited < WAIT_SHARE * excess:
                 continue
+            behind, common = _steps_behind(r, others, per_step, floor)
+            if common and 2 * behind <= common:
+                continue
             mine = waits.get((role, stage, r["rank"]), {})
             theirs: dict[str, float] = defaultdict(float)
             for o in others:
@@ -97,11 +121,12 @@ def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> li
             names = ", ".join(c["name"] for c in colls[:3]) or "collectives"
             found.append({"rank": r["rank"], "role": role, "stage": stage, "evidence": {
                 "compute_ms": r["compute_ms"], "others_compute_ms": others_compute, "excess_ms": excess,
-                "wait_ms": r["comm_ms"], "others_wait_ms": others_wait, "steps": r["steps"], "collectives": colls,
+                "wait_ms": r["comm_ms"], "others_wait_ms": others_wait, "steps": r["steps"], "steps_behind": behind,
+                "collectives": colls,
                 "summary": (f"rank {r['rank']} computes {excess:.1f} ms more per step in {role}/{stage} "
                             f"({r['compute_ms']:.1f} vs {others_compute:.1f} ms on the others) and waits "
                             f"{r['comm_ms']:.1f} ms in collectives while the others wait {others_wait:.1f} ms "
-                            f"(in {names})")}})
+                            f"(in {names})" + (f"; behind in {behind} of {common} steps" if common else ""))}})
     found.sort(key=lambda f: -f["evidence"]["excess_ms"])
     return found
 
