@@ -40,19 +40,30 @@ def release_free_memory() -> None:
 _malloc_trim = None
 
 
+class _Ids(dict):
+    """name -> id; a name not seen before gets the next id, so a lookup is one C call for known names."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: list):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, name):
+        i = self[name] = len(self.names)
+        self.names.append(name)
+        return i
+
+
 class Interner:
-    """Names -> dense integer ids (the tables hold ids, not strings)."""
+    """Names -> dense integer ids in order of first appearance (the tables hold ids, not strings)."""
 
     def __init__(self):
-        self.ids: dict[str, int] = {}
         self.names: list[str] = []
+        self.ids: dict[str, int] = _Ids(self.names)
 
     def __call__(self, name: str) -> int:
-        i = self.ids.get(name)
-        if i is None:
-            i = self.ids[name] = len(self.names)
-            self.names.append(name)
-        return i
+        return self.ids[name]
 
 
 @dataclass

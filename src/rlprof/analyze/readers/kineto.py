@@ -142,8 +142,26 @@ def _num(x) -> float:
 
 
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
-_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ID, _ARGS = map(
-    attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"))
+_PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
+_PID_TID = attrgetter("pid", "tid")
+_X, _FLOW_START, _FLOW_END, _INSTANT = 1, 2, 3, 4
+_PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT}  # the phases read; others are 0
+_IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
+
+
+class _ThreadIds(dict):
+    """(pid, tid) -> thread id, in order of first appearance; a new thread is named "pid/tid"."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: list):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, key: tuple) -> int:
+        i = self[key] = len(self.names)
+        self.names.append(f"{key[0]}/{key[1]}")
+        return i
 
 
 class _NeedArgs(Exception):
@@ -158,9 +176,7 @@ class _Sink:
 
     def __init__(self, shapes: bool = False):
         self.cols = ColumnBuilder(shapes)
-        self.thread_keys: dict[tuple, int] = {}  # (pid, tid) -> thread id
-        self._key_ids: dict[int, int] = {}  # integer (pid, tid) packed in an int64 -> thread id
-        self._known_keys, self._known_ids = np.zeros(0, np.int64), np.zeros(0, np.int32)  # the same, sorted
+        self.thread_keys: dict[tuple, int] = _ThreadIds(self.cols.threads.names)  # (pid, tid) -> thread id
         self.runtime_names = Interner()
         self.runtime: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk (name id, dur): summed at build
         self.shapes = shapes
@@ -174,51 +190,20 @@ class _Sink:
     def event_type(self) -> type:
         return ShapeEvent if self.shapes else Event
 
-    def _threads(self, events) -> np.ndarray:
-        """Thread ids of `events` ("pid/tid", in order of first appearance): integer pids and tids (Kineto's)
-        are paired in numpy; other writers' strings take a dict of tuples."""
-        n = len(events)
-        if not n:
-            return np.zeros(0, np.int32)
-        try:
-            pid = np.fromiter(map(_PID, events), np.int64, n)
-            tid = np.fromiter(map(_TID, events), np.int64, n)
-        except (ValueError, TypeError, OverflowError):
-            return np.fromiter(map(self._thread_id, zip(map(_PID, events), map(_TID, events))), np.int32, n)
-        if pid.min() < 0 or pid.max() >= 1 << 31 or tid.min() < -(1 << 31) or tid.max() >= 1 << 31:
-            return np.fromiter(map(self._thread_id, zip(pid.tolist(), tid.tolist())), np.int32, n)
-        key = (pid << 32) + (tid + (1 << 31))  # one int64 per (pid, tid)
-        at = np.minimum(np.searchsorted(self._known_keys, key), len(self._known_keys) - 1)
-        new = self._known_keys[at] != key if len(self._known_keys) else np.ones(n, bool)
-        if new.any():  # threads not seen before: added in order of first appearance
-            fresh, first = np.unique(key[new], return_index=True)
-            for i in np.argsort(first, kind="stable").tolist():
-                k = int(fresh[i])
-                self._thread_id((k >> 32, (k & 0xFFFFFFFF) - (1 << 31)))
-                self._key_ids[k] = self.thread_keys[(k >> 32, (k & 0xFFFFFFFF) - (1 << 31))]
-            self._known_keys = np.array(sorted(self._key_ids), np.int64)
-            self._known_ids = np.array([self._key_ids[k] for k in self._known_keys.tolist()], np.int32)
-            at = np.searchsorted(self._known_keys, key)
-        return self._known_ids[at]
-
-    def _thread_id(self, key: tuple) -> int:
-        i = self.thread_keys.get(key)
-        if i is None:
-            i = self.thread_keys[key] = len(self.cols.threads.names)
-            self.cols.threads.names.append(f"{key[0]}/{key[1]}")
-        return i
-
     def add(self, events: list) -> None:
         """One decoded batch, in file order. Ids (names, threads) are given in order of first appearance in the
         file, whatever the batch boundaries: so a file split anywhere merges back into the same table."""
         n = len(events)
         if not n:
             return
-        is_x = np.fromiter(map("X".__eq__, map(_PH, events)), bool, n)
+        phase = np.fromiter(map(_PHASE.get, map(_PH, events), repeat(0)), np.uint8, n)
+        is_x = phase == _X
         x_at = np.flatnonzero(is_x)  # positions in the batch
-        flow_end_at = self._add_others(list(compress(events, (~is_x).tolist())), np.flatnonzero(~is_x)) \
-            if len(x_at) < n else np.zeros(0, np.int64)
-        xs = list(compress(events, is_x.tolist())) if len(x_at) < n else events
+        if len(x_at) < n:
+            flow_end_at = self._add_others(events, phase)
+            xs = list(compress(events, is_x.tolist()))
+        else:
+            flow_end_at, xs = np.zeros(0, np.int64), events
         start, dur = _floats_of(xs, _TS), _floats_of(xs, _DUR)
         with np.errstate(all="ignore"):
             bad_ts = ~np.isfinite(start) | (np.abs(start) > MAX_US)
@@ -229,68 +214,71 @@ class _Sink:
             ok = ~(bad_ts | bad_dur)
             xs, start, dur, x_at = list(compress(xs, ok.tolist())), start[ok], dur[ok], x_at[ok]
         end = start + dur
-        kind = np.zeros(0, np.uint8)
         if xs:
             self.cols.extend_span(float(start.min()), float(end.max()))
-            cats = list(map(_CAT, xs))
-            kind = np.fromiter(map(_KIND.get, cats, repeat(OTHER)), np.uint8, len(xs))
+            kind = np.fromiter(map(_KIND.get, map(_CAT, xs), repeat(OTHER)), np.uint8, len(xs))
             self.complete += len(xs)
             unknown = kind == OTHER
             if unknown.any():
                 self.unknown += int(unknown.sum())
-                for cat, count in Counter(compress(cats, unknown.tolist())).items():  # for the warning
+                for cat, count in Counter(map(_CAT, compress(xs, unknown.tolist()))).items():  # for the warning
                     self.unknown_cats[cat] += count
             # runtime API calls are only ever summed (launch overhead): their name and duration, not their place
             runtime = kind == RUNTIME
             if runtime.any():
-                names = list(map(_NAME, compress(xs, runtime.tolist())))
-                self.runtime.append((_intern(names, self.runtime_names), end[runtime] - start[runtime]))
+                ids = self.runtime_names.ids.__getitem__
+                names = np.fromiter(map(ids, map(_NAME, compress(xs, runtime.tolist()))), np.int32)
+                self.runtime.append((names, end[runtime] - start[runtime]))
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
                 xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
                     x_at[keep]
         if not xs and not len(flow_end_at):
             return
-        # threads of the kept events and of the flow ends, interned together in file order
+        # threads of the kept events and of the flow ends, given ids together in file order
         chosen = np.zeros(n, bool)
         chosen[x_at] = True
         chosen[flow_end_at] = True
-        threads = self._threads(list(compress(events, chosen.tolist())))
+        threads = np.fromiter(map(self.thread_keys.__getitem__, map(_PID_TID, compress(events, chosen.tolist()))),
+                              np.int32)
         rank = np.cumsum(chosen) - 1
         if len(flow_end_at):
             self.flow_ends[-1] += (threads[rank[flow_end_at]],)
         if not xs:
             return
-        names = _intern(list(map(_NAME, xs)), self.cols.names)
+        names = np.fromiter(map(self.cols.names.ids.__getitem__, map(_NAME, xs)), np.int32, len(xs))
         shapes = None
         if self.shapes:
             raw = [bytes(a.input_dims).replace(b" ", b"").decode() for a in map(_ARGS, xs)]
             shapes = _intern(raw, self.cols.shapes)
         self.cols.add(start, end, kind, names, threads[rank[x_at]], shapes)
 
-    def _add_others(self, events: list, at: np.ndarray) -> np.ndarray:
-        """Instant and flow events (at positions `at` of the batch): memory counters, and the launch flows (ac2g)
-        that tie kernels to the host. Returns the batch positions of the flow ends (their threads come after)."""
-        phs = list(map(_PH, events))
-        if "i" in phs:  # memory counters (profile_memory traces): their args decoded in one call
-            instants = list(compress(events, map("i".__eq__, phs)))
+    def _add_others(self, events: list, phase: np.ndarray) -> np.ndarray:
+        """Instant and flow events: memory counters, and the launch flows (ac2g) that tie kernels to the host.
+        Returns the batch positions of the flow ends (their threads come after)."""
+        is_instant = phase == _INSTANT
+        if is_instant.any():  # memory counters (profile_memory traces): their args decoded in one call
+            instants = compress(events, is_instant.tolist())
             counters = list(compress(instants, map("[memory]".__eq__, map(_NAME, instants))))
             if counters:
                 if not hasattr(counters[0], "args"):
                     raise _NeedArgs  # decoded without args (nothing added yet): the caller decodes them with args
                 self._add_memory(counters)
-        flow = np.fromiter(map("ac2g".__eq__, map(_CAT, events)), bool, len(events))
-        if not flow.any():
+        is_flow = (phase == _FLOW_START) | (phase == _FLOW_END)
+        if not is_flow.any():
             return np.zeros(0, np.int64)
-        is_start = flow & np.fromiter(map("s".__eq__, phs), bool, len(phs))
-        is_end = flow & np.fromiter(map("f".__eq__, phs), bool, len(phs))
+        at = np.flatnonzero(is_flow)
+        flows = list(compress(events, is_flow.tolist()))
+        launch = np.fromiter(map(_IS_LAUNCH.get, map(_CAT, flows), repeat(False)), bool, len(flows))
+        is_start = launch & (phase[at] == _FLOW_START)
+        is_end = launch & (phase[at] == _FLOW_END)
         if is_start.any():  # kept as arrays per batch: 16-24 bytes a flow, whatever the trace's size
-            starts = list(compress(events, is_start.tolist()))
-            self.flow_starts.append((_ids(list(map(_ID, starts))), _floats_of(starts, _TS)))
+            starts = list(compress(flows, is_start.tolist()))
+            self.flow_starts.append((_ids_of(starts), _floats_of(starts, _TS)))
         if not is_end.any():
             return np.zeros(0, np.int64)
-        ends = list(compress(events, is_end.tolist()))
-        self.flow_ends.append((_ids(list(map(_ID, ends))), _floats_of(ends, _TS)))  # + threads, by add()
+        ends = list(compress(flows, is_end.tolist()))
+        self.flow_ends.append((_ids_of(ends), _floats_of(ends, _TS)))  # + threads, by add()
         return at[is_end]
 
     def _add_memory(self, counters: list) -> None:
@@ -311,9 +299,6 @@ class _Sink:
         runtime_map = _remap(part.runtime_names.names, self.runtime_names)
         thread_map = np.zeros(len(part.thread_keys), np.int32)
         for key, i in part.thread_keys.items():
-            if key not in self.thread_keys:
-                self.thread_keys[key] = len(self.cols.threads.names)
-                self.cols.threads.names.append(part.cols.threads.names[i])
             thread_map[i] = self.thread_keys[key]
         for chunk in part.cols.take_chunks():
             start, end, kind, name, thread = chunk[:5]
@@ -410,13 +395,8 @@ def _floats_of(events: list, field) -> np.ndarray:
 
 
 def _intern(values: list, interner: Interner) -> np.ndarray:
-    """Dense ids for `values`, new ones in order of first appearance; Python loops over distinct values only."""
-    ids = interner.ids
-    for value in dict.fromkeys(values):
-        if value not in ids:
-            ids[value] = len(interner.names)
-            interner.names.append(value)
-    return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+    """Dense ids for `values`, new ones in order of first appearance; Python runs only for names not seen before."""
+    return np.fromiter(map(interner.ids.__getitem__, values), np.int32, len(values))
 
 
 def _remap(labels: list, interner: Interner) -> np.ndarray:
@@ -436,6 +416,14 @@ def _floats(values: list) -> np.ndarray:
             except (ValueError, TypeError, OverflowError):
                 pass
         return out
+
+
+def _ids_of(events: list) -> np.ndarray:
+    """The flow ids of `events`: in C where they are integers (Kineto's)."""
+    try:
+        return np.fromiter(map(_ID, events), np.int64, len(events))
+    except (ValueError, TypeError, OverflowError):
+        return _ids(list(map(_ID, events)))
 
 
 def _ids(values: list) -> np.ndarray:
