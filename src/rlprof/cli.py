@@ -133,8 +133,6 @@ def analyze(
     from pathlib import Path
 
     from .analyze.engine import analyze as run_analysis
-    from .analyze.export import write_analysis
-    from .report.terminal import print_analysis
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
@@ -144,6 +142,9 @@ def analyze(
     if as_json:
         typer.echo(json.dumps(doc))
         return
+    from .analyze.export import write_analysis
+    from .report.terminal import print_analysis
+
     out_dir = Path(out) if out else _default_out(Path(path), "analysis")
     written = write_analysis(doc, out_dir, export)
     print_analysis(doc)
@@ -355,13 +356,15 @@ def _default_out(src, name: str):
 
 def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
     """A progress bar over input files on stderr (long inputs); none with --json or when piped."""
+    if quiet or ray:  # with --ray the nodes list the inputs, not this machine
+        return run_analysis(path, workers=workers, use_ray=ray)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .analyze.engine import find_inputs
 
     console = Console(stderr=True)
-    if quiet or not console.is_terminal or ray:  # with --ray the nodes list the inputs, not this machine
+    if not console.is_terminal:
         return run_analysis(path, workers=workers, use_ray=ray)
     total = len(find_inputs(path))
     with Progress(TextColumn("[bold]analyze"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

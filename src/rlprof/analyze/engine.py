@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -264,10 +266,18 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     return doc
 
 
-def _pool(n: int) -> ProcessPoolExecutor:
-    """Worker processes; forked where the platform can (they start in milliseconds with rlprof imported)."""
+@contextmanager
+def _pool(n: int):
+    """Worker processes; forked where the platform can (they start in milliseconds with rlprof imported).
+    This process's objects are frozen out of the collector meanwhile: a collection in a worker would otherwise
+    walk every inherited object, copying each page it touches (measured: 0.2 s on a 300 MB trace)."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method))
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method)) as pool:
+            yield pool
+    finally:
+        gc.unfreeze()
 
 
 def _pool_map(n: int, fn, jobs):

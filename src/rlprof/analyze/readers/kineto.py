@@ -519,6 +519,24 @@ class _Chunks:
             self.error = self.f.error
         return data
 
+    def more_into(self, view: memoryview) -> int:
+        """Like more(), into `view` (no new bytes object where the stream can read into a buffer)."""
+        if not hasattr(self.f, "readinto"):
+            data = self.more()
+            view[:len(data)] = data
+            return len(data)
+        if self.error is not None or self.left == 0:
+            return 0
+        want = min(CHUNK, len(view)) if self.left is None else min(CHUNK, len(view), self.left)
+        try:
+            got = self.f.readinto(view[:want]) or 0
+        except (EOFError, OSError, zlib.error) as exc:
+            self.error = exc
+            return 0
+        if self.left is not None:
+            self.left -= got
+        return got
+
 
 @dataclass
 class Part:
@@ -683,31 +701,41 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
     """Decode the events of `buf` and what follows it, piece by piece cut at the separator. `offset`: where `buf`
     starts in the stream. `final`: the stretch runs to the end of the array (else it ends on an event's brace)."""
     warnings: list[str] = []
-    # The buffer holds "[" + events: a piece is decoded in place, its closing bracket written over the
-    # separator's comma, and the next buffer opens with "[" written over the space before its first "{".
-    buf = bytearray(b"[" + buf)
+    # One buffer, reused: "[" + the events read so far. A piece is decoded in place, its closing bracket written
+    # over the separator's comma; the unfinished event after it moves to the front, behind a new "[".
+    space = bytearray(max(2 * CHUNK, len(buf) + CHUNK + 1))
+    space[0] = 0x5B  # "["
+    space[1:1 + len(buf)] = buf
+    fill = 1 + len(buf)
     while True:
-        data = chunks.more()
-        buf += data
-        cut = buf.rfind(SEP)
-        if data and cut < 0:
+        if len(space) - fill < CHUNK:  # an event longer than the buffer
+            space += bytes(CHUNK)
+        with memoryview(space) as view:
+            got = chunks.more_into(view[fill:])
+        fill += got
+        cut = space.rfind(SEP, 0, fill)
+        if got and cut < 0:
             continue
-        if not data:
-            rest = bytes(buf[1:])
+        if not got:
+            rest = bytes(space[1:fill])
             if not final:  # a range ends on its last event's closing brace
                 good = len(rest) if not rest.strip() or _decode_into(b"[" + rest + b"]", sink) else _salvage(rest, sink)
                 if good < len(rest):
                     warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
                 return Part(sink, warnings, good < len(rest), offset + good)
             return _scan_end(chunks, rest, offset, sink, path, warnings)
-        buf[cut + 1] = 0x5D  # "]"
-        if not _decode_into(memoryview(buf)[:cut + 2], sink):
-            good = _salvage(bytes(buf[1:cut + 1]), sink)
+        space[cut + 1] = 0x5D  # "]"
+        with memoryview(space) as view:
+            decoded = _decode_into(view[:cut + 2], sink)
+        if not decoded:
+            good = _salvage(bytes(space[1:cut + 1]), sink)
             warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
             return Part(sink, warnings, True, offset + good)
-        buf = buf[cut + len(SEP) - 2:]
-        buf[0] = 0x5B  # "["
-        offset += cut + len(SEP) - 2
+        keep = cut + len(SEP) - 2  # the space before the next event's "{": becomes its "["
+        space[:fill - keep] = space[keep:fill]
+        space[0] = 0x5B
+        fill -= keep
+        offset += keep
 
 
 def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str]) -> Part:
