@@ -25,7 +25,7 @@ import numpy as np
 from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable,
                      Interner, release_free_memory)
 
-CHUNK = 4 << 20
+CHUNK = 512 << 10  # small pieces: the decoded events of one fit in memory the allocator keeps (fewer page faults)
 MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
 SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
@@ -570,20 +570,20 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
     sink = _Sink(shapes)
     with _open(path) as f:
         chunks = _Chunks(f)
-        buf = b""
+        buf = bytearray()  # grown in place: a bytes object would be copied whole at every read
         while True:  # the header: everything up to the event array's "["
             data = chunks.more()
             buf += data
             k = buf.find(ARRAY_KEY)
             if k >= 0 and buf.find(b"[", k) >= 0:
                 open_at = buf.find(b"[", k)
-                header, buf = buf[:k], buf[open_at + 1:]
+                header, buf = bytes(buf[:k]), bytes(buf[open_at + 1:])
                 break
             if not data:
-                return _read_whole(path, buf, chunks.error, sink)
+                return _read_whole(path, bytes(buf), chunks.error, sink)
         if b"\n  {" not in buf[:64] and not buf.lstrip().startswith(b"]"):
             # not Kineto's pretty layout: decode the whole file (small traces from other writers)
-            rest = buf
+            rest = bytearray(buf)
             while data := chunks.more():
                 rest += data
             return _read_whole(path, header + ARRAY_KEY + b":[" + rest, chunks.error, sink)
@@ -602,6 +602,7 @@ def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: b
     flight) while this process inflates the next; the last piece (the array's end, the keys after it, a cut
     stream) is read here with the stream's own state, as one reader ends it."""
     rest: list = []
+    buf = bytearray(buf)
 
     def pieces():
         nonlocal buf, offset
@@ -613,10 +614,11 @@ def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: b
                 cut = cut if cut >= 0 else buf.find(SEP, PIECE)  # an event longer than a piece
                 if cut < 0:
                     break
-                yield path, buf[:cut + 1], offset, shapes
-                buf, offset = buf[cut + len(SEP) - 1:], offset + cut + len(SEP) - 1
+                yield path, bytes(buf[:cut + 1]), offset, shapes
+                del buf[:cut + len(SEP) - 1]
+                offset += cut + len(SEP) - 1
             if not data:
-                rest.append((buf, offset))
+                rest.append((bytes(buf), offset))
                 return
 
     for part in map_ranges(read_piece_job, pieces()):
