@@ -79,12 +79,15 @@ def time_pair(base: Path, new: Path, out: Path, use_msprof: bool, pairs: int = 3
     rlprof = [sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
               "-o", str(out / "rlprof_out")]
     runs = {"rlprof": [], "floor": []}
+    cold = {"rlprof": round(measured(rlprof, sample=False)[0], 2)}  # untimed warm-up round (see ingest.py)
+    if floor:
+        cold["floor"] = round(measured(floor_cmd(new, base), sample=False)[0], 2)
     for _ in range(pairs):  # alternating, timed without the memory sampler
         runs["rlprof"].append(measured(rlprof, sample=False)[0])
         if floor:
             runs["floor"].append(measured(floor_cmd(new, base), sample=False)[0])
     rl_s, rl_mb = statistics.median(runs["rlprof"]), measured(rlprof)[1]
-    result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": rl_mb}
+    result = {"rlprof_s": round(rl_s, 2), "rlprof_peak_mb": rl_mb, "cold_s": cold}
     if floor:
         floor_s = statistics.median(runs["floor"])
         result.update({"floor_s": round(floor_s, 2), "rlprof_over_floor": round(rl_s / floor_s, 2)})

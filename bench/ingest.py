@@ -5,7 +5,8 @@ one run measures, each in its own process:
 - rlprof: `rlprof analyze TRACE --json` (all cores; a large plain trace is read in byte ranges in parallel),
 - rlprof one core: the same with `--workers 1`,
 - floor: bench/decode_floor.py (read the file and msgspec-decode it into a minimal typed struct, one core),
-alternating rlprof / floor / rlprof-one-core for --pairs rounds (medians reported), then HTA's TraceAnalysis
+after one untimed round of each (reported as `cold_s`: see the comment in main), alternating rlprof / floor /
+rlprof-one-core for --pairs rounds (medians reported), then HTA's TraceAnalysis
 load + get_temporal_breakdown once. Wall time is the process's; peak memory is the largest sum of RSS over
 the whole process tree (workers included: pss, rss_sum and rss_max, see `measured`), sampled every 10 ms in
 one more run of each (the timed runs are
@@ -127,6 +128,10 @@ def main() -> int:
         commands = {"rlprof": rlprof, "floor": floor_cmd(trace), "rlprof_one_core": rlprof + ["--workers", "1"]}
         result = {"size_mb": round(info["bytes"] / 1e6, 1), "file_mb": round(trace.stat().st_size / 1e6, 1),
                   "events": info["events"], "pairs": args.pairs}
+        # One untimed round first: this VM's host backs guest memory on first touch, so a process's first use of
+        # memory nothing touched before costs up to 2x (the floor's 850 MB of structs: 1.5 s warm, up to 3.7 s
+        # cold). Every command is then timed warm; the cold round is printed too.
+        result["cold_s"] = {name: round(measured(cmd, sample=False)[0], 2) for name, cmd in commands.items()}
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.pairs):  # alternating, timed without the memory sampler
             for name, cmd in commands.items():

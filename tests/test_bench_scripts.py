@@ -42,6 +42,7 @@ def test_ingest_bench_prints_documented_json():
     figures = bench_figures("ingest.py", "--mb", "3", "--no-hta", "--pairs", "1")
     assert figures["size_mb"] >= 3 and figures["rlprof_s"] > 0 and figures["floor_s"] > 0
     assert figures["rlprof_over_floor"] == round(figures["rlprof_s"] / figures["floor_s"], 2)
+    assert set(figures["cold_s"]) == {"rlprof", "floor", "rlprof_one_core"}  # the untimed first round, shown
     for name in ("rlprof", "floor", "rlprof_one_core"):
         peak = figures[f"{name}_peak_mb"]
         assert peak["rss_sum"] >= peak["rss_max"] > 0 and peak["pss"] > 0
@@ -52,6 +53,7 @@ def test_compare_bench_prints_documented_json():
     kineto, db = figures["kineto"], figures["db"]
     assert kineto["size_mb"] >= 2 and kineto["rlprof_s"] > 0 and kineto["rlprof_peak_mb"]["rss_max"] > 0
     assert kineto["floor_s"] > 0 and kineto["rlprof_over_floor"] > 0
+    assert set(kineto["cold_s"]) == {"rlprof", "floor"} and set(db["cold_s"]) == {"rlprof"}
     assert db["size_mb"] >= 2 and db["device_tasks"] > 10_000 and db["rlprof_s"] > 0
 
 
