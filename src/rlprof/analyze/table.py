@@ -40,8 +40,9 @@ def release_free_memory() -> None:
 _malloc_trim = None
 
 
-class _Ids(dict):
-    """name -> id; a name not seen before gets the next id, so a lookup is one C call for known names."""
+class AutoIds(dict):
+    """key -> id; a key not seen before gets the next id and its label is appended to `names`, so a lookup is
+    one C call for known keys (map(ids.__getitem__, keys) runs in C but for the first sight of each key)."""
 
     __slots__ = ("names",)
 
@@ -49,10 +50,14 @@ class _Ids(dict):
         super().__init__()
         self.names = names
 
-    def __missing__(self, name):
-        i = self[name] = len(self.names)
-        self.names.append(name)
+    def __missing__(self, key):
+        i = self[key] = len(self.names)
+        self.names.append(self.label(key))
         return i
+
+    @staticmethod
+    def label(key):
+        return key
 
 
 class Interner:
@@ -60,7 +65,7 @@ class Interner:
 
     def __init__(self):
         self.names: list[str] = []
-        self.ids: dict[str, int] = _Ids(self.names)
+        self.ids: dict[str, int] = AutoIds(self.names)
 
     def __call__(self, name: str) -> int:
         return self.ids[name]

@@ -22,8 +22,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, ColumnBuilder, EventTable,
-                     Interner, release_free_memory)
+from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
+                     EventTable, Interner, release_free_memory)
 
 CHUNK = 512 << 10  # small pieces: the decoded events of one fit in memory the allocator keeps (fewer page faults)
 MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
@@ -149,19 +149,14 @@ _PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT}  # the phase
 _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
 
 
-class _ThreadIds(dict):
+class _ThreadIds(AutoIds):
     """(pid, tid) -> thread id, in order of first appearance; a new thread is named "pid/tid"."""
 
-    __slots__ = ("names",)
+    __slots__ = ()
 
-    def __init__(self, names: list):
-        super().__init__()
-        self.names = names
-
-    def __missing__(self, key: tuple) -> int:
-        i = self[key] = len(self.names)
-        self.names.append(f"{key[0]}/{key[1]}")
-        return i
+    @staticmethod
+    def label(key: tuple) -> str:
+        return f"{key[0]}/{key[1]}"
 
 
 class _NeedArgs(Exception):
