@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import REAL, ROOT
 
 
 def test_overhead_bench_prints_documented_json():
@@ -55,6 +55,16 @@ def test_compare_bench_prints_documented_json():
     assert kineto["floor_s"] > 0 and kineto["rlprof_over_floor"] > 0
     assert set(kineto["cold_s"]) == {"rlprof", "floor"} and set(db["cold_s"]) == {"rlprof"}
     assert db["size_mb"] >= 2 and db["device_tasks"] > 10_000 and db["rlprof_s"] > 0
+
+
+def test_ab_bench_runs_a_commit_against_this_checkout():
+    figures = bench_figures("ab.py", "HEAD", "--pairs", "1", "--", "analyze", str(REAL / "cpu_only_rank34.json.gz"),
+                            "--json")
+    assert figures["commit"] == "HEAD" and figures["pairs"] == 1
+    assert figures["a_median_s"] > 0 and figures["b_median_s"] > 0
+    assert abs(figures["b_over_a"] - figures["b_median_s"] / figures["a_median_s"]) < 0.01  # one pair: its ratio
+    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
+    assert "rlprof-ab-" not in worktrees  # the temporary checkout is gone
 
 
 def test_scale_bench_prints_documented_json():
