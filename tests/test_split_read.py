@@ -4,6 +4,7 @@ import gzip
 import json
 import shutil
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -67,6 +68,32 @@ def test_a_trace_damaged_in_a_later_range_stops_where_one_reader_stops(tmp_path)
         assert whole.partial and whole.warnings
         split = read_kineto(bad, map_ranges=in_process, parts=4)
         assert_same_trace(whole, split)
+
+
+def test_an_event_longer_than_a_decode_piece_is_read_whole(tmp_path):
+    """An event's args can outgrow the reader's piece (long stacks, concrete inputs): the buffer grows for it."""
+    from rlprof.analyze.readers import kineto
+
+    path = plain_copy("gpu_nccl_rank0", tmp_path)
+    data = path.read_bytes()
+    at = data.index(b'"args": {', len(data) // 3) + len(b'"args": {')
+    big = tmp_path / "big.json"
+    big.write_bytes(data[:at] + b'"stack": "' + b"frame; " * (3 * kineto.CHUNK // 7) + b'", ' + data[at:])
+    original, whole = read_kineto(path), read_kineto(big)
+    assert not whole.partial and not whole.warnings
+    for column in ("start", "end", "kind", "name", "thread"):
+        assert np.array_equal(getattr(original.table, column), getattr(whole.table, column)), column
+    assert_same_trace(whole, read_kineto(big, map_ranges=in_process, parts=3))
+
+
+def test_a_thread_written_as_number_and_as_string_is_one_thread():
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 3, "ts": 1.0, "dur": 2.0},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "7", "tid": "3", "ts": 5.0, "dur": 2.0},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 8, "tid": 3, "ts": 9.0, "dur": 2.0}]
+    sink = _Sink()
+    sink.add(msgspec.json.decode(json.dumps(events), type=list[LeanEvent]))
+    table = sink.build()
+    assert table.threads == ["7/3", "8/3"] and table.thread.tolist() == [0, 0, 1]
 
 
 @pytest.mark.parametrize("cut", [None, 300_000, 1_000_000])

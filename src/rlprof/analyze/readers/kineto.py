@@ -150,13 +150,23 @@ _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launc
 
 
 class _ThreadIds(AutoIds):
-    """(pid, tid) -> thread id, in order of first appearance; a new thread is named "pid/tid"."""
+    """(pid, tid) -> thread id, in order of first appearance; a thread is its name "pid/tid", so one written
+    with a number here and a numeric string there is one thread."""
 
-    __slots__ = ()
+    __slots__ = ("by_name",)
 
-    @staticmethod
-    def label(key: tuple) -> str:
-        return f"{key[0]}/{key[1]}"
+    def __init__(self, names: list):
+        super().__init__(names)
+        self.by_name: dict[str, int] = {}
+
+    def __missing__(self, key: tuple) -> int:
+        name = f"{key[0]}/{key[1]}"
+        i = self.by_name.get(name)
+        if i is None:
+            i = self.by_name[name] = len(self.names)
+            self.names.append(name)
+        self[key] = i
+        return i
 
 
 class _NeedArgs(Exception):
