@@ -476,6 +476,11 @@ class _CutTolerantGzip:
             data, self.pending = data[:n], data[n:]
         return data
 
+    def readinto(self, view) -> int:
+        data = self.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
     def __enter__(self):
         return self
 
@@ -510,26 +515,15 @@ class _Chunks:
     def __init__(self, f, limit: int | None = None):
         self.f, self.left, self.error = f, limit, None
 
-    def more(self) -> bytes:
-        if self.error is not None or self.left == 0:
-            return b""
-        try:
-            data = self.f.read(CHUNK if self.left is None else min(CHUNK, self.left))
-        except (EOFError, OSError, zlib.error) as exc:
-            self.error = exc
-            return b""
-        if self.left is not None:
-            self.left -= len(data)
-        if not data and getattr(self.f, "error", None) is not None:
-            self.error = self.f.error
-        return data
+    def more(self) -> bytearray:
+        buf = bytearray(CHUNK)
+        with memoryview(buf) as view:
+            got = self.more_into(view)
+        del buf[got:]
+        return buf
 
     def more_into(self, view: memoryview) -> int:
-        """Like more(), into `view` (no new bytes object where the stream can read into a buffer)."""
-        if not hasattr(self.f, "readinto"):
-            data = self.more()
-            view[:len(data)] = data
-            return len(data)
+        """Up to CHUNK bytes into `view` (no new object per read); 0 at the end, or once the stream broke."""
         if self.error is not None or self.left == 0:
             return 0
         want = min(CHUNK, len(view)) if self.left is None else min(CHUNK, len(view), self.left)
@@ -540,6 +534,8 @@ class _Chunks:
             return 0
         if self.left is not None:
             self.left -= got
+        if not got and getattr(self.f, "error", None) is not None:
+            self.error = self.f.error
         return got
 
 
