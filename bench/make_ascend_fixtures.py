@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlprof.frameworks import mindspeed
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 REAL = ROOT.parent / "shared" / "fixtures" / "real" / "ascend"
@@ -128,6 +130,17 @@ class DbWriter:
         self.insert("TASK", tasks)
         self.insert("COMPUTE_TASK_INFO", info)
 
+    def runtime_tasks(self, rows: list[tuple[int, int, str, int]]) -> None:
+        """(startNs, endNs, task type, streamId) device tasks that are no operator (MEMCPY_ASYNC, EVENT_WAIT):
+        in TASK only, as CANN writes them (COMPUTE_TASK_INFO lists operators)."""
+        tasks = []
+        for start, end, task_type, stream in rows:
+            self.task_id += 1
+            tasks.append({"startNs": start, "endNs": end, "deviceId": 0, "connectionId": self.task_id,
+                          "globalTaskId": self.task_id, "globalPid": 0, "taskType": self.sid(task_type),
+                          "contextId": 4294967295, "streamId": stream, "taskId": self.task_id, "modelId": 4294967295})
+        self.insert("TASK", tasks)
+
     def communication(self, rows: list[tuple[int, int, str, str, str]]) -> None:
         """(startNs, endNs, opName, opType, group) HCCL collectives, each with one task on the device."""
         ops, tasks, info = [], [], []
@@ -205,9 +218,14 @@ def from_trace_view(torch_npu, out: Path) -> None:
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     xs = [e for e in events if e.get("ph") == "X"]
     w = DbWriter(out / "ascend_pytorch_profiler_0.db", torch_npu[0])
-    # task names read {aclnn api}_{kernel}_{op type}: the op type is the last part
+    # task names read {aclnn api}_{kernel}_{op type}: the op type is the last part. The runtime's own tasks
+    # (MEMCPY_ASYNC) are no operator: TASK only (this CANN version types every task "Other").
+    device = [e for e in xs if procs.get(e["pid"]) == "Ascend Hardware"]
+    operator = [mindspeed.is_operator_task(e["args"].get("Task Type", ""), e["name"]) for e in device]
     w.compute([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["name"].rsplit("_", 1)[-1],
-                e["args"].get("Stream Id", 0)) for e in xs if procs.get(e["pid"]) == "Ascend Hardware"])
+                e["args"].get("Stream Id", 0)) for e, op in zip(device, operator) if op])
+    w.runtime_tasks([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["args"].get("Stream Id", 0))
+                     for e, op in zip(device, operator) if not op])
     w.api("PYTORCH_API", [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"])) for e in xs
                           if procs.get(e["pid"]) == "Python" and not e["name"].startswith("ProfilerStep#")], 50001)
     w.api("CANN_API", [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"])) for e in xs
@@ -337,7 +355,8 @@ def mindspeed_run(torch_npu, out: Path) -> None:
 
 def main() -> int:
     torch_npu = torch_npu_analysis()
-    shutil.rmtree(OUT, ignore_errors=True)
+    for made in ("real/trace_view", "real/kernel_details", "mindspeed"):  # msinsight/ is copied, not made
+        shutil.rmtree(OUT / made, ignore_errors=True)
     from_trace_view(torch_npu, OUT / "real" / "trace_view")
     from_kernel_details(torch_npu, OUT / "real" / "kernel_details")
     mindspeed_run(torch_npu, OUT / "mindspeed")
@@ -362,6 +381,18 @@ COMMUNICATION_TASK_INFO / MSTX_EVENTS. Every `analysis.db` was written by torch_
   (`Class.method` qualnames); rank 1 is slower in the update. `actor_update/` holds one collection left unparsed
   (`profile_analysis: false`: raw FRAMEWORK / PROF_* directories, empty here).
 - `mindspeed/profiler_data_mstx/`: the lightweight twin (mstx: true, level_none): mstx ranges and HCCL only.
+
+## Real torch_npu collections: `msinsight_pytorch.tar.xz`
+
+Copied, not made: `test/data/pytorch/` of Ascend MindStudio Insight (the `msinsight` repository, mirrored at
+github.com/xiaobingling93-pixel/Ascend-msinsight, commit 91d1c4ec2, data last changed in effd4fc6; Mulan PSL v2,
+a permissive licence). Real torch_npu output of a 2-rank ImageNet training step (ResNet-style, HCCL allReduce),
+collected by torch_npu itself at profiler levels level0 / level1 / level2, each once with the text export and once
+with the db export (separate runs: the two exports hold different timings), step 50 profiled.
+Kept of each collection: `trace_view.json`, `kernel_details.csv`, `step_trace_time.csv`, `profiler_info_{{rank}}.json`
+(text) and `ascend_pytorch_profiler_{{rank}}.db`, `analysis.db`, `profiler_info_{{rank}}.json` (db); the other csv
+files are left out. torch_npu's own step trace (`step_trace_time.csv`, `StepTraceTime`) is the reference the
+tests hold rlprof's buckets to. Tests unpack the archive into a temporary directory (`tests/conftest.py`).
 """
 
 if __name__ == "__main__":

@@ -12,6 +12,18 @@ EXAMPLES = ROOT / "examples" / "configs"
 REAL = ROOT.parent / "shared" / "fixtures" / "real"
 
 
+@pytest.fixture(scope="session")
+def msinsight(tmp_path_factory) -> Path:
+    """Real torch_npu collections (MindStudio Insight's test data, tests/data/ascend/SOURCES.md), unpacked into a
+    temporary directory: text/ and db/, each level0..level2 / rank{0,1}_ascend_pt."""
+    import tarfile
+
+    out = tmp_path_factory.mktemp("msinsight")
+    with tarfile.open(ROOT / "tests" / "data" / "ascend" / "msinsight_pytorch.tar.xz") as tar:
+        tar.extractall(out, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return out / "pytorch"
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300):
     """Run `rlprof ...` as a user would; returns CompletedProcess with text output."""
     full_env = dict(os.environ, KINETO_LOG_LEVEL="5", **(env or {}))

@@ -352,8 +352,7 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
         rows = [{**base, "start_us": None, **s} for s in trace.steps]
     else:
         rows = window_rows(table, True, info, lanes, span=span)
-    kernels = trace.kernel_table or table
-    groups, windows = stage_of_events(kernels, rows) if trace.kernel_table is None else (None, [])
+    groups, windows = stage_of_events(table, rows)
     mem = memory(table) if len(table.memory) else None
     for row in rows:  # back to epoch µs, as every other reader (the windows are these same rows)
         if row["start_us"] is not None:
@@ -364,12 +363,12 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
         "input": {"path": str(path), "kind": "ascend", "export": trace.export, "files": trace.files,
                   # the whole device timeline, first to last task: what the Ascend tools' overall numbers cover
                   "device_totals": lanes.window(*span) if span else None,
-                  "events": max(len(table), len(kernels), len(trace.steps)), "device": True,
+                  "events": max(len(table), len(trace.steps)), "device": True,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
         "warnings": trace.warnings,
         "rows": rows,
-        "ops": _tagged(top_ops(kernels, top, groups), tag, windows),
-        "collectives": _tagged(collectives(kernels, True, groups), tag, windows),
+        "ops": _tagged(top_ops(table, top, groups), tag, windows),
+        "collectives": _tagged(collectives(table, True, groups), tag, windows),
         "launch": None,
         "memory": {**tag, **mem} if mem else None,
     }

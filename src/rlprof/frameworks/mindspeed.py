@@ -70,6 +70,52 @@ PYTORCH_DB = re.compile(r"^ascend_pytorch_profiler(?:_(?P<rank>\d+))?\.db$")
 MSPROF_DB = re.compile(r"^msprof_\d+\.db$")
 ANALYSIS_DB = "analysis.db"
 PROFILER_INFO = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
+# trace_view.json's processes (named by process_name metadata; a torch_npu version may leave CANN's unnamed).
+DEVICE_PROCESS = "Ascend Hardware"  # every device task, one thread per stream
+HCCL_PROCESS = "HCCL"  # threads "Group N Communication" (the collectives, hcom_*) and "Plane N" (their tasks)
+OVERLAP_PROCESS = "Overlap Analysis"  # the exporter's own drawing of the step-trace lanes
+HOST_PROCESS = "Python"
+# CANN's host API events are named "{level}@{api}" (AscendCL@aclnnAdd, Node@launch, Hccl@..., Runtime@...).
+CANN_API = re.compile(r"^(AscendCL|Node|Hccl|HCCL|Runtime|Model|Acl|ACL|Opapi|GE)@")
+# Which device tasks are operators (computing in torch_npu's step trace), as CANN's op summary
+# (kernel_details.csv, the db's COMPUTE_TASK_INFO) lists them: the AI Core / Vector / CPU kernels and the DSA
+# operators (random-number generation runs on the DSA engine and is listed as an operator, Accelerator Core
+# DSA_SQE). The rest is runtime plumbing (EVENT_RECORD/WAIT, MEMCPY_ASYNC over SDMA or PCIe, PLACE_HOLDER) or a
+# communication stream's own tasks (Notify Wait, SDMA, Write Value): neither is computing. Older CANN versions
+# type every task "Other"; there the task's name tells the runtime's tasks from operators. Checked against
+# step_trace_time.csv on every real collection in tests/data/ascend (the KERNEL_* names are the db's TASK types).
+COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "FFTS_PLUS",
+                                "DSA_SQE", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC",
+                                "KERNEL_MIX_AIV"})
+RUNTIME_TASK_TYPES = frozenset({"EVENT_RECORD_SQE", "EVENT_WAIT_SQE", "PCIE_DMA_SQE", "SDMA_SQE", "PLACE_HOLDER_SQE",
+                                "Notify Wait", "Notify Record", "SDMA", "Write Value", "MEMCPY_ASYNC",
+                                "EVENT_RECORD", "EVENT_WAIT", "STARS_COMMON"})
+RUNTIME_TASK_NAMES = frozenset({"MEMCPY_ASYNC", "EVENT_RECORD", "EVENT_WAIT", "PROFILING_ENABLE", "PROFILING_DISABLE",
+                                "Notify Wait", "Notify Record", "SDMA", "Write Value", "Notify_Wait", "Notify_Record"})
+
+
+def is_operator_task(task_type: str, name: str) -> bool:
+    """Whether a device task of trace_view.json's Ascend Hardware process is an operator (computing)."""
+    if task_type in COMPUTE_TASK_TYPES:
+        return True
+    return task_type not in RUNTIME_TASK_TYPES and name not in RUNTIME_TASK_NAMES
+
+
+COMMUNICATION_THREAD = re.compile(r"Communication$")
+# kernel_details.csv: the HCCL rows' accelerator core; "N/A" where a profiler level records no op type (level0).
+HCCL_CORE = "HCCL"
+NOT_RECORDED = "N/A"
+# An HCCL collective's name is its type and a call id: hcom_allReduce__868_0_1 is an hcom_allReduce_ (the db's
+# COMMUNICATION_OP.opType and kernel_details' Type at level1 and above).
+HCOM_CALL = re.compile(r"^(hcom_[A-Za-z]+_)_\d+(?:_\d+)*$")
+
+
+def collective_type(name: str) -> str:
+    """The collective an HCCL op name stands for (its type without the call id), or the name itself."""
+    m = HCOM_CALL.match(name)
+    return m.group(1) if m else name
+
+
 # Raw, not yet parsed collection inside a *_ascend_pt directory (profile_analysis: false).
 RAW_DIRS = ("FRAMEWORK",)
 RAW_DIR_PREFIX = "PROF_"
@@ -81,8 +127,9 @@ def offline_parse_command(path: str) -> str:
 
 
 # ---- the db schema (documented: "Data in ascend_pytorch_profiler_{Rank_ID}.db", msprof db reference) ----
-# Ids of ENUM_API_TYPE, MSTX_EVENTS.eventType.
-API_TYPE_MSTX = 50004
+# Ids of ENUM_API_TYPE (PYTORCH_API.type: torch ops, torch_npu's task queue, Python trace, mstx),
+# MSTX_EVENTS.eventType.
+API_TYPE_OP, API_TYPE_QUEUE, API_TYPE_TRACE, API_TYPE_MSTX = 50001, 50002, 50003, 50004
 MSTX_RANGE = 2  # start/end range (mstx.range_start / range_end)
 MSTX_MARK = 3
 # Tables the reader needs; a db without TASK or STRING_IDS holds no device timeline.

@@ -20,8 +20,8 @@ import numpy as np
 
 from ...frameworks import mindspeed
 from ..intervals import Coverage
-from ..table import CPU_OP, KERNEL, RUNTIME, USER_ANNOTATION, ColumnBuilder
-from .ascend import AscendTrace, lanes_of, step_row
+from ..table import CPU_OP, KERNEL, OTHER, PYTHON, RUNTIME, USER_ANNOTATION, ColumnBuilder
+from .ascend_trace import AscendTrace, lanes_of, step_row
 from .kineto import NotATrace
 
 NS = 1e-3  # ns -> µs
@@ -87,6 +87,11 @@ class _Reader:
 
     def read(self, analysis: Path | None) -> AscendTrace:
         db, warnings = self.db, []
+        backwards = {t: db.rows(f"SELECT count(*) FROM {t} WHERE endNs < startNs")[0][0]
+                     for t in ("TASK", "COMMUNICATION_OP") if t in db.tables}
+        if any(backwards.values()):
+            warnings.append(f"{db.path}: " + ", ".join(f"{n} {t} rows" for t, n in backwards.items() if n) +
+                            " end before they start (damaged times), dropped; the others were read")
         compute, comm = self.compute_tasks(), self.communication()
         if not len(compute.s) and not len(comm.s):
             warnings.append(f"{db.path.name}: no compute task or communication op (a host-only export)")
@@ -111,24 +116,40 @@ class _Reader:
         uniq, inverse = np.unique(np.where(ids == None, -1, ids).astype(np.int64), return_inverse=True)  # noqa: E711
         return np.array([self.cols.names(self.strings.get(int(u), "?")) for u in uniq], np.int32)[inverse]
 
+    def op_type(self, table: str, alias: str, name: str) -> str:
+        """The SQL for an operator's type, else its name (where the profiler level records none: "N/A")."""
+        if "opType" not in self.db.columns(table):
+            return f"{alias}{name}"
+        na = next((i for i, v in self.strings.items() if v == mindspeed.NOT_RECORDED), None)
+        missing = f"{alias}opType IS NULL" + (f" OR {alias}opType = {int(na)}" if na is not None else "")
+        return f"CASE WHEN {missing} THEN {alias}{name} ELSE {alias}opType END"
+
     def compute_tasks(self) -> Coverage:
         if "COMPUTE_TASK_INFO" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
-        name = "coalesce(c.opType, c.name)" if "opType" in self.db.columns("COMPUTE_TASK_INFO") else "c.name"
+        name = self.op_type("COMPUTE_TASK_INFO", "c.", "name")
         return self.add(self.db.rows(f"SELECT t.startNs, t.endNs, {name}, t.streamId FROM COMPUTE_TASK_INFO c "
-                                     "JOIN TASK t ON t.globalTaskId = c.globalTaskId"), KERNEL, "stream/")
+                                     "JOIN TASK t ON t.globalTaskId = c.globalTaskId WHERE t.endNs >= t.startNs"),
+                        KERNEL, "stream/")
 
     def communication(self) -> Coverage:
         if "COMMUNICATION_OP" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
-        name = "coalesce(opType, opName)" if "opType" in self.db.columns("COMMUNICATION_OP") else "opName"
-        return self.add(self.db.rows(f"SELECT startNs, endNs, {name}, groupName FROM COMMUNICATION_OP"), KERNEL,
-                        "hccl/", comm=True)
+        name = self.op_type("COMMUNICATION_OP", "", "opName")
+        return self.add(self.db.rows(f"SELECT startNs, endNs, {name}, groupName FROM COMMUNICATION_OP "
+                                     "WHERE endNs >= startNs"), KERNEL, "hccl/", comm=True)
 
     def host(self) -> None:
-        for table, kind in (("PYTORCH_API", CPU_OP), ("CANN_API", RUNTIME)):
-            if table in self.db.tables:
-                self.add(self.db.rows(f"SELECT startNs, endNs, name, globalTid FROM {table}"), kind, "tid/")
+        if "PYTORCH_API" in self.db.tables:  # torch ops, and apart from them the task queue and Python trace
+            typed = "type" in self.db.columns("PYTORCH_API")
+            rows = self.db.rows("SELECT startNs, endNs, name, globalTid" + (", type" if typed else "") +
+                                " FROM PYTORCH_API")
+            for api, kind in ((mindspeed.API_TYPE_TRACE, PYTHON), (mindspeed.API_TYPE_QUEUE, OTHER)):
+                self.add([r[:4] for r in rows if typed and r[4] == api], kind, "tid/")
+            self.add([r[:4] for r in rows if not typed or r[4] not in (mindspeed.API_TYPE_TRACE,
+                                                                      mindspeed.API_TYPE_QUEUE)], CPU_OP, "tid/")
+        if "CANN_API" in self.db.tables:
+            self.add(self.db.rows("SELECT startNs, endNs, name, globalTid FROM CANN_API"), RUNTIME, "tid/")
 
     def mstx(self) -> None:
         """mstx.range_start/range_end pairs (eventType 2): stage ranges by their message."""
@@ -154,8 +175,8 @@ class _Reader:
         if comm:  # collectives are recognised by their hcom_ prefix, as HCCL names them in the text export
             uniq, inverse = np.unique(name, return_inverse=True)
             hcom = [cols.names.names[i] for i in uniq]
-            name = np.array([cols.names(n if n.startswith("hcom_") else "hcom_" + n) for n in hcom],
-                            np.int32)[inverse]
+            name = np.array([cols.names(mindspeed.collective_type(n if n.startswith("hcom_") else "hcom_" + n))
+                             for n in hcom], np.int32)[inverse]
         uniq, inverse = np.unique(data[:, 3].astype(str), return_inverse=True)
         lanes = np.array([cols.threads(f"{thread}{v}") for v in uniq], np.int32)
         cols.add(start, end, np.full(len(start), kind, np.uint8), name, lanes[inverse])
