@@ -12,16 +12,40 @@ EXAMPLES = ROOT / "examples" / "configs"
 REAL = ROOT.parent / "shared" / "fixtures" / "real"
 
 
-@pytest.fixture(scope="session")
-def msinsight(tmp_path_factory) -> Path:
-    """Real torch_npu collections (MindStudio Insight's test data, tests/data/ascend/SOURCES.md), unpacked into a
-    temporary directory: text/ and db/, each level0..level2 / rank{0,1}_ascend_pt."""
+MSINSIGHT = ROOT / "tests" / "data" / "ascend" / "msinsight_pytorch.tar.xz"
+
+
+def unpack_msinsight(dest: Path, under: str = "pytorch/") -> Path:
+    """Real torch_npu collections (MindStudio Insight's test data, tests/data/ascend/SOURCES.md), those whose path
+    starts with `under`, unpacked into `dest`; returns dest / "pytorch" (text/ and db/, each level0..level2 /
+    rank{0,1}_ascend_pt)."""
     import tarfile
 
-    out = tmp_path_factory.mktemp("msinsight")
-    with tarfile.open(ROOT / "tests" / "data" / "ascend" / "msinsight_pytorch.tar.xz") as tar:
-        tar.extractall(out, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    return out / "pytorch"
+    with tarfile.open(MSINSIGHT) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(under)]
+        tar.extractall(dest, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return dest / "pytorch"
+
+
+@pytest.fixture(scope="session")
+def msinsight(tmp_path_factory) -> Path:
+    """All the real torch_npu collections, unpacked once per session (read them; copy before changing)."""
+    return unpack_msinsight(tmp_path_factory.mktemp("msinsight"))
+
+
+@pytest.fixture(scope="session")
+def msprof():
+    """msprof-analyze 26.2.0 in bench/.venv-msprof (made on first use): bench/msprof.py."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import msprof as side
+
+    try:
+        side.ensure_msprof()
+    except side.Unavailable as exc:
+        if os.environ.get("RLPROF_REQUIRE_MSPROF"):  # CI: the agreement must run, not skip
+            raise
+        pytest.skip(str(exc))
+    return side
 
 
 def run_cli(*args, cwd=None, env=None, timeout=300):

@@ -363,6 +363,9 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
         "input": {"path": str(path), "kind": "ascend", "export": trace.export, "files": trace.files,
                   # the whole device timeline, first to last task: what the Ascend tools' overall numbers cover
                   "device_totals": lanes.window(*span) if span else None,
+                  # the same from the first to the last device task of any kind (the runtime's input copies and
+                  # waits before the first operator too), as msprof-analyze's db comparison counts its E2E
+                  "device_totals_all_tasks": lanes.window(*trace.task_span) if trace.task_span else None,
                   "events": max(len(table), len(trace.steps)), "device": True,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
         "warnings": trace.warnings,

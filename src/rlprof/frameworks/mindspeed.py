@@ -94,6 +94,10 @@ RUNTIME_TASK_NAMES = frozenset({"MEMCPY_ASYNC", "EVENT_RECORD", "EVENT_WAIT", "P
                                 "Notify Wait", "Notify Record", "SDMA", "Write Value", "Notify_Wait", "Notify_Record"})
 
 
+# Tasks the profiler itself puts on the device when it starts and stops: no part of the run's timeline.
+PROFILER_MARKER_TASKS = frozenset({"PROFILING_ENABLE", "PROFILING_DISABLE"})
+
+
 def is_operator_task(task_type: str, name: str) -> bool:
     """Whether a device task of trace_view.json's Ascend Hardware process is an operator (computing)."""
     if task_type in COMPUTE_TASK_TYPES:

@@ -103,7 +103,17 @@ class _Reader:
         steps = _step_trace(analysis) if analysis is not None else []
         return AscendTrace(db.path, self.cols.build(), lanes_of(compute, comm), steps, warnings, step_spans=spans,
                            export="db", files=[str(db.path)] + ([str(analysis)] if analysis is not None else []),
-                           origin_us=self.origin * NS)
+                           origin_us=self.origin * NS, task_span=self.task_span(compute, comm))
+
+    def task_span(self, compute: Coverage, comm: Coverage) -> tuple[float, float] | None:
+        """First to last device task of any kind but the profiler's start/stop markers, and every op."""
+        markers = [i for i, v in self.strings.items() if v in mindspeed.PROFILER_MARKER_TASKS]
+        skip = f" AND taskType NOT IN ({', '.join(str(int(i)) for i in markers)})" if markers else ""
+        lo, hi = self.db.rows(f"SELECT MIN(startNs), MAX(endNs) FROM TASK WHERE endNs >= startNs{skip}")[0]
+        ends = [(float(c.s[0]), float(c.e[-1])) for c in (compute, comm) if len(c.s)]
+        if lo is not None:
+            ends.append((float(self.us(int(lo))), float(self.us(int(hi)))))
+        return (min(e[0] for e in ends), max(e[1] for e in ends)) if ends else None
 
     def us(self, ns):
         return (np.asarray(ns, dtype=np.int64) - self.origin) * NS

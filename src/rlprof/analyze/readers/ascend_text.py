@@ -38,6 +38,12 @@ class _Lanes:
     def __init__(self):
         self.compute: tuple[list[float], list[float]] = ([], [])
         self.comm: tuple[list[float], list[float]] = ([], [])
+        self.tasks: tuple[list[float], list[float]] = ([], [])  # every device task but the profiler's markers
+
+    def task_span(self) -> tuple[float, float] | None:
+        starts, ends = (self.tasks[0] + self.compute[0] + self.comm[0], self.tasks[1] + self.compute[1] +
+                        self.comm[1])
+        return (min(starts), max(ends)) if starts else None
 
     def coverage(self, which: str) -> Coverage:
         starts, ends = getattr(self, which)
@@ -65,7 +71,8 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
     steps = _step_trace(files["step_trace_time.csv"], warnings) if "step_trace_time.csv" in files else []
     used = [str(p) for k, p in files.items() if k in mindspeed.TEXT_FILES]
     return AscendTrace(Path(path), cols.build(), lanes_of(lanes.coverage("compute"), lanes.coverage("comm")), steps,
-                       warnings, partial, step_spans=spans, export="text", files=used, origin_us=float(origin or 0))
+                       warnings, partial, step_spans=spans, export="text", files=used, origin_us=float(origin or 0),
+                       task_span=lanes.task_span())
 
 
 def _is_time(ts) -> bool:
@@ -137,6 +144,9 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
             continue
         label = e.name
         if pname == mindspeed.DEVICE_PROCESS:
+            if e.name not in mindspeed.PROFILER_MARKER_TASKS:
+                lanes.tasks[0].append(t0)
+                lanes.tasks[1].append(t1)
             operator = mindspeed.is_operator_task(_task_type(e), e.name)
             what = KERNEL if operator and operators_from_view else OTHER
             if operator and operators_from_view:

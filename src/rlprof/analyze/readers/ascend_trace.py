@@ -30,6 +30,9 @@ class AscendTrace:
     export: str = "text"
     files: list[str] = field(default_factory=list)
     origin_us: float = 0.0  # the table's times are relative to this (epoch µs lose precision as float64)
+    # First to last device task of any kind (the runtime's own too: the step's input copies, event waits), the
+    # profiler's start/stop markers left out: the span msprof-analyze's db comparison takes for E2E.
+    task_span: tuple[float, float] | None = None
 
     @property
     def has_device(self) -> bool:
