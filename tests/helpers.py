@@ -1,3 +1,4 @@
+import csv
 import gzip
 import json
 from pathlib import Path
@@ -63,3 +64,14 @@ def complete_events(data: bytes) -> tuple[list[dict], int]:
             return events, end
         events.append(event)
         end = pos
+
+
+def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
+    """Rows (1-based after the header) of one column set to the given text, the rest as written."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    col = rows[0].index(column)
+    for row, value in values.items():
+        rows[row][col] = value
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)

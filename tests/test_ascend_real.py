@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import open_page, run_cli
+from helpers import set_csv_cells
 from rlprof.analyze.engine import analyze
 
 LEVELS = ("level0", "level1", "level2")
@@ -149,3 +150,30 @@ def test_analyze_cluster_and_report_a_real_two_rank_text_run(msinsight, tmp_path
     text = page.inner_text("body")
     assert "hcom_allReduce_" in text and "Conv2D" in text
     page.close()
+
+
+@pytest.mark.parametrize("damage", ["bad-durations", "cut-csv"])
+def test_damaged_kernel_details_is_a_lower_bound_marked_partial(msinsight, tmp_path, damage):
+    """Rows dropped for values that are no time, or lost to a cut: one warning naming the file, finite numbers,
+    partial, and every bucket of computing no more than the whole file's (never a different quantity)."""
+    src = msinsight / "text" / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    out = tmp_path / "r_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    shutil.copy(src, out)
+    whole = analyze(out.parent, workers=1)
+    kept = len(whole_rows := list(csv.DictReader(open(src, newline=""))))
+    if damage == "bad-durations":
+        set_csv_cells(out / "kernel_details.csv", "Duration(us)", {5: "NaN", 6: "-500", 7: "1e300"})
+        kept -= 3
+    else:
+        text = src.read_bytes()
+        (out / "kernel_details.csv").write_bytes(text[: text.index(b"\n", len(text) // 2) + 40])
+        kept = len(list(csv.reader(open(out / "kernel_details.csv", newline="")))) - 2  # header, the cut row
+    doc = analyze(out.parent, workers=1)
+    json.dumps(doc, allow_nan=False)  # finite
+    (warning,) = doc["warnings"]
+    assert str(out / "kernel_details.csv") in warning and doc["partial"] and doc["inputs"][0]["partial"]
+    # every row kept is one operator or collective (collectives are the kernel ops named hcom_*)
+    assert sum(o["count"] for o in doc["ops"] if o["kind"] == "kernel") == kept < len(whole_rows)
+    for bucket in ("compute_ms", "comm_ms"):
+        assert doc["rows"][0][bucket] <= whole["rows"][0][bucket] + 1e-9, bucket

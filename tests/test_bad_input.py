@@ -7,7 +7,8 @@ import sqlite3
 
 import pytest
 
-from conftest import REAL, ROOT, run_cli
+from conftest import REAL, ROOT, run_cli, unpack_msinsight
+from helpers import set_csv_cells
 
 DOC = ROOT / "docs" / "bad_input.md"
 ASCEND = ROOT / "tests" / "data" / "ascend" / "mindspeed" / "profiler_data"
@@ -77,6 +78,30 @@ def build(case: str, tmp) -> list:
         for extra in (tmp / "run").rglob("analysis.db"):
             extra.unlink()
         return ["analyze", tmp / "run"]
+    if case.startswith("ascend-") and case != "ascend-backwards-tasks":
+        real = unpack_msinsight(tmp, "pytorch/text/level1/rank0_ascend_pt/") / "text" / "level1"
+        out = real / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        if case == "ascend-bad-durations":
+            set_csv_cells(out / "kernel_details.csv", "Duration(us)", {5: "NaN", 6: "-500", 7: "1e300"})
+        elif case == "ascend-bad-view-times":
+            events = json.loads((out / "trace_view.json").read_text())
+            device = {e["pid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "Ascend Hardware"}
+            tasks = [e for e in events if e.get("ph") == "X" and e["pid"] in device]
+            for e, (key, value) in zip(tasks[10:], (("dur", "NaN"), ("dur", -500), ("dur", 1e300), ("ts", "soon"))):
+                e[key] = value
+            (out / "trace_view.json").write_text(json.dumps(events))
+        else:
+            (out / "trace_view.json").unlink()
+            text = (out / "kernel_details.csv").read_bytes()
+            (out / "kernel_details.csv").write_bytes(text[: len(text) // 2])
+        return ["analyze", real, "--json"]
+    if case == "ascend-backwards-tasks":
+        real = unpack_msinsight(tmp, "pytorch/db/level1/rank0_ascend_pt/") / "db" / "level1"
+        db = sqlite3.connect(next(real.rglob("ascend_pytorch_profiler_0.db")))
+        db.execute("UPDATE TASK SET endNs = startNs - 1000 WHERE rowid IN (SELECT rowid FROM TASK LIMIT 3 OFFSET 40)")
+        db.commit()
+        db.close()
+        return ["analyze", real, "--json"]
     if case == "unparsed-ascend":
         shutil.copytree(ASCEND / "actor_update", tmp / "raw")
         return ["analyze", tmp / "raw"]

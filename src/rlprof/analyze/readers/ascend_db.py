@@ -101,7 +101,8 @@ class _Reader:
         spans = [(int(i), float(self.us(s)), float(self.us(e))) for i, s, e in db.rows(
             "SELECT id, startNs, endNs FROM STEP_TIME ORDER BY startNs")] if "STEP_TIME" in db.tables else []
         steps = _step_trace(analysis) if analysis is not None else []
-        return AscendTrace(db.path, self.cols.build(), lanes_of(compute, comm), steps, warnings, step_spans=spans,
+        return AscendTrace(db.path, self.cols.build(), lanes_of(compute, comm), steps, warnings,
+                           partial=any(backwards.values()), step_spans=spans,
                            export="db", files=[str(db.path)] + ([str(analysis)] if analysis is not None else []),
                            origin_us=self.origin * NS, task_span=self.task_span(compute, comm))
 

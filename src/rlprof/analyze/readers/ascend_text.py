@@ -63,7 +63,9 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
         warnings.append(f"{details}: its operators run outside trace_view.json's time span (another run?); "
                         "the device tasks of trace_view.json are used")
         ops = None
-    spans, has_comm = _add_view(events, origin or 0, cols, lanes, warnings, view, operators_from_view=ops is None)
+    spans, has_comm, lost = _add_view(events, origin or 0, cols, lanes, warnings, view,
+                                      operators_from_view=ops is None)
+    partial |= lost
     if ops is not None:
         ops.add(cols, lanes, with_collectives=not has_comm)
         if not events:
@@ -112,9 +114,10 @@ def _task_type(e: Event) -> str:
 
 
 def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lanes, warnings: list[str],
-              path: Path | None, operators_from_view: bool) -> tuple[list[tuple[int, float, float]], bool]:
+              path: Path | None, operators_from_view: bool) -> tuple[list[tuple[int, float, float]], bool, bool]:
     """trace_view's complete events into the table; its operator tasks (when kernel_details.csv does not give
-    them) and its collectives into the lanes. Returns the ProfilerStep spans and whether it had collectives."""
+    them) and its collectives into the lanes. Returns the ProfilerStep spans, whether it had collectives and
+    whether events were dropped for values that are no time."""
     process, thread = {}, {}
     for e in events:
         if e.ph == "M" and e.name in ("process_name", "thread_name"):
@@ -178,7 +181,7 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
         tid.append(cols.threads(f"{e.pid}/{e.tid}"))
     cols.add(start, end, kind, name, tid)
     warnings.extend(dropped.warning(path, "events") if path else [])
-    return sorted(spans, key=lambda s: s[1]), has_comm
+    return sorted(spans, key=lambda s: s[1]), has_comm, bool(dropped.counts)
 
 
 # ---- kernel_details.csv ---------------------------------------------------------------------------
@@ -197,12 +200,12 @@ class _OpSummary:
             raise NotATrace(f"{path}: no {' or '.join(missing)} column; kernel_details.csv has Step Id, Name, "
                             "Type, Accelerator Core, Start Time(us), Duration(us)")
         body = rows[1:]
-        cut = bool(body) and not text.endswith(("\n", "\r")) and len(body[-1]) < len(header)
-        if cut:  # the writer stopped mid-row: the rows before it are whole
-            body.pop()
+        if body and not text.endswith(("\n", "\r")):  # torch_npu's csv writer ends every row: this one was cut
+            if len(body[-1]) < len(header):
+                body.pop()
             self.partial = True
-            warnings.append(f"{path}: cut in its last row (the file ends mid-row); the {len(body)} rows before it "
-                            "were read")
+            warnings.append(f"{path}: cut in its last row (the file ends mid-row); the {len(body)} rows up to the "
+                            "cut were read")
         get = lambda row, key: row[col[key]].strip() if key in col and col[key] < len(row) else ""  # noqa: E731
         first = next((r for r in body if _is_time(get(r, "Start Time(us)"))), None)
         self.origin = whole_us(get(first, "Start Time(us)")) if first else 0
@@ -238,6 +241,7 @@ class _OpSummary:
             self.step.append(int(step) if step.isdigit() else None)
             self.hccl.append(hccl)
         warnings.extend(dropped.warning(path))
+        self.partial |= bool(dropped.counts)  # a lower bound of the whole: those rows' time is not counted
 
     def same_run(self, events: list[Event], origin: int) -> bool:
         """Whether these operators run inside trace_view's span (a real export's two files always do)."""

@@ -92,11 +92,11 @@ def duration_us(raw) -> float:
     try:
         value = float(raw.strip()) if isinstance(raw, str) else float(raw)
     except (TypeError, ValueError):
-        raise ValueError("not a number") from None
+        raise ValueError("that is not a number") from None
     if not math.isfinite(value):
-        raise ValueError("not finite")
+        raise ValueError("that is not finite")
     if value < 0:
-        raise ValueError("negative")
+        raise ValueError("that is negative")
     if value > MAX_TASK_US:
         raise ValueError("longer than a day")
     return value
