@@ -1,0 +1,314 @@
+"""Decoded Kineto events into columns: the hot path of ingestion (every per-event step in C), and the merge of
+the columns that byte ranges of one file were read into."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from itertools import compress, repeat
+from operator import attrgetter
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
+                     EventTable, Interner, release_free_memory)
+from .kineto_events import MAX_US, Event, ShapeEvent, _decode_args_list
+
+def _num(x) -> float:
+    return float(x) if not isinstance(x, str) else float(x.strip() or 0)
+
+
+_KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
+_PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
+_PID_TID = attrgetter("pid", "tid")
+_X, _FLOW_START, _FLOW_END, _INSTANT = 1, 2, 3, 4
+_PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT}  # the phases read; others are 0
+_IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
+
+class _ThreadIds(AutoIds):
+    """(pid, tid) -> thread id, in order of first appearance; a thread is its name "pid/tid", so one written
+    with a number here and a numeric string there is one thread."""
+
+    __slots__ = ("by_name",)
+
+    def __init__(self, names: list):
+        super().__init__(names)
+        self.by_name: dict[str, int] = {}
+
+    def __missing__(self, key: tuple) -> int:
+        name = f"{key[0]}/{key[1]}"
+        i = self.by_name.get(name)
+        if i is None:
+            i = self.by_name[name] = len(self.names)
+            self.names.append(name)
+        self[key] = i
+        return i
+
+
+class _NeedArgs(Exception):
+    """Events decoded without args hold memory counters, whose args are read."""
+
+class _Sink:
+    """Turns decoded events into columns. The hot path of ingestion, so every per-event step runs in C
+    (map/attrgetter/compress into numpy.fromiter, dict lookups); Python loops only over distinct values.
+    A sink is also what one byte range of a split trace sends back: `absorb` merges sinks in file order into
+    exactly the table one sink reading the whole file would build (ids in order of first appearance)."""
+
+    def __init__(self, shapes: bool = False):
+        self.cols = ColumnBuilder(shapes)
+        self.thread_keys: dict[tuple, int] = _ThreadIds(self.cols.threads.names)  # (pid, tid) -> thread id
+        self.runtime_names = Interner()
+        self.runtime: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk (name id, dur): summed at build
+        self.shapes = shapes
+        self.dropped: dict[str, int] = defaultdict(int)  # events dropped for bad values, by reason
+        self.complete = self.unknown = 0  # complete events, and those of a category rlprof does not know
+        self.unknown_cats: dict[str, int] = defaultdict(int)
+        self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
+        self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
+
+    @property
+    def event_type(self) -> type:
+        return ShapeEvent if self.shapes else Event
+
+    def add(self, events: list) -> None:
+        """One decoded batch, in file order. Ids (names, threads) are given in order of first appearance in the
+        file, whatever the batch boundaries: so a file split anywhere merges back into the same table."""
+        n = len(events)
+        if not n:
+            return
+        phase = np.fromiter(map(_PHASE.get, map(_PH, events), repeat(0)), np.uint8, n)
+        is_x = phase == _X
+        x_at = np.flatnonzero(is_x)  # positions in the batch
+        if len(x_at) < n:
+            flow_end_at = self._add_others(events, phase)
+            xs = list(compress(events, is_x.tolist()))
+        else:
+            flow_end_at, xs = np.zeros(0, np.int64), events
+        start, dur = _floats_of(xs, _TS), _floats_of(xs, _DUR)
+        with np.errstate(all="ignore"):
+            bad_ts = ~np.isfinite(start) | (np.abs(start) > MAX_US)
+            bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_US)
+        if bad_ts.any() or bad_dur.any():  # dropped and counted: no NaN, inf or negative time reaches a table
+            self.dropped["missing, non-finite or out-of-range ts"] += int(bad_ts.sum())
+            self.dropped["negative, non-finite or out-of-range dur"] += int((bad_dur & ~bad_ts).sum())
+            ok = ~(bad_ts | bad_dur)
+            xs, start, dur, x_at = list(compress(xs, ok.tolist())), start[ok], dur[ok], x_at[ok]
+        end = start + dur
+        if xs:
+            self.cols.extend_span(float(start.min()), float(end.max()))
+            kind = np.fromiter(map(_KIND.get, map(_CAT, xs), repeat(OTHER)), np.uint8, len(xs))
+            self.complete += len(xs)
+            unknown = kind == OTHER
+            if unknown.any():
+                self.unknown += int(unknown.sum())
+                for cat, count in Counter(map(_CAT, compress(xs, unknown.tolist()))).items():  # for the warning
+                    self.unknown_cats[cat] += count
+            # runtime API calls are only ever summed (launch overhead): their name and duration, not their place
+            runtime = kind == RUNTIME
+            if runtime.any():
+                ids = self.runtime_names.ids.__getitem__
+                names = np.fromiter(map(ids, map(_NAME, compress(xs, runtime.tolist()))), np.int32)
+                self.runtime.append((names, end[runtime] - start[runtime]))
+            keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
+            if not keep.all():
+                xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
+                    x_at[keep]
+        if not xs and not len(flow_end_at):
+            return
+        # threads of the kept events and of the flow ends, given ids together in file order
+        chosen = np.zeros(n, bool)
+        chosen[x_at] = True
+        chosen[flow_end_at] = True
+        threads = np.fromiter(map(self.thread_keys.__getitem__, map(_PID_TID, compress(events, chosen.tolist()))),
+                              np.int32)
+        rank = np.cumsum(chosen) - 1
+        if len(flow_end_at):
+            self.flow_ends[-1] += (threads[rank[flow_end_at]],)
+        if not xs:
+            return
+        names = np.fromiter(map(self.cols.names.ids.__getitem__, map(_NAME, xs)), np.int32, len(xs))
+        shapes = None
+        if self.shapes:
+            raw = [bytes(a.input_dims).replace(b" ", b"").decode() for a in map(_ARGS, xs)]
+            shapes = _intern(raw, self.cols.shapes)
+        self.cols.add(start, end, kind, names, threads[rank[x_at]], shapes)
+
+    def _add_others(self, events: list, phase: np.ndarray) -> np.ndarray:
+        """Instant and flow events: memory counters, and the launch flows (ac2g) that tie kernels to the host.
+        Returns the batch positions of the flow ends (their threads come after)."""
+        is_instant = phase == _INSTANT
+        if is_instant.any():  # memory counters (profile_memory traces): their args decoded in one call
+            instants = compress(events, is_instant.tolist())
+            counters = list(compress(instants, map("[memory]".__eq__, map(_NAME, instants))))
+            if counters:
+                if not hasattr(counters[0], "args"):
+                    raise _NeedArgs  # decoded without args (nothing added yet): the caller decodes them with args
+                self._add_memory(counters)
+        is_flow = (phase == _FLOW_START) | (phase == _FLOW_END)
+        if not is_flow.any():
+            return np.zeros(0, np.int64)
+        at = np.flatnonzero(is_flow)
+        flows = list(compress(events, is_flow.tolist()))
+        launch = np.fromiter(map(_IS_LAUNCH.get, map(_CAT, flows), repeat(False)), bool, len(flows))
+        is_start = launch & (phase[at] == _FLOW_START)
+        is_end = launch & (phase[at] == _FLOW_END)
+        if is_start.any():  # kept as arrays per batch: 16-24 bytes a flow, whatever the trace's size
+            starts = list(compress(flows, is_start.tolist()))
+            self.flow_starts.append((_ids_of(starts), _floats_of(starts, _TS)))
+        if not is_end.any():
+            return np.zeros(0, np.int64)
+        ends = list(compress(flows, is_end.tolist()))
+        self.flow_ends.append((_ids_of(ends), _floats_of(ends, _TS)))  # + threads, by add()
+        return at[is_end]
+
+    def _add_memory(self, counters: list) -> None:
+        raws = [bytes(a) or b"{}" for a in map(_ARGS, counters)]
+        try:
+            totals = [a.total_allocated for a in _decode_args_list(b"[" + b",".join(raws) + b"]")]
+        except msgspec.DecodeError:  # one damaged args object: the others still count
+            totals = [e.decoded_args().total_allocated for e in counters]
+        ts = _floats_of(counters, _TS)
+        for t, total in zip(ts.tolist(), totals):
+            if total is not None and np.isfinite(t) and np.isfinite(total):
+                self.cols.add_memory(t, total)
+
+    def absorb(self, part: "_Sink") -> None:
+        """Append what another sink read after this one (the next byte range of the same file)."""
+        name_map = _remap(part.cols.names.names, self.cols.names)
+        shape_map = _remap(part.cols.shapes.names, self.cols.shapes)
+        runtime_map = _remap(part.runtime_names.names, self.runtime_names)
+        thread_map = np.zeros(len(part.thread_keys), np.int32)
+        for key, i in part.thread_keys.items():
+            thread_map[i] = self.thread_keys[key]
+        for chunk in part.cols.take_chunks():
+            start, end, kind, name, thread = chunk[:5]
+            self.cols.add(start, end, kind, name_map[name], thread_map[thread],
+                          shape_map[chunk[5]] if self.shapes else None)
+        if part.cols.span is not None:
+            self.cols.extend_span(*part.cols.span)
+        self.cols.memory_points.extend(part.cols.memory_points)
+        self.runtime += [(runtime_map[ids], dur) for ids, dur in part.runtime]
+        self.flow_starts += part.flow_starts
+        self.flow_ends += [(ids, ts, thread_map[thread]) for ids, ts, thread in part.flow_ends]
+        for why, count in part.dropped.items():
+            self.dropped[why] += count
+        for cat, count in part.unknown_cats.items():
+            self.unknown_cats[cat] += count
+        self.complete += part.complete
+        self.unknown += part.unknown
+
+    def drop_warnings(self, path: Path) -> list[str]:
+        out = []
+        if self.dropped:
+            what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
+            out.append(f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})")
+        if self.complete and self.unknown > self.complete / 2:  # mostly unread: the numbers would be silently wrong
+            cats = ", ".join(f"{c or '(none)'!r}" for c, _ in sorted(self.unknown_cats.items(), key=lambda kv: -kv[1])[:5])
+            out.append(f"{path}: {self.unknown} of {self.complete} events have categories rlprof does not know "
+                       f"({cats}); they are not counted, so the buckets and operators miss them")
+        return out
+
+    def build(self) -> EventTable:
+        if self.runtime:  # summed over the whole file at once: the same sums however the file was split
+            ids = np.concatenate([r[0] for r in self.runtime])
+            dur = np.concatenate([r[1] for r in self.runtime])
+            count = np.bincount(ids, minlength=len(self.runtime_names.names))
+            total = np.bincount(ids, weights=dur, minlength=len(self.runtime_names.names))
+            self.cols.runtime = {name: [int(count[i]), float(total[i])]
+                                 for i, name in enumerate(self.runtime_names.names)}
+        table = self.cols.build()
+        release_free_memory()  # the pieces just concatenated
+        table.launch = self._launch_times(table)
+        release_free_memory()  # the flows and the launch matching's temporaries
+        return table
+
+    def _launch_times(self, t: EventTable) -> np.ndarray | None:
+        """Each device event's host launch time, through the trace's ac2g flows: a flow end sits on its device
+        event (same thread, same timestamp), its start at the launch. Vectorised: sorted keys + searchsorted."""
+        if not self.flow_ends or not self.flow_starts or not len(t):
+            return None
+        # Each temporary is released as soon as it is used: on a 2 GB trace every array here is ~12 MB.
+        starts, ends, self.flow_starts, self.flow_ends = self.flow_starts, self.flow_ends, [], []
+        as_text = any(c[0].dtype.kind != "i" for c in starts + ends)  # one writer's string ids: compare as strings
+
+        def ids_of(chunks):
+            return np.concatenate([c[0].astype(str) if as_text else c[0] for c in chunks])
+
+        start_id, start_ts = ids_of(starts), np.concatenate([c[1] for c in starts])
+        order = np.argsort(start_id, kind="stable")
+        start_id, start_ts = start_id[order], start_ts[order]
+        del order, starts
+        end_id = ids_of(ends)
+        pos = np.clip(np.searchsorted(start_id, end_id), 0, len(start_id) - 1)
+        found = start_id[pos] == end_id
+        del start_id, end_id
+        launch_of_end = start_ts[pos]
+        launch_of_end[~found] = np.nan
+        del start_ts, pos, found
+        # device events <- flow ends on the same thread at the same start time
+        end_ts = np.concatenate([c[1] for c in ends])
+        end_thread = np.concatenate([c[2] for c in ends])
+        del ends
+        width = float(max(t.end.max(), end_ts.max()) - min(t.start.min(), end_ts.min())) + 1.0
+        base = float(min(t.start.min(), end_ts.min()))
+        end_key = end_thread * width
+        end_key += end_ts - base
+        del end_ts, end_thread
+        key_order = np.argsort(end_key, kind="stable")
+        end_key, launch_of_end = end_key[key_order], launch_of_end[key_order]
+        del key_order
+        device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
+        ev_key = t.thread[device].astype(np.int64) * width + (t.start[device] - base)
+        at = np.clip(np.searchsorted(end_key, ev_key), 0, len(end_key) - 1)
+        hit = np.abs(end_key[at] - ev_key) < 1e-3
+        launch = np.full(len(t), np.nan)
+        launch[device[hit]] = launch_of_end[at[hit]]
+        return launch if np.isfinite(launch).any() else None
+
+def _floats_of(events: list, field) -> np.ndarray:
+    """One numeric field of every event as float64, in C; a writer's numeric strings or junk take the slow path."""
+    try:
+        return np.fromiter(map(field, events), np.float64, len(events))
+    except (ValueError, TypeError, OverflowError):
+        return _floats(list(map(field, events)))
+
+
+def _intern(values: list, interner: Interner) -> np.ndarray:
+    """Dense ids for `values`, new ones in order of first appearance; Python runs only for names not seen before."""
+    return np.fromiter(map(interner.ids.__getitem__, values), np.int32, len(values))
+
+
+def _remap(labels: list, interner: Interner) -> np.ndarray:
+    """Another interner's ids -> this one's (labels it has not seen are added in their order)."""
+    return np.array([interner(label) for label in labels], np.int32).reshape(-1)
+
+
+def _floats(values: list) -> np.ndarray:
+    """Numbers (or numeric strings) as float64; anything unreadable becomes NaN (then dropped and counted)."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        out = np.full(len(values), np.nan)
+        for i, v in enumerate(values):
+            try:
+                out[i] = float(v)
+            except (ValueError, TypeError, OverflowError):
+                pass
+        return out
+
+
+def _ids_of(events: list) -> np.ndarray:
+    """The flow ids of `events`: in C where they are integers (Kineto's)."""
+    try:
+        return np.fromiter(map(_ID, events), np.int64, len(events))
+    except (ValueError, TypeError, OverflowError):
+        return _ids(list(map(_ID, events)))
+
+
+def _ids(values: list) -> np.ndarray:
+    """Flow ids as int64 (Kineto writes integers), as strings where a writer used strings."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return np.array([str(v) for v in values])
