@@ -349,12 +349,18 @@ def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
     whole.write_text(json.dumps({"traceEvents": events}))
     ref = json.loads(run_cli("analyze", whole, "--json").stdout)
     (row,), (ref_row,) = doc["rows"], ref["rows"]
-    assert {k: row[k] for k in BUCKETS} == pytest.approx({k: ref_row[k] for k in BUCKETS})
     assert ref["partial"] is False and doc["inputs"][0]["events"] == ref["inputs"][0]["events"]
+    assert doc["inputs"][0]["device"] is True  # a GPU trace stays one, whatever the cut left of it
     compute = [(e["ts"], e["ts"] + e["dur"]) for e in events
                if e.get("cat") == "kernel" and not e["name"].lower().startswith("nccl")]
-    if compute:  # a device trace by then: compute is the union of its compute kernels
+    if any(e.get("cat") == "kernel" for e in events):  # the same numbers as those events written whole
+        assert {k: row[k] for k in BUCKETS} == pytest.approx({k: ref_row[k] for k in BUCKETS})
         assert row["compute_ms"] == pytest.approx(union(compute) / 1e3)
+    else:  # no kernel kept: compute is kernel time all the same (none), never CPU-operator time
+        assert row["compute_ms"] == 0 and row["wall_ms"] == pytest.approx(ref_row["wall_ms"])
+        assert any("holds no device activity" in w for w in doc["warnings"])
+    full = json.loads(run_cli("analyze", REAL / "gpu_nccl_rank0.json.gz", "--json").stdout)["rows"][0]
+    assert row["compute_ms"] <= full["compute_ms"] and row["comm_ms"] <= full["comm_ms"]  # a lower bound
 
 
 def test_unusable_times_are_dropped_counted_and_never_printed(tmp_path):

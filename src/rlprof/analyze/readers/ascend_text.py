@@ -90,13 +90,15 @@ def _load_view(path: Path, warnings: list[str]) -> tuple[list[Event], bool]:
     data = path.read_bytes()
     try:
         return msgspec.json.decode(data, type=list[Event]), False
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # cut or damaged: the events before it
-        events, offset = salvage_events(data, data.find(b"[")) if data.lstrip().startswith(b"[") else ([], 0)
-        if not events:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # odd values, a cut, damage
+        got = salvage_events(data, data.find(b"[")) if data.lstrip().startswith(b"[") else None
+        if got is None or not got.events:
             raise NotATrace(f"{path}: not an Ascend trace_view.json ({exc})") from None
-        warnings.append(f"{path}: damaged event near byte {offset} ({exc}); the {len(events)} events before it "
-                        "were kept")
-        return events, True
+        if got.dropped:
+            warnings.append(f"{path}: {sum(got.dropped.values())} events dropped (" +
+                            ", ".join(f"{n} with {why}" for why, n in got.dropped.items()) + "); the others were read")
+        warnings.extend(got.warnings(path, exc))
+        return got.events, not got.whole
 
 
 class _TaskArgs(msgspec.Struct):

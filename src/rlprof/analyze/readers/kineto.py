@@ -15,9 +15,11 @@ from pathlib import Path
 
 import msgspec
 
+from ..table import DEVICE_KINDS
 from .kineto_columns import _NeedArgs, _Sink
-from .kineto_events import (ARRAY_END, ARRAY_KEY, CHUNK, LOOSE_END, MAX_US, SEP, Event, LeanEvent, Meta,  # noqa: F401
-                            NotATrace, ShapeEvent, Trace, _decode_events, _decode_lean, _decode_meta,
+from .kineto_salvage import decode_each, salvage_events, value_end  # noqa: F401 (salvage_events: Ascend's too)
+from .kineto_events import (ARRAY_END, ARRAY_KEY, CHUNK, LOOSE_END, MAX_DUR_US, MAX_US, SEP, Event, LeanEvent,  # noqa: F401
+                            Meta, NotATrace, ShapeEvent, Trace, _decode_events, _decode_lean, _decode_meta,
                             _decode_shape_events, _decode_whole, _decode_whole_shapes)
 from .kineto_stream import (Layout, _Chunks, _CutTolerantGzip, _open, byte_ranges, kineto_layout,  # noqa: F401
                             stream_size)
@@ -139,7 +141,7 @@ def assemble(path: Path, header: bytes, parts) -> Trace:
         tail = last.tail
     if hasattr(parts, "close"):  # a generator over worker processes: let them go before the table is built
         parts.close()
-    return Trace(path, sink.build(), _meta(header, tail), warnings + sink.drop_warnings(path), partial, last.end)
+    return _trace(path, sink, _meta(header, tail), warnings, partial or sink.damaged, last.end)
 
 
 def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path) -> Part:
@@ -164,18 +166,15 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
         if not got:
             rest = bytes(space[1:fill])
             if not final:  # a range ends on its last event's closing brace
-                good = len(rest) if not rest.strip() or _decode_into(b"[" + rest + b"]", sink) else _salvage(rest, sink)
-                if good < len(rest):
-                    warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
-                return Part(sink, warnings, good < len(rest), offset + good)
+                if rest.strip() and not _decode_into(b"[" + rest + b"]", sink):
+                    decode_each(rest, sink, offset)  # the events that do not decode are dropped and counted
+                return Part(sink, warnings, False, offset + len(rest))
             return _scan_end(chunks, rest, offset, sink, path, warnings)
         space[cut + 1] = 0x5D  # "]"
         with memoryview(space) as view:
             decoded = _decode_into(view[:cut + 2], sink)
-        if not decoded:
-            good = _salvage(bytes(space[1:cut + 1]), sink)
-            warnings.append(f"{path}: damaged event near byte {offset + good}; events before it were kept")
-            return Part(sink, warnings, True, offset + good)
+        if not decoded:  # one event at a time: those that do not decode are dropped and counted, reading goes on
+            decode_each(bytes(space[1:cut + 1]), sink, offset)
         keep = cut + len(SEP) - 2  # the space before the next event's "{": becomes its "["
         space[:fill - keep] = space[keep:fill]
         space[0] = 0x5B
@@ -188,19 +187,24 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
     close = ARRAY_END.search(buf)
     if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
         loose = next((m for m in LOOSE_END.finditer(buf) if _decodes(b"[" + buf[:m.start() + 1] + b"]")), None)
-        if loose is not None:
-            ok = _decode_into(b"[" + buf[:loose.start() + 1] + b"]", sink)
-            return _ended(chunks, Part(sink, warnings, not ok, offset + loose.start() + 1, buf[loose.end():]), path)
-        good = _salvage(buf, sink)
+        # else, where the file ends as a document does, the array's end found value by value (an event there
+        # that does not decode is dropped, not taken for a cut)
+        end_at = loose.start() + 1 if loose is not None else \
+            _array_end(buf) if buf.rstrip().endswith((b"}", b"]")) else None
+        if end_at is not None:
+            if buf[:end_at].strip() and not _decode_into(b"[" + buf[:end_at] + b"]", sink):
+                decode_each(buf[:end_at], sink, offset)
+            tail = buf[buf.index(b"]", end_at) + 1:]
+            return _ended(chunks, Part(sink, warnings, False, offset + end_at, tail), path)
+        good = decode_each(buf, sink, offset, fragment_last=True)
+        good = len(buf) if good is None else good
         warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
                         f"({_why(chunks.error) or 'no closing bracket'}); events before it were kept")
         return Part(sink, warnings, True, offset + good)
     body, tail = buf[:close.start() + 4], buf[close.end():]
     end = offset + len(body)
     if body.strip() and not _decode_into(b"[" + body + b"]", sink):
-        good = _salvage(body, sink)
-        warnings.append(f"{path}: damaged event near byte {offset + good}; events before it kept")
-        return Part(sink, warnings, True, offset + good, tail)
+        decode_each(body, sink, offset)
     return _ended(chunks, Part(sink, warnings, False, end, tail), path)
 
 
@@ -221,8 +225,25 @@ def _decodes(data: bytes) -> bool:
     try:
         msgspec.json.decode(data)
         return True
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return False
+
+
+def _array_end(buf: bytes) -> int | None:
+    """Just past the last event of an array that closes in `buf`, found value by value without decoding; None
+    when the text ends first (a cut)."""
+    pos = last = 0
+    while True:
+        while pos < len(buf) and buf[pos] in b" \t\r\n,":
+            pos += 1
+        if pos >= len(buf):
+            return None
+        if buf[pos] == 0x5D:  # "]"
+            return last
+        end = value_end(buf, pos)
+        if end is None:
+            return None
+        pos = last = end
 
 
 def _decode_into(data, sink: _Sink) -> bool:
@@ -234,28 +255,8 @@ def _decode_into(data, sink: _Sink) -> bool:
         except _NeedArgs:  # args are decoded only where they are read
             sink.add(_decode_events(data))
         return True
-    except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a name is damage like any other
-        return False
-
-
-def _salvage(piece: bytes, sink: _Sink) -> int:
-    """Decode the events of `piece` one by one up to the first damaged one. Returns where that one starts (the
-    whole length when none is): the same byte whatever stretch of the file `piece` began at."""
-    pos = 0
-    events = []
-    while True:
-        cut = piece.find(SEP, pos)
-        end = len(piece) if cut < 0 else cut + 1
-        try:
-            events.append(msgspec.json.decode(piece[pos:end].strip().rstrip(b","), type=sink.event_type))
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            break
-        if cut < 0:
-            pos = len(piece)
-            break
-        pos = cut + len(SEP) - 1
-    sink.add(events)
-    return pos
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # invalid UTF-8 is damage like any other;
+        return False  # args nested past the decoder's depth: decode_each keeps the event without them
 
 
 def _meta(header: bytes, tail: bytes) -> Meta:
@@ -267,41 +268,24 @@ def _meta(header: bytes, tail: bytes) -> Meta:
         doc += b"}"
     try:
         return _decode_meta(doc)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         try:  # the tail may be cut: the header alone
             return _decode_meta(text + b'"traceEvents":[]}')
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return Meta()
 
 
-def salvage_events(data: bytes, bracket: int, event_type=Event) -> tuple[list, int]:
-    """The events of a damaged array in any layout, one by one from its "[" up to the first that does not parse,
-    and the byte offset where the last one kept ends (a slow path, taken only on damage)."""
-    import json
-
-    text = data.decode("utf-8", errors="replace")
-    pos = len(data[:bracket + 1].decode("utf-8", errors="replace"))
-    decoder, events, kept = json.JSONDecoder(), [], pos
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        try:
-            raw, pos = decoder.raw_decode(text, pos)
-            events.append(msgspec.json.decode(msgspec.json.encode(raw), type=event_type))
-        except (ValueError, msgspec.DecodeError, msgspec.EncodeError, RecursionError):
-            break
-        kept = pos
-    return events, len(text[:kept].encode("utf-8"))
-
-
 def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Trace:
-    events, offset = salvage_events(data, bracket, sink.event_type)
-    if not events:
+    """A file in another writer's layout that did not decode at once: element by element (kineto_salvage)."""
+    got = salvage_events(data, bracket, sink.event_type)
+    if not got.events and not got.dropped:
         raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                         "with traceEvents, or an array of trace events")
-    sink.add(events)
-    warning = f"{path}: damaged event near byte {offset} ({exc}); the {len(events)} events before it were kept"
-    return Trace(path, sink.build(), Meta(), [warning] + sink.drop_warnings(path), True, offset)
+    sink.add(got.events)
+    for why, n in got.dropped.items():
+        for _ in range(n):
+            sink.count_bad(why, got.end)
+    return _trace(path, sink, Meta(), got.warnings(path, exc), not got.whole or sink.damaged, got.end)
 
 
 def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
@@ -313,12 +297,12 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
     decode = _decode_whole_shapes if sink.shapes else _decode_whole
     try:
         doc = decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         body = data.strip()
         if body.startswith(b"["):  # the Trace Event Format lets the array form end without its "]"
             try:
                 doc = decode(body.rstrip(b",") + b"]")
-            except (msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 return _salvage_any(path, data, 0, sink, exc)
         elif b"traceEvents" in data and b"[" in data:
             return _salvage_any(path, data, data.index(b"[", data.index(b"traceEvents")), sink, exc)
@@ -334,4 +318,14 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
         sink.add(doc.traceEvents)
         meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
     warnings = [f"{path}: {_why(stream_error)}"] if stream_error is not None else []
-    return Trace(path, sink.build(), meta, warnings + sink.drop_warnings(path), stream_error is not None, len(data))
+    return _trace(path, sink, meta, warnings, stream_error is not None, len(data))
+
+
+def _trace(path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int) -> Trace:
+    """The trace a sink read, with every drop counted in its warnings."""
+    table = sink.build()
+    trace = Trace(path, table, meta, warnings + sink.drop_warnings(path), partial, end, sink.device_seen)
+    if partial and trace.has_device and not table.mask(*DEVICE_KINDS).any():
+        trace.warnings.append(f"{path}: the part read holds no device activity, but this is a GPU trace: its compute "
+                              "counts kernels (none here), a lower bound of the whole file's")
+    return trace

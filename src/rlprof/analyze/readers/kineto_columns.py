@@ -13,7 +13,8 @@ import numpy as np
 
 from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
                      EventTable, Interner, release_free_memory)
-from .kineto_events import MAX_US, Event, ShapeEvent, _decode_args_list
+from .kineto_events import (MAX_DUR_US, MAX_US, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR, Event,
+                            ShapeEvent, _decode_args_list)
 
 def _num(x) -> float:
     return float(x) if not isinstance(x, str) else float(x.strip() or 0)
@@ -22,8 +23,11 @@ def _num(x) -> float:
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
 _PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
 _PID_TID = attrgetter("pid", "tid")
-_X, _FLOW_START, _FLOW_END, _INSTANT = 1, 2, 3, 4
-_PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT}  # the phases read; others are 0
+_X, _FLOW_START, _FLOW_END, _INSTANT, _NO_PHASE = 1, 2, 3, 4, 5
+# the phases read; others are 0; an event without one is counted (it cannot be read as anything)
+_PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT, "": _NO_PHASE}
+_DEVICE_SIGNS = np.array(DEVICE_KINDS + (RUNTIME,), np.uint8)  # kinds only a trace with device activity holds
+EDGE = 16  # earliest and latest events kept per batch for the outlier check
 _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
 
 class _ThreadIds(AutoIds):
@@ -66,10 +70,35 @@ class _Sink:
         self.unknown_cats: dict[str, int] = defaultdict(int)
         self.flow_starts: list[tuple] = []  # per chunk (ids, ts): where launch flows leave the host
         self.flow_ends: list[tuple] = []  # per chunk (ids, ts, thread): the device events they arrive at
+        self.device_seen = False  # device events, runtime calls or launch flows: a GPU trace, whatever is kept
+        self.edges: list[tuple] = []  # per batch (starts, ends, in table) of its earliest and latest events
+        self.bad: dict[str, int] = defaultdict(int)  # events that did not decode, by why (kineto_salvage)
+        self.first_bad: int | None = None  # the byte where the first of them starts
 
     @property
     def event_type(self) -> type:
         return ShapeEvent if self.shapes else Event
+
+    def _keep_edges(self, start: np.ndarray, end: np.ndarray, kind: np.ndarray) -> None:
+        """The EDGE earliest and latest events of a batch, of every kind (those the table leaves out too): what
+        the outlier check and the span after it need, in a few bytes per batch."""
+        n = len(start)
+        at = np.argpartition(start, (EDGE - 1, n - EDGE))[np.r_[:EDGE, n - EDGE:n]] if n > 2 * EDGE else \
+            np.arange(n)
+        in_table = (kind[at] != RUNTIME) & (kind[at] != OTHER) & (kind[at] != PYTHON)
+        self.edges.append((start[at], end[at], in_table))
+
+    def count_bad(self, why: str, at: int) -> None:
+        self.bad[why] += 1
+        if self.first_bad is None:
+            self.first_bad = at
+
+    @property
+    def damaged(self) -> bool:
+        """Events were lost to damage (text that is not JSON): the result is a lower bound of the file's."""
+        from .kineto_salvage import DAMAGED
+
+        return self.bad.get(DAMAGED, 0) > 0
 
     def add(self, events: list) -> None:
         """One decoded batch, in file order. Ids (names, threads) are given in order of first appearance in the
@@ -79,6 +108,8 @@ class _Sink:
             return
         phase = np.fromiter(map(_PHASE.get, map(_PH, events), repeat(0)), np.uint8, n)
         is_x = phase == _X
+        if phase.max() == _NO_PHASE:
+            self.dropped["no ph (phase)"] += int((phase == _NO_PHASE).sum())
         x_at = np.flatnonzero(is_x)  # positions in the batch
         if len(x_at) < n:
             flow_end_at = self._add_others(events, phase)
@@ -88,10 +119,10 @@ class _Sink:
         start, dur = _floats_of(xs, _TS), _floats_of(xs, _DUR)
         with np.errstate(all="ignore"):
             bad_ts = ~np.isfinite(start) | (np.abs(start) > MAX_US)
-            bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_US)
+            bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_DUR_US)
         if bad_ts.any() or bad_dur.any():  # dropped and counted: no NaN, inf or negative time reaches a table
             self.dropped["missing, non-finite or out-of-range ts"] += int(bad_ts.sum())
-            self.dropped["negative, non-finite or out-of-range dur"] += int((bad_dur & ~bad_ts).sum())
+            self.dropped["missing, negative, non-finite or day-long dur"] += int((bad_dur & ~bad_ts).sum())
             ok = ~(bad_ts | bad_dur)
             xs, start, dur, x_at = list(compress(xs, ok.tolist())), start[ok], dur[ok], x_at[ok]
         end = start + dur
@@ -99,6 +130,9 @@ class _Sink:
             self.cols.extend_span(float(start.min()), float(end.max()))
             kind = np.fromiter(map(_KIND.get, map(_CAT, xs), repeat(OTHER)), np.uint8, len(xs))
             self.complete += len(xs)
+            if not self.device_seen:
+                self.device_seen = bool(np.isin(kind, _DEVICE_SIGNS).any())
+            self._keep_edges(start, end, kind)
             unknown = kind == OTHER
             if unknown.any():
                 self.unknown += int(unknown.sum())
@@ -151,6 +185,7 @@ class _Sink:
         at = np.flatnonzero(is_flow)
         flows = list(compress(events, is_flow.tolist()))
         launch = np.fromiter(map(_IS_LAUNCH.get, map(_CAT, flows), repeat(False)), bool, len(flows))
+        self.device_seen = self.device_seen or bool(launch.any())
         is_start = launch & (phase[at] == _FLOW_START)
         is_end = launch & (phase[at] == _FLOW_END)
         if is_start.any():  # kept as arrays per batch: 16-24 bytes a flow, whatever the trace's size
@@ -195,11 +230,27 @@ class _Sink:
             self.dropped[why] += count
         for cat, count in part.unknown_cats.items():
             self.unknown_cats[cat] += count
+        for why, count in part.bad.items():
+            self.bad[why] += count
+        if self.first_bad is None:
+            self.first_bad = part.first_bad
         self.complete += part.complete
         self.unknown += part.unknown
+        self.device_seen = self.device_seen or part.device_seen
+        self.edges += part.edges
 
     def drop_warnings(self, path: Path) -> list[str]:
+        from .kineto_salvage import DEEP_ARGS
+
         out = []
+        dropped = {why: n for why, n in self.bad.items() if why != DEEP_ARGS and n}
+        if dropped:
+            what = ", ".join(f"{n} with {why}" for why, n in dropped.items())
+            out.append(f"{path}: dropped {sum(dropped.values())} event(s) that could not be read ({what}; the first "
+                       f"at byte {self.first_bad}); the other events were read")
+        if self.bad.get(DEEP_ARGS):
+            out.append(f"{path}: {self.bad[DEEP_ARGS]} event(s) have args nested too deep to read; they were kept "
+                       "without their args")
         if self.dropped:
             what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
             out.append(f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})")
@@ -218,10 +269,49 @@ class _Sink:
             self.cols.runtime = {name: [int(count[i]), float(total[i])]
                                  for i, name in enumerate(self.runtime_names.names)}
         table = self.cols.build()
+        if table.span is not None and table.span[1] - table.span[0] > OUTLIER_GAP_US:
+            table = self._without_outliers(table)
         release_free_memory()  # the pieces just concatenated
         table.launch = self._launch_times(table)
         release_free_memory()  # the flows and the launch matching's temporaries
         return table
+
+    def _without_outliers(self, t: EventTable) -> EventTable:
+        """Events set far apart from the rest by a damaged ts (docs/bad_input.md), dropped and counted: a group of
+        at most OUTLIER_SHARE of the events (and fewer than the rest), beyond a gap of a day and of ten times the
+        rest's span. Judged on
+        every event of the table and the earliest and latest of every kind; only traces spanning more than a
+        day are looked at, so a sound trace pays nothing."""
+        e_start, e_end, e_table = (np.concatenate(c) for c in zip(*self.edges)) if self.edges else \
+            (np.zeros(0), np.zeros(0), np.zeros(0, bool))
+        starts = np.sort(np.concatenate([t.start, e_start[~e_table]]))
+        lo, hi = 0, len(starts)  # the rest: starts[lo:hi]
+        for _ in range(4):  # a few outlier groups at either end
+            if hi - lo < 2:
+                break
+            gaps = np.diff(starts[lo:hi])
+            at = int(np.argmax(gaps))
+            left, right = at + 1, hi - lo - at - 1  # events before and after the largest gap
+            small, rest_span = (left, starts[hi - 1] - starts[lo + left]) if left <= right else \
+                (right, starts[lo + left - 1] - starts[lo])
+            if small > max(1, OUTLIER_SHARE * (hi - lo)) or 2 * small >= hi - lo or \
+                    gaps[at] <= max(OUTLIER_GAP_US, OUTLIER_SPAN_FACTOR * rest_span):
+                break
+            lo, hi = (lo + left, hi) if left <= right else (lo, hi - right)
+        if lo == 0 and hi == len(starts):
+            return t
+        first, last = starts[lo], starts[hi - 1]
+        rows = np.flatnonzero((t.start >= first) & (t.start <= last))
+        kept_edges = (e_start >= first) & (e_start <= last)
+        self.dropped["a ts a day or more apart from the rest of the trace"] += \
+            len(t) - len(rows) + int((~kept_edges & ~e_table).sum())
+        t.start, t.end, t.kind, t.name, t.thread = (c[rows] for c in (t.start, t.end, t.kind, t.name, t.thread))
+        if t.shape is not None:
+            t.shape = t.shape[rows]
+        lows = np.concatenate([t.start, e_start[kept_edges]])
+        highs = np.concatenate([t.end, e_end[kept_edges]])
+        t.span = (float(lows.min()), float(highs.max())) if len(lows) else None
+        return t
 
     def _launch_times(self, t: EventTable) -> np.ndarray | None:
         """Each device event's host launch time, through the trace's ac2g flows: a flow end sits on its device

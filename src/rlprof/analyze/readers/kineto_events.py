@@ -11,7 +11,13 @@ import msgspec
 from ..table import EventTable
 
 CHUNK = 512 << 10  # small pieces: the decoded events of one fit in memory the allocator keeps (fewer page faults)
-MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp or duration is not a time
+MAX_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp is not a time
+# Plausibility (docs/bad_input.md): no traced event lasts a day, and no group of events stands a day and ten times
+# the rest's span apart from the rest (a ts of -5 or 1e12 in a trace of epoch microseconds).
+MAX_DUR_US = 24 * 3600 * 1e6
+OUTLIER_GAP_US = 24 * 3600 * 1e6
+OUTLIER_SPAN_FACTOR = 10
+OUTLIER_SHARE = 0.01  # at most this share of the events (at least one) can be set apart as outliers
 SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
 ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), then the array's bracket
@@ -31,7 +37,7 @@ class LeanEvent(msgspec.Struct, gc=False):
     pid: int | str = 0
     tid: int | str = 0
     ts: float | str = float("nan")  # missing: dropped (not read as time 0)
-    dur: float | str = 0.0
+    dur: float | str = float("nan")  # missing on a complete event: dropped and counted
     id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
 
 
@@ -85,6 +91,7 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     partial: bool = False
     bytes_read: int = 0
+    device_seen: bool = False  # device events, CUDA/HIP runtime calls or launch flows anywhere in what was read
 
     @property
     def rank(self) -> int | None:
@@ -95,9 +102,12 @@ class Trace:
 
     @property
     def has_device(self) -> bool:
+        """A GPU trace: decided by what the file declares, not by what a cut left of it, so a partial trace's
+        compute stays kernel time (a lower bound), never CPU-operator time."""
         from ..table import DEVICE_KINDS
 
-        return bool(self.table.mask(*DEVICE_KINDS).any())
+        return bool(self.table.mask(*DEVICE_KINDS).any()) or self.device_seen or \
+            self.partial and bool(self.meta.deviceProperties)
 
 
 class NotATrace(ValueError):
