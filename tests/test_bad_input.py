@@ -1,5 +1,6 @@
 """docs/bad_input.md, row by row: the table is the test's list, so the two cannot drift apart."""
 
+import gzip
 import json
 import socket
 import shutil
@@ -33,6 +34,10 @@ def _write(path, doc):
     return path
 
 
+KERNEL_VALUE = {"nan-literal": ("ts", "NaN"), "wrong-type-dur": ("dur", "[1]"), "ts-far-apart": ("ts", "-5"),
+                "day-long-dur": ("dur", "1e12")}
+
+
 def build(case: str, tmp) -> list:
     """The command line for one row of the table."""
     f = tmp / "t.json"
@@ -59,6 +64,43 @@ def build(case: str, tmp) -> list:
         bad = [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
                for ts, dur in (("NaN", 1), ("soon", 1), (5, -3), (1e300, 1))]
         return ["analyze", _write(f, {"traceEvents": _events() + bad}), "--json"]
+    if case in KERNEL_VALUE:  # one kernel of a real trace given a bad value, written as the JSON text shown
+        field, text = KERNEL_VALUE[case]
+        doc = json.loads(gzip.decompress((REAL / "gpu_nccl_rank0.json.gz").read_bytes()))
+        kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+        kernel[field] = "@@VALUE@@"
+        f.write_bytes(json.dumps(doc).replace('"@@VALUE@@"', text).encode())
+        return ["analyze", f, "--json"]
+    if case == "not-an-object":
+        return ["analyze", _write(f, {"traceEvents": _events() + [7]}), "--json"]
+    if case == "deep-args":
+        f.write_text(json.dumps({"traceEvents": _events() + ["@@DEEP@@"]}).replace(
+            '"@@DEEP@@"', '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 40, "dur": 2, '
+            '"args": ' + "[" * 5000 + "]" * 5000 + "}"))
+        return ["analyze", f, "--json"]
+    if case.startswith("gzip-flipped-"):
+        data = bytearray((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
+        data[{"trailer": -8, "block": len(data) // 2, "header": 3}[case.rsplit("-", 1)[1]]] ^= 0x55
+        gz = tmp / "t.json.gz"
+        gz.write_bytes(bytes(data))
+        return ["analyze", gz] + (["--json"] if not case.endswith("header") else [])
+    if case == "cut-gpu-trace":
+        data = gzip.decompress((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
+        f.write_bytes(data[:data.index(b'"cat": "kernel"')])
+        return ["analyze", f, "--json"]
+    if case == "not-a-trace-array":
+        f.write_text(json.dumps([{"file": "a.json", "batch_size": 4, "mode": "train"},
+                                 {"file": "b.json", "batch_size": 8, "mode": "eval"}]))
+        return ["analyze", f]
+    if case in ("dangling-link", "same-rank-twice"):
+        run = tmp / "run"
+        run.mkdir()
+        shutil.copy(REAL / "gpu_nccl_rank0.json.gz", run / "rank0.json.gz")
+        if case == "dangling-link":
+            (run / "rank1.json.gz").symlink_to(tmp / "gone" / "rank1.json.gz")
+        else:
+            shutil.copy(REAL / "gpu_nccl_rank0.json.gz", run / "rank0_copy.json.gz")
+        return ["analyze", run, "--json"]
     if case == "unknown-categories":
         odd = [{**e, "cat": "Mystery"} for e in _events(5)]
         return ["analyze", _write(f, {"traceEvents": odd + _events(1)}), "--json"]

@@ -146,3 +146,30 @@ def test_a_time_set_far_apart_is_dropped_and_counted(tmp_path, events, which, fa
     assert trace.table.span == (min(e["ts"] for e in rest), max(e["ts"] + e["dur"] for e in rest))
     (warning,) = [w for w in trace.warnings if "apart from the rest" in w]
     assert "dropped 1 event(s)" in warning
+
+
+LITERALS = ["NaN", "Infinity", "-Infinity", "null", "true", "[1]", "1e400", "1" + "0" * 400, "-5", "-1e15", "1e12"]
+
+
+def test_each_literal_in_ts_or_dur_of_a_real_kernel_costs_exactly_that_event(tmp_path):
+    """HTA's real NCCL rank (Kineto's layout): one kernel's ts or dur written as each literal a post-processing
+    script can leave there; the table is the undamaged file's without that kernel, and the drop is counted."""
+    import gzip
+
+    from conftest import REAL
+
+    doc = json.loads(gzip.decompress((REAL / "gpu_nccl_rank0.json.gz").read_bytes()))
+    events = doc["traceEvents"]
+    k = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
+    without = tmp_path / "without.json"
+    without.write_bytes(kineto_layout(events[:k] + events[k + 1:]))
+    ref = read_kineto(without)
+    for field in ("ts", "dur"):
+        for literal in LITERALS:
+            bad = [dict(e) for e in events]
+            bad[k][field] = "@@LIT@@"
+            path = tmp_path / "t.json"
+            path.write_bytes(kineto_layout(bad).replace(b'"@@LIT@@"', literal.encode()))
+            trace = read_kineto(path)
+            assert rows_of(trace) == rows_of(ref) and trace.table.span == ref.table.span, (field, literal)
+            assert any("dropped 1 event(s)" in w for w in trace.warnings), (field, literal, trace.warnings)

@@ -257,7 +257,8 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
                 doc[key].append(res[key])
     doc["warnings"].extend(warnings)
     if Path(path).exists():
-        doc["warnings"].extend(_unparsed_warning(path))
+        doc["warnings"].extend(_unparsed_warning(path) + _dangling_links(path))
+    doc["warnings"].extend(_same_window_twice(doc["rows"]))
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
@@ -292,6 +293,31 @@ def _pool_map(n: int, fn, jobs):
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _same_window_twice(rows: list[dict]) -> list[str]:
+    """Two files that hold the same (step, role, stage, rank) window: a copied rank, or two runs in one directory.
+    Both are analysed (each is a real file), so per-rank means count that rank twice: said, naming both."""
+    first: dict[tuple, str] = {}
+    pairs: dict[tuple, None] = {}
+    for r in rows:
+        if r.get("unit") is not None or r.get("file") is None:
+            continue
+        key = (str(r.get("step")), r.get("role"), r.get("stage"), str(r.get("rank")), str(r.get("replica")))
+        seen = first.setdefault(key, r["file"])
+        if seen != r["file"]:
+            pairs[(seen, r["file"], key[3])] = None
+    return [f"{a} and {b} hold the same windows (rank {rank}, same steps and stages): a copied file or two runs in "
+            "one directory? both are counted" for a, b, rank in pairs]
+
+
+def _dangling_links(path) -> list[str]:
+    """Trace-named links in a run directory whose target is gone: named, not skipped in silence."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    return [f"{p}: a link to {os.readlink(p)}, which does not exist; skipped" for p in sorted(path.rglob("*"))
+            if p.name.endswith(TRACE_SUFFIXES) and p.is_symlink() and not p.exists()]
 
 
 def _unparsed_warning(path) -> list[str]:

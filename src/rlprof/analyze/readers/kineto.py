@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from ..table import DEVICE_KINDS
-from .kineto_columns import _NeedArgs, _Sink
+from .kineto_columns import NO_PHASE, _NeedArgs, _Sink
 from .kineto_salvage import decode_each, salvage_events, value_end  # noqa: F401 (salvage_events: Ascend's too)
 from .kineto_events import (ARRAY_END, ARRAY_KEY, CHUNK, LOOSE_END, MAX_DUR_US, MAX_US, SEP, Event, LeanEvent,  # noqa: F401
                             Meta, NotATrace, ShapeEvent, Trace, _decode_events, _decode_lean, _decode_meta,
@@ -68,7 +68,7 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
         if map_ranges is not None and parts > 1 and isinstance(f, _CutTolerantGzip):
             # a compressed stream cannot be entered mid-way: this process inflates it and hands out pieces
             return assemble(path, header, _pipelined(path, chunks, buf, open_at + 1, shapes, map_ranges))
-        part = _scan(chunks, buf, open_at + 1, sink, True, path)
+        part = _scan(chunks, buf, open_at + 1, sink, True, path, strict=isinstance(f, _CutTolerantGzip))
     return assemble(path, header, [part])
 
 
@@ -103,13 +103,13 @@ def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: b
         yield part
         if part.partial:
             return
-    yield _scan(chunks, *rest[0], _Sink(shapes), True, path)
+    yield _scan(chunks, *rest[0], _Sink(shapes), True, path, strict=True)
 
 
 def read_piece_job(job: tuple) -> Part:
     """One piece of a compressed trace's event array (whole events), decoded in a worker."""
     path, piece, offset, shapes = job
-    return _scan(_Chunks(io.BytesIO(piece)), b"", offset, _Sink(shapes), False, path)
+    return _scan(_Chunks(io.BytesIO(piece)), b"", offset, _Sink(shapes), False, path, strict=True)
 
 
 def read_range(path: Path, lo: int, hi: int | None, shapes: bool = False) -> Part:
@@ -144,10 +144,21 @@ def assemble(path: Path, header: bytes, parts) -> Trace:
     return _trace(path, sink, _meta(header, tail), warnings, partial or sink.damaged, last.end)
 
 
-def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path) -> Part:
+def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path, strict: bool = False
+          ) -> Part:
     """Decode the events of `buf` and what follows it, piece by piece cut at the separator. `offset`: where `buf`
-    starts in the stream. `final`: the stretch runs to the end of the array (else it ends on an event's brace)."""
+    starts in the stream. `final`: the stretch runs to the end of the array (else it ends on an event's brace).
+    `strict` (a compressed stream): text that is not JSON ends the reading (see decode_each)."""
     warnings: list[str] = []
+
+    def each(piece: bytes, at: int) -> Part | None:  # one event at a time: bad ones dropped and counted
+        stop = decode_each(piece, sink, at, stop_at_damage=strict)
+        if stop is None:
+            return None
+        warnings.append(f"{path}: damaged event near byte {at + stop} of the decompressed stream; events before "
+                        "it were kept")
+        return Part(sink, warnings, True, at + stop)
+
     # One buffer, reused: "[" + the events read so far. A piece is decoded in place, its closing bracket written
     # over the separator's comma; the unfinished event after it moves to the front, behind a new "[".
     space = bytearray(max(2 * CHUNK, len(buf) + CHUNK + 1))
@@ -167,14 +178,16 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
             rest = bytes(space[1:fill])
             if not final:  # a range ends on its last event's closing brace
                 if rest.strip() and not _decode_into(b"[" + rest + b"]", sink):
-                    decode_each(rest, sink, offset)  # the events that do not decode are dropped and counted
+                    stopped = each(rest, offset)
+                    if stopped:
+                        return stopped
                 return Part(sink, warnings, False, offset + len(rest))
-            return _scan_end(chunks, rest, offset, sink, path, warnings)
+            return _scan_end(chunks, rest, offset, sink, path, warnings, strict)
         space[cut + 1] = 0x5D  # "]"
         with memoryview(space) as view:
             decoded = _decode_into(view[:cut + 2], sink)
-        if not decoded:  # one event at a time: those that do not decode are dropped and counted, reading goes on
-            decode_each(bytes(space[1:cut + 1]), sink, offset)
+        if not decoded and (stopped := each(bytes(space[1:cut + 1]), offset)):
+            return stopped
         keep = cut + len(SEP) - 2  # the space before the next event's "{": becomes its "["
         space[:fill - keep] = space[keep:fill]
         space[0] = 0x5B
@@ -182,7 +195,8 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
         offset += keep
 
 
-def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str]) -> Part:
+def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str],
+              strict: bool = False) -> Part:
     """The last piece: events up to the array's closing bracket, then the keys after it."""
     close = ARRAY_END.search(buf)
     if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
@@ -193,10 +207,12 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
             _array_end(buf) if buf.rstrip().endswith((b"}", b"]")) else None
         if end_at is not None:
             if buf[:end_at].strip() and not _decode_into(b"[" + buf[:end_at] + b"]", sink):
-                decode_each(buf[:end_at], sink, offset)
+                stop = decode_each(buf[:end_at], sink, offset, stop_at_damage=strict)
+                if stop is not None:
+                    return _damaged(path, warnings, sink, offset + stop)
             tail = buf[buf.index(b"]", end_at) + 1:]
             return _ended(chunks, Part(sink, warnings, False, offset + end_at, tail), path)
-        good = decode_each(buf, sink, offset, fragment_last=True)
+        good = decode_each(buf, sink, offset, fragment_last=True, stop_at_damage=strict)
         good = len(buf) if good is None else good
         warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
                         f"({_why(chunks.error) or 'no closing bracket'}); events before it were kept")
@@ -204,8 +220,15 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
     body, tail = buf[:close.start() + 4], buf[close.end():]
     end = offset + len(body)
     if body.strip() and not _decode_into(b"[" + body + b"]", sink):
-        decode_each(body, sink, offset)
+        stop = decode_each(body, sink, offset, stop_at_damage=strict)
+        if stop is not None:
+            return _damaged(path, warnings, sink, offset + stop)
     return _ended(chunks, Part(sink, warnings, False, end, tail), path)
+
+
+def _damaged(path: Path, warnings: list[str], sink: _Sink, at: int) -> Part:
+    warnings.append(f"{path}: damaged event near byte {at} of the decompressed stream; events before it were kept")
+    return Part(sink, warnings, True, at)
 
 
 def _ended(chunks: _Chunks, part: Part, path: Path) -> Part:
@@ -324,6 +347,10 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
 def _trace(path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int) -> Trace:
     """The trace a sink read, with every drop counted in its warnings."""
     table = sink.build()
+    no_phase = sink.dropped.get(NO_PHASE, 0)
+    if not len(table) and not sink.complete and no_phase:
+        raise NotATrace(f"{path}: JSON whose {no_phase} entries are no trace events (none has a ph); allowed: a "
+                        "Chrome/Kineto trace, an object with traceEvents or an array of trace events")
     trace = Trace(path, table, meta, warnings + sink.drop_warnings(path), partial, end, sink.device_seen)
     if partial and trace.has_device and not table.mask(*DEVICE_KINDS).any():
         trace.warnings.append(f"{path}: the part read holds no device activity, but this is a GPU trace: its compute "

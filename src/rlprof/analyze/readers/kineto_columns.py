@@ -27,6 +27,7 @@ _X, _FLOW_START, _FLOW_END, _INSTANT, _NO_PHASE = 1, 2, 3, 4, 5
 # the phases read; others are 0; an event without one is counted (it cannot be read as anything)
 _PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT, "": _NO_PHASE}
 _DEVICE_SIGNS = np.array(DEVICE_KINDS + (RUNTIME,), np.uint8)  # kinds only a trace with device activity holds
+NO_PHASE = "no ph (phase)"
 EDGE = 16  # earliest and latest events kept per batch for the outlier check
 _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
 
@@ -109,7 +110,7 @@ class _Sink:
         phase = np.fromiter(map(_PHASE.get, map(_PH, events), repeat(0)), np.uint8, n)
         is_x = phase == _X
         if phase.max() == _NO_PHASE:
-            self.dropped["no ph (phase)"] += int((phase == _NO_PHASE).sum())
+            self.dropped[NO_PHASE] += int((phase == _NO_PHASE).sum())
         x_at = np.flatnonzero(is_x)  # positions in the batch
         if len(x_at) < n:
             flow_end_at = self._add_others(events, phase)

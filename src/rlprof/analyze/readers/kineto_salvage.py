@@ -72,11 +72,13 @@ def _why_not_event(value) -> str:
     return DAMAGED
 
 
-def decode_each(piece: bytes, sink, offset: int, fragment_last: bool = False) -> int | None:
+def decode_each(piece: bytes, sink, offset: int, fragment_last: bool = False, stop_at_damage: bool = False
+                ) -> int | None:
     """The events of `piece` (Kineto's layout: separated by SEP) one by one into `sink`; those that do not decode
-    are counted there (with where the first one starts: `offset` + its position). With `fragment_last`, a last
-    event that does not decode is a cut, not a bad event: returns where it starts (None when the piece ended
-    whole)."""
+    are counted there (with where the first one starts: `offset` + its position). Returns where reading stopped
+    (None when the piece was read to its end): with `fragment_last`, at a last event that does not decode (a cut,
+    not a bad event); with `stop_at_damage`, at the first text that is not JSON. A damaged compressed stream
+    inflates to garbage from the damage on, so there the first such text ends what can be trusted."""
     events, pos = [], 0
     while pos < len(piece):
         cut = piece.find(SEP, pos)
@@ -84,7 +86,7 @@ def decode_each(piece: bytes, sink, offset: int, fragment_last: bool = False) ->
         text = piece[pos:end].strip().rstrip(b",")
         if text:
             event, why = decode_one(text, sink.event_type)
-            if event is None and cut < 0 and fragment_last:
+            if event is None and (cut < 0 and fragment_last or stop_at_damage and why == DAMAGED):
                 sink.add(events)
                 return pos
             if event is not None:
