@@ -153,11 +153,7 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
 
     def each(piece: bytes, at: int) -> Part | None:  # one event at a time: bad ones dropped and counted
         stop = decode_each(piece, sink, at, stop_at_damage=strict)
-        if stop is None:
-            return None
-        warnings.append(f"{path}: damaged event near byte {at + stop} of the decompressed stream; events before "
-                        "it were kept")
-        return Part(sink, warnings, True, at + stop)
+        return None if stop is None else _damaged(path, warnings, sink, at + stop)
 
     # One buffer, reused: "[" + the events read so far. A piece is decoded in place, its closing bracket written
     # over the separator's comma; the unfinished event after it moves to the front, behind a new "[".

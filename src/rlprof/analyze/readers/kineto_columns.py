@@ -16,10 +16,6 @@ from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNT
 from .kineto_events import (MAX_DUR_US, MAX_US, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR, Event,
                             ShapeEvent, _decode_args_list)
 
-def _num(x) -> float:
-    return float(x) if not isinstance(x, str) else float(x.strip() or 0)
-
-
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
 _PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
 _PID_TID = attrgetter("pid", "tid")
