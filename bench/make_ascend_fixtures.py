@@ -9,7 +9,7 @@ Python profiler parsers without its C extension, and uses
   - its `TraceStepTimeDbParser` to write analysis.db (StepTraceTime) from each db, as torch_npu does.
 
 What goes in the tables:
-  real/trace_view/    the real Ascend text export of ../shared/fixtures/real/ascend/trace_view.json, moved
+  real/trace_view/    the real Ascend text export of tests/data/real/ascend/trace_view.json, moved
                       into db form: Ascend Hardware tasks -> TASK + COMPUTE_TASK_INFO, Python ops ->
                       PYTORCH_API, CANN -> CANN_API, ProfilerStep#N -> STEP_TIME (op type: the last
                       part of the task name, `{aclnn api}_{kernel}_{op type}`);
@@ -45,7 +45,7 @@ from rlprof.frameworks import mindspeed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-REAL = ROOT.parent / "shared" / "fixtures" / "real" / "ascend"
+REAL = ROOT / "tests" / "data" / "real" / "ascend"
 OUT = ROOT / "tests" / "data" / "ascend"
 CACHE = HERE / ".cache"
 TORCH_NPU = "torch-npu==2.14.0"
@@ -373,8 +373,8 @@ collection could not run, its analysis could. Table layouts: torch_npu's own `Ta
 for the framework-side tables, the documented CANN schema for TASK / COMPUTE_TASK_INFO / COMMUNICATION_OP /
 COMMUNICATION_TASK_INFO / MSTX_EVENTS. Every `analysis.db` was written by torch_npu's `TraceStepTimeDbParser`.
 
-- `real/trace_view/`: the real `fixtures/real/ascend/trace_view.json` in db form (its text twin is that file).
-- `real/kernel_details/`: the real `fixtures/real/ascend/kernel_details.csv` (a run with HCCL collectives) in db
+- `real/trace_view/`: the real `tests/data/real/ascend/trace_view.json` in db form (its text twin is that file).
+- `real/kernel_details/`: the real `tests/data/real/ascend/kernel_details.csv` (a run with HCCL collectives) in db
   form; STEP_TIME is the device extent of each Step Id (the csv has no host times).
 - `mindspeed/profiler_data/`: a MindSpeed-RL `profile_save_path` (stage: all, export db, 2 ranks, steps 2-3) with
   seeded synthetic timings; mstx ranges carry the names MindSpeed-RL's `mstx_timer_decorator` gives them

@@ -2,6 +2,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -9,10 +10,56 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "configs"
-REAL = ROOT.parent / "shared" / "fixtures" / "real"
+DATA = ROOT / "tests" / "data"
+# The real public traces (tests/data/real/SOURCES.md), read from a copy made once per session: `rlprof analyze FILE`
+# writes its tables beside FILE, so a test that analyses one in place must not write into the repository.
+REAL = Path(tempfile.mkdtemp(prefix="rlprof-real-")) / "real"
+shutil.copytree(DATA / "real", REAL)
 
 
 MSINSIGHT = ROOT / "tests" / "data" / "ascend" / "msinsight_pytorch.tar.xz"
+
+
+# ---- a test run leaves the repository as it found it -----------------------------------------------------------
+def _data_digest() -> dict[str, str]:
+    """Every file under tests/data and examples/, by content."""
+    import hashlib
+
+    return {str(p.relative_to(ROOT)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for folder in (DATA, ROOT / "examples") for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _git_changes() -> set[str]:
+    """`git status` of the repository (changed and untracked files; ignored ones are outputs by design)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return set(out.stdout.splitlines()) if out.returncode == 0 else set()
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_BEFORE] = (_data_digest(), _git_changes())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the run when a test wrote into the test data or left a new file in the repository."""
+    shutil.rmtree(REAL.parent, ignore_errors=True)
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    digest, changes = _data_digest(), _git_changes()
+    altered = sorted(k for k in digest.keys() | before[0].keys() if digest.get(k) != before[0].get(k))
+    new = sorted(changes - before[1])
+    if altered or new:
+        lines = [f"the test data changed: {k}" for k in altered] + [f"git status: new {line}" for line in new]
+        session.config.get_terminal_writer().line("\n".join(["tests left the repository changed:"] + lines[:20]),
+                                                  red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[tuple]()
 
 
 def unpack_msinsight(dest: Path, under: str = "pytorch/") -> Path:

@@ -165,9 +165,9 @@ def test_a_node_lost_mid_run_is_a_warning_and_a_partial_result(cluster, tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     node_b = cluster["nodes"]["node_b"]
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not node_b.running("_run"):  # a Ray worker names itself ray::_run
+    while time.monotonic() < deadline and not node_b.running("run_job"):  # a Ray worker names itself ray::run_job
         time.sleep(0.1)
-    assert node_b.running("_run"), "node b never started an analysis task"
+    assert node_b.running("run_job"), "node b never started an analysis task"
     time.sleep(0.5)
     node_b.stop()
     out, err = proc.communicate(timeout=400)
@@ -196,7 +196,7 @@ def test_where_a_file_was_written_decides_its_node():
 
 
 def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
-    from rlprof.analyze.engine import find_inputs
+    from rlprof.analyze.inputs import find_inputs
     from rlprof.frameworks.torch_profiler import host_of
 
     assert host_of(tmp_path / "gpu-node-7_4242.1732300000123.pt.trace.json.gz") == "gpu-node-7"
@@ -209,7 +209,8 @@ def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
 
 
 def test_ray_missing_is_one_clear_error(tmp_path, monkeypatch):
-    from rlprof.analyze.engine import AnalyzeError, analyze
+    from rlprof.analyze.engine import analyze
+    from rlprof.errors import AnalyzeError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as on an install without Ray
     with pytest.raises(AnalyzeError, match="--ray needs the ray package"):

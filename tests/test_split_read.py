@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL
-from rlprof.analyze import engine
+from rlprof.analyze import engine, per_file
 from rlprof.analyze.readers.kineto import _Sink, LeanEvent, byte_ranges, kineto_layout, read_kineto
 
 PRETTY = ("gpu_nccl_rank0", "rocm_mi250_train", "cpu_only_rank34")  # Kineto's own layout: split
@@ -117,9 +117,9 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     """The engine's own path: the file's ranges over a process pool, merged, then analysed."""
     path = plain_copy("gpu_nccl_rank0", tmp_path)
     one = engine.analyze(path, workers=1)
-    monkeypatch.setattr(engine, "SPLIT_BYTES", 1 << 20)
-    monkeypatch.setattr(engine, "RANGE_BYTES", 2 << 20)
-    assert engine.range_count(path, 2) > 2
+    monkeypatch.setattr(per_file, "SPLIT_BYTES", 1 << 20)
+    monkeypatch.setattr(per_file, "RANGE_BYTES", 2 << 20)
+    assert per_file.range_count(path, 2) > 2
     split = engine.analyze(path, workers=2)
     assert json.dumps(split, sort_keys=True) == json.dumps(one, sort_keys=True)
     # the compressed original: inflated here, decoded in pieces by the workers
@@ -128,7 +128,7 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     monkeypatch.setattr(kineto, "PIECE", 512 << 10)
     gz = tmp_path / "rank0.json.gz"
     gz.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
-    assert engine.range_count(gz, 2) > 2  # sized by what it inflates to
+    assert per_file.range_count(gz, 2) > 2  # sized by what it inflates to
     one_gz, split_gz = engine.analyze(gz, workers=1), engine.analyze(gz, workers=2)
     assert json.dumps(split_gz, sort_keys=True) == json.dumps(one_gz, sort_keys=True)
 

@@ -15,13 +15,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Selective profiling for RL post-training of LLMs (GRPO/DAPO/PPO).")
 
 
-def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
-    """[CONFIG] [key=value ...]: the first argument is a config file unless it is an override."""
-    if args and "=" not in args[0]:
-        return args[0], args[1:]
-    return None, args
-
-
 def fail(message: str) -> None:
     typer.echo(f"rlprof: {message}", err=True)
     raise typer.Exit(2)
@@ -56,6 +49,7 @@ def plan(
     """Dry run: resolve a profiling config and show what will be collected, where."""
     from .config import load_plan, machine_warnings
     from .config.describe import plan_json, plan_words
+    from .config.source import split_config_args
 
     if device not in ("auto", "cpu", "cuda", "npu"):
         fail(f"--device {device!r} is not allowed; allowed: auto, cpu, cuda, npu")
@@ -82,8 +76,9 @@ def demo(
     steps: int = typer.Option(3, "--steps", min=1, help="training steps to run"),
 ):
     """Run a small profiled RL-shaped loop on this machine and list what it collected."""
-    from .config import load_config, resolve_plan
     from .collect.manifest import read_rows
+    from .config import load_config, resolve_plan
+    from .config.source import split_config_args
 
     config, overrides = split_config_args(list(args or []))
     data = load_config(config, (DEMO_DEFAULTS if config is None else []) + overrides)
@@ -113,6 +108,7 @@ def train(
     With no profiling keys, step 2 is profiled with the torch tool. Under torchrun
     (`torchrun --nproc_per_node 2 -m rlprof.trainer ...`) each rank trains its data-parallel shard.
     """
+    from .config.source import split_config_args
     from .trainer.launch import main as train_main
 
     config, overrides = split_config_args(list(args or []))
@@ -166,7 +162,8 @@ def compare(
     """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
     from pathlib import Path
 
-    from .compare import compare as run_compare, write_compare
+    from .compare import compare as run_compare
+    from .report.compare_files import write_compare
     from .report.terminal import print_compare
 
     missing = [flag for flag, v in (("-d NEW", new), ("-bp BASELINE", baseline)) if not v]
@@ -361,7 +358,7 @@ def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .analyze.engine import find_inputs
+    from .analyze.inputs import find_inputs
 
     console = Console(stderr=True)
     if not console.is_terminal:

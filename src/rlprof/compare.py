@@ -7,15 +7,17 @@ by name, memory peaks by window. No operator-sequence alignment, so the cost is 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from .analyze.breakdown import BUCKETS, order_key
-from .analyze.engine import is_analysis_file, load_analysis
+from .analyze.engine import load_analysis
+from .analyze.inputs import is_analysis_file
 from .analyze.readers.ascend import is_ascend
 from .errors import RLProfError
-from .report.shape import window_label
+from .vocab import window_label
+
+TABLES = ("stages", "ops", "collectives", "memory")  # the compare document's tables, one CSV each
 
 SCHEMA_VERSION = 1
 INPUTS = "a run directory, a manifest.jsonl, a trace file, an Ascend profiler directory or an analysis.json"
@@ -232,21 +234,3 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
             "stages": compare_stages(b, n), "ops": ops, "collectives": colls, "memory": compare_memory(base, new),
             "unmatched": unmatched, "warnings": warnings}
 
-
-# ---- output ----------------------------------------------------------------------------------------
-
-TABLES = ("stages", "ops", "collectives", "memory")
-
-
-def write_compare(doc: dict, out_dir: Path) -> list[Path]:
-    """compare.json, one CSV per table (compare_stages.csv, ...) and compare.html, the fragment the report embeds."""
-    from .analyze.export import write_tables
-    from .report.fragments import compare_html
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / "compare.json"]
-    written[0].write_text(json.dumps(doc, indent=1))
-    written += write_tables({name: doc[name] for name in TABLES}, out_dir, prefix="compare_")
-    html_path = out_dir / "compare.html"
-    html_path.write_text(compare_html(doc))
-    return written + [html_path]

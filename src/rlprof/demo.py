@@ -135,7 +135,7 @@ def run_module(config: str | None, overrides: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m rlprof.demo [CONFIG] [overrides]` (also under torchrun)."""
-    from .trainer.shutdown import module_entry
+    from .collect.shutdown import module_entry
 
     return module_entry(run_module, argv)
 

@@ -31,3 +31,7 @@ class UnknownKeyError(ConfigError):
 
 class CollectError(RLProfError):
     """A backend failure while collecting, raised only when the plan is strict."""
+
+
+class AnalyzeError(RLProfError):
+    """An input `rlprof analyze` cannot read at all (missing, empty, nothing recognisable in it)."""

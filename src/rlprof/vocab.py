@@ -42,3 +42,10 @@ DEFAULT_CONTENTS = {"torch": ("cpu", "cuda"), "npu": ("npu", "cpu")}
 
 DEFAULT_SAVE_PATH = "outputs/profile"
 DEFAULT_INTEGRATED_SAVE_PATH = "./profiler_data"
+
+
+def window_label(step, role, stage) -> str:
+    """How a window is named to users: "step 2 actor/actor_update", "step 2", "whole trace"."""
+    if stage is None and role is None:
+        return "whole trace" if step is None else f"step {step}"
+    return (f"step {step} " if step is not None else "") + f"{role}/{stage}"

@@ -14,6 +14,7 @@ import numpy as np
 from ..vocab import STAGE_ROLE
 from .classify import RLPROF_RANGE, buckets
 from .intervals import Coverage
+from .readers.ascend_trace import LANES
 from .table import USER_ANNOTATION, EventTable
 
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
@@ -182,3 +183,39 @@ def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[d
     i = np.searchsorted(lo, when, side="right") - 1
     inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
     return np.where(inside, i, -1).astype(np.int32), stages
+
+
+class OverlapBreakdown:
+    """Buckets from the overlap lanes. Free is what the span leaves after computing and exposed communication
+    (the Ascend tools' own definition), so the buckets add up to wall."""
+
+    def __init__(self, lanes: dict[str, Coverage]):
+        self.lanes = lanes
+
+    def window(self, lo: float, hi: float) -> dict[str, float]:
+        get = lambda k: self.lanes[k].within(lo, hi) if k in self.lanes else 0.0  # noqa: E731
+        compute, comm_all, comm_alone = (get(k) for k in LANES)
+        return {"wall_ms": (hi - lo) / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm_alone / 1e3,
+                "overlap_ms": max(0.0, comm_all - comm_alone) / 1e3, "memcpy_ms": 0.0,
+                "idle_ms": max(0.0, hi - lo - compute - comm_alone) / 1e3}
+
+    def extent(self, step, lo: float, hi: float) -> tuple[object, float, float]:
+        """A step's span narrowed to its device activity (first to last computing or communication)."""
+        starts, ends = [], []
+        for c in (self.lanes.get(k) for k in LANES[:2]):
+            if c is None:
+                continue
+            i, j = np.searchsorted(c.e, lo, side="right"), np.searchsorted(c.s, hi, side="left")
+            if i < j:  # runs overlapping [lo, hi]
+                starts.append(float(c.s[i]))
+                ends.append(float(c.e[j - 1]))
+        if not starts:
+            return step, lo, lo
+        return step, max(lo, min(starts)), min(hi, max(ends))
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        lanes = [c for c in self.lanes.values() if len(c.s)]
+        if not lanes:
+            return None
+        return min(float(c.s[0]) for c in lanes), max(float(c.e[-1]) for c in lanes)

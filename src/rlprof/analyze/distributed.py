@@ -13,6 +13,11 @@ from contextlib import contextmanager, redirect_stdout
 from functools import partial
 from pathlib import Path
 
+from ..errors import AnalyzeError
+from .inputs import find_inputs
+from .per_file import failed, range_count, run_job
+from .readers.kineto import NotATrace
+
 DISCOVERY_TIMEOUT_S = 60.0
 
 
@@ -24,8 +29,6 @@ def timeout_s() -> float:
 def ray_session():
     """A connection to the cluster (RAY_ADDRESS, else a local one), closed again if opened here. Ray's own
     notices (a raylet that died, ...) go to stderr: stdout carries only rlprof's answer (`--json`)."""
-    from .engine import AnalyzeError
-
     _reachable(os.environ.get("RAY_ADDRESS") or None)
     try:
         import ray
@@ -52,8 +55,6 @@ def ray_session():
 def _reachable(address: str | None, timeout: float = 10.0) -> None:
     """A host:port address must answer within `timeout` s: Ray's own connect retries for minutes."""
     import socket
-
-    from .engine import AnalyzeError
 
     if not address or "://" in address or address == "auto" or ":" not in address:
         return
@@ -96,7 +97,6 @@ def _pinned(node_id: str, soft: bool):
 def _list_here(path: str):
     """On one node: what it holds of `path` (its manifest rows or its files), or why it holds nothing."""
     from ..where import this_process
-    from .engine import find_inputs
 
     node_id = this_process()["node_id"]
     try:
@@ -131,9 +131,7 @@ def gather_inputs(ray, path: str, nodes: dict[str, str]) -> tuple[list[tuple[Pat
         for file, meta in inputs:
             found.setdefault(_key(file, meta), (file, meta, []))[2].append(node)
     if not found:
-        from .engine import AnalyzeError
-
-        raise AnalyzeError(errors[0] if errors else f"no Ray node holds {path}")
+            raise AnalyzeError(errors[0] if errors else f"no Ray node holds {path}")
     return list(found.values()), warnings
 
 
@@ -153,8 +151,6 @@ def place(meta: dict, seen_on: list[str], nodes: dict[str, str]) -> tuple[str | 
 
 def analyze_on_cluster(path: str, top, by_shape: bool, progress=None) -> tuple[list[dict], list[str]]:
     """The per-file results of `path` analysed where its files are, in input order, and the warnings."""
-    from .engine import _failed, _run, range_count
-    from .readers.kineto import NotATrace
 
     with ray_session() as ray:
         nodes = _alive_nodes(ray)
@@ -164,10 +160,10 @@ def analyze_on_cluster(path: str, top, by_shape: bool, progress=None) -> tuple[l
             node, soft = place(meta, seen_on, nodes)
             cpus = int(next((n["Resources"].get("CPU", 1) for n in ray.nodes() if n["NodeID"] == node), 1))
             if Path(file).exists() and range_count(file, cpus) > 1:
-                result = _run((file, meta, top, by_shape), partial(ray_map, strategy=_pinned(node, soft)), cpus)
+                result = run_job((file, meta, top, by_shape), partial(ray_map, strategy=_pinned(node, soft)), cpus)
                 result["input"]["analysed_on"].update(node_id=node, host=nodes.get(node))  # where the ranges ran
                 return [result], warnings
-        task = ray.remote(max_retries=0)(_run)
+        task = ray.remote(max_retries=0)(run_job)
         refs = {}
         for i, (file, meta, seen_on) in enumerate(inputs):
             node, soft = place(meta, seen_on, nodes)
@@ -188,7 +184,7 @@ def analyze_on_cluster(path: str, top, by_shape: bool, progress=None) -> tuple[l
                     node = place(meta, seen_on, nodes)[0]
                     why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}" if str(exc) else \
                         type(exc).__name__
-                    results[i] = _failed(file, NotATrace(f"{file}: not analysed on node {node} ({nodes.get(node)}): "
+                    results[i] = failed(file, NotATrace(f"{file}: not analysed on node {node} ({nodes.get(node)}): "
                                                          f"{why}"))
                     results[i]["input"].update(rank=meta.get("rank"), analysed_on=None)
                 if progress:
@@ -196,6 +192,6 @@ def analyze_on_cluster(path: str, top, by_shape: bool, progress=None) -> tuple[l
         for ref in pending:  # past the deadline: never a hang
             ray.cancel(ref, force=True)
             file = inputs[refs[ref]][0]
-            results[refs[ref]] = _failed(file, NotATrace(f"{file}: its analysis did not finish in {timeout_s():.0f} s"))
+            results[refs[ref]] = failed(file, NotATrace(f"{file}: its analysis did not finish in {timeout_s():.0f} s"))
             results[refs[ref]]["input"].update(rank=inputs[refs[ref]][1].get("rank"), analysed_on=None)
         return results, warnings

@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 
 from .breakdown import order_key
+from .ranks import per_rank, slow_ranks
 
 THRESHOLDS = {
     "dominant_share": 0.35,  # a stage holding at least this share of the step (with 2+ stages marked)
@@ -61,8 +62,6 @@ def findings(doc: dict) -> list[dict]:
     means = stage_means(doc)
     staged = {k: v for k, v in means.items() if k[1] is not None}
     step_total = sum(v["wall_ms"] for v in staged.values())
-
-    from ..cluster import per_rank, slow_ranks
 
     for s in slow_ranks(per_rank(doc), doc):
         ev = s["evidence"]

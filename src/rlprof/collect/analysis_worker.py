@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from ..analyze.engine import analyze_file, cache_key, cache_path
+    from ..analyze.per_file import analyze_file, cache_key, cache_path
 
     for line in sys.stdin:
         line = line.strip()

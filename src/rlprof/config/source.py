@@ -12,6 +12,13 @@ from omegaconf.errors import OmegaConfBaseException
 from ..errors import ConfigError
 
 
+def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """[CONFIG] [key=value ...]: the first argument is a config file unless it is an override."""
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
 def _override_pairs(overrides: Sequence[str]) -> list[str]:
     pairs = []
     for raw in overrides:
@@ -41,7 +48,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     for pair in _override_pairs(overrides):
         try:
             layers.append(OmegaConf.from_dotlist([pair]))
-        except (OmegaConfBaseException, ValueError) as exc:
+        except yaml.YAMLError as exc:  # `ranks=[0,`, or `key="a" b` as a pasted `"$X" $@` line makes
+            what = getattr(exc, "problem", None) or _first_line(exc)
+            raise ConfigError("override", pair, "key=value with a YAML value (quote a value that holds spaces, "
+                              "brackets or quotes: 'key=\"a b\"')",
+                              problem=f"has a value that is not YAML ({what})") from None
+        except (OmegaConfBaseException, ValueError, TypeError) as exc:
             raise ConfigError("override", pair, "key=value with a YAML value",
                               problem=f"could not be parsed ({_first_line(exc)})") from None
     if not layers:

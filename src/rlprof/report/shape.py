@@ -18,12 +18,6 @@ def fmt(v, signed: bool = False) -> str:
     return str(v)
 
 
-def window_label(step, role, stage) -> str:
-    if stage is None and role is None:
-        return "whole trace" if step is None else f"step {step}"
-    return (f"step {step} " if step is not None else "") + f"{role}/{stage}"
-
-
 def stage_pivot(doc: dict) -> list[dict]:
     """A compare document, one line per matched window: wall before/after and the change of every bucket."""
     lines: dict[tuple, dict] = {}

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analyze.breakdown import BUCKETS
-from .shape import OP_COLUMNS, PIVOT_COLUMNS, fmt, ops_by_stage, stage_pivot, where, window_label
+from ..vocab import window_label
+from .shape import OP_COLUMNS, PIVOT_COLUMNS, fmt, ops_by_stage, stage_pivot, where
 
 
 def _console(width: int = 120) -> Console:

@@ -67,6 +67,6 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    from .shutdown import module_entry
+    from ..collect.shutdown import module_entry
 
     return module_entry(main, argv)

@@ -1,5 +1,5 @@
 """Ascend (torch_npu) profiler output, text or db export, in a `*_ascend_pt` directory or given directly:
-where its files are, which export to read, and the overlap breakdown of what was read.
+where its files are and which export to read.
 
 Text: ASCEND_PROFILER_OUTPUT/{trace_view.json, kernel_details.csv, step_trace_time.csv}, read by
 readers/ascend_text.py. Db: ascend_pytorch_profiler[_{rank}].db (+ analysis.db) or msprof_*.db, read by
@@ -13,52 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from ...frameworks import mindspeed
-from ..intervals import Coverage
 from .ascend_db import read_ascend_db
 from .ascend_text import read_text
-from .ascend_trace import LANES, AscendTrace
+from .ascend_trace import AscendTrace
 from .kineto import NotATrace
 
-__all__ = ["AscendTrace", "OverlapBreakdown", "find_ascend_files", "is_ascend", "is_unparsed", "read_ascend"]
-
-
-class OverlapBreakdown:
-    """Buckets from the overlap lanes. Free is what the span leaves after computing and exposed communication
-    (the Ascend tools' own definition), so the buckets add up to wall."""
-
-    def __init__(self, lanes: dict[str, Coverage]):
-        self.lanes = lanes
-
-    def window(self, lo: float, hi: float) -> dict[str, float]:
-        get = lambda k: self.lanes[k].within(lo, hi) if k in self.lanes else 0.0  # noqa: E731
-        compute, comm_all, comm_alone = (get(k) for k in LANES)
-        return {"wall_ms": (hi - lo) / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm_alone / 1e3,
-                "overlap_ms": max(0.0, comm_all - comm_alone) / 1e3, "memcpy_ms": 0.0,
-                "idle_ms": max(0.0, hi - lo - compute - comm_alone) / 1e3}
-
-    def extent(self, step, lo: float, hi: float) -> tuple[object, float, float]:
-        """A step's span narrowed to its device activity (first to last computing or communication)."""
-        starts, ends = [], []
-        for c in (self.lanes.get(k) for k in LANES[:2]):
-            if c is None:
-                continue
-            i, j = np.searchsorted(c.e, lo, side="right"), np.searchsorted(c.s, hi, side="left")
-            if i < j:  # runs overlapping [lo, hi]
-                starts.append(float(c.s[i]))
-                ends.append(float(c.e[j - 1]))
-        if not starts:
-            return step, lo, lo
-        return step, max(lo, min(starts)), min(hi, max(ends))
-
-    @property
-    def span(self) -> tuple[float, float] | None:
-        lanes = [c for c in self.lanes.values() if len(c.s)]
-        if not lanes:
-            return None
-        return min(float(c.s[0]) for c in lanes), max(float(c.e[-1]) for c in lanes)
+__all__ = ["AscendTrace", "find_ascend_files", "is_ascend", "is_unparsed", "read_ascend"]
 
 
 # ---- where the files are --------------------------------------------------------------------------

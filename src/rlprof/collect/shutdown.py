@@ -25,7 +25,7 @@ def module_entry(run, argv: list[str] | None = None) -> int:
 
     rlprof's own errors become one line and code 2; a torchrun rank exits right away when done.
     """
-    from ..cli import split_config_args
+    from ..config.source import split_config_args
     from ..errors import RLProfError
 
     config, overrides = split_config_args(list(sys.argv[1:] if argv is None else argv))
