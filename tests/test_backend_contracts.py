@@ -8,6 +8,7 @@ import itertools
 from pathlib import Path
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from helpers import A, R, rows
@@ -217,6 +218,10 @@ def test_nsys_discrete_schedule_opens_capture_only_for_active_units(tmp_path):
                             f"global_profiler.save_path={tmp_path}", f"{A}.enable=true",
                             f"{R}.tool_config.nsys.discrete=true",
                             f"{R}.tool_config.nsys.schedule={{unit: decode_step, wait: 1, active: 1}}"])
+    # verl's rollout servers switch nsys off (the plan says so); the backend itself still honours a rollout window
+    assert not plan.role("rollout").enabled
+    rollout = msgspec.structs.replace(plan.role("rollout"), enabled=True)
+    plan = msgspec.structs.replace(plan, roles=tuple(rollout if r.role == "rollout" else r for r in plan.roles))
     api = RecordingNvtxApi()
     with Profiler(plan, run_id="r", role="rollout", backends={"nsys": lambda s: NsysBackend(s, api=api)}) as p:
         tiny_loop(p, decode_steps=3)

@@ -182,7 +182,8 @@ def test_integrated_stage_names_map_to_canonical():
     assert roles["rollout"]["stages"] == ["rollout_generate"] and roles["rollout"]["enabled"]
     assert roles["ref"]["stages"] == ["ref_compute_log_prob"] and roles["ref"]["enabled"]
     assert roles["actor"]["enabled"] is False and roles["actor"]["stages"] == []
-    assert roles["rollout"]["tool"] == "markers" and roles["rollout"]["steps"] == [1, 2, 3]
+    # mstx only adds MindSpeed-RL's ranges: the tool is still the device's (torch on this CPU machine)
+    assert roles["rollout"]["tool"] == "torch" and roles["rollout"]["steps"] == [1, 2, 3]
     assert roles["rollout"]["ranks"] == [1] and roles["rollout"]["collects_on_rank"] is False
 
 

@@ -263,6 +263,10 @@ class Profiler:
             else:
                 self._factories[rp.tool] = backend_class(rp.tool)
         self.run_id = shared_run_id(run_id) if any(r.enabled and r.steps for r in plan.roles) else (run_id or "")
+        if plan.collects_nothing and self.rank == 0:  # said once per job, not once per rank
+            from ..config.describe import nothing_collected_line
+
+            log.warning("%s", nothing_collected_line(plan))
         self._step: int | None = None
         self._where = written_where()
         self._stage_now: dict = {}

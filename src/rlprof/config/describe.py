@@ -79,13 +79,28 @@ def collecting_ranks(role: RolePlan, world_size: int) -> str:
     return text
 
 
+NOTHING_COLLECTED = "nothing will be collected (no role is enabled with a tool, steps and stages)"
+# What turns collection on, per dialect: the smallest complete example (the actor at step 2).
+ENABLE_EXAMPLE = {
+    "global_role": "global_profiler.tool=torch global_profiler.steps=[2] actor_rollout_ref.actor.profiler.enable=true",
+    "legacy": "trainer.profile_steps=[2] actor_rollout_ref.profiler.ranks=[0]",
+    "integrated": "profiler_config.integrated.profile=true",
+}
+
+
+def nothing_collected_line(plan: ProfilePlan) -> str:
+    """The one line a run prints when its plan records nothing, with what would turn collection on."""
+    example = ENABLE_EXAMPLE.get(plan.dialect, ENABLE_EXAMPLE["global_role"])
+    return f"rlprof: {NOTHING_COLLECTED}; the run goes on unprofiled (for the actor at step 2: {example})"
+
+
 def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> str:
     meaning = f" with {plan.framework}'s meaning" if plan.framework else ""
     lines = [f"dialect: {plan.dialect}{meaning}" + ("  (async rollout: rollout ranks are replica indices)"
                                                     if plan.async_rollout else "")]
     active = [r for r in plan.roles if r.enabled and r.steps and r.stages]
-    if not active:
-        lines.append("nothing will be collected (no role is enabled with a tool, steps and stages)")
+    if plan.collects_nothing:
+        lines.append(NOTHING_COLLECTED)
     for role in plan.roles:
         if role not in active:
             why = ("disabled" if not role.enabled else "no steps selected" if not role.steps else "no stages selected")

@@ -282,6 +282,12 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         if not _same_as_actor(roles["ref"], written):
             reader.warnings.append(f"{ROLE_BLOCKS['ref']} differs from the actor's profiler and is not used: the ref "
                                    "stages run in verl's combined actor_rollout_ref worker, which follows the actor's")
+    for role, rp in roles.items():
+        if rp.enabled and rp.tool in verl.ALL_RANKS_TOOLS and not rp.all_ranks:
+            reader.warnings.append(f"{ROLE_BLOCKS[role]}: tool {rp.tool} leaves rank selection to its own config; verl "
+                                   f"opens every rank for it, and so does this plan (ranks {list(rp.ranks)} not used)")
+            roles[role] = msgspec.structs.replace(rp, all_ranks=True)
+    roles["rollout"] = _as_rollout_servers_do(roles["rollout"], reader.warnings)
     for tool, what in verl.FOREIGN_TOOLS.items():
         users = [role for role, rp in roles.items() if rp.enabled and rp.tool == tool]
         if users:
@@ -289,6 +295,21 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
                                    "nothing to record for it")
     return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
                        framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)))
+
+
+def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:
+    """verl's rollout runs in its agent-loop servers: a profiler only for torch and npu (rlprof's own markers tool
+    is kept: it is rlprof's extension), and never the finish hook (frameworks/verl.py)."""
+    key = ROLE_BLOCKS["rollout"]
+    if rollout.enabled and rollout.tool not in verl.ROLLOUT_SERVER_TOOLS + ("markers",):
+        warnings.append(f"{key}: tool {rollout.tool} is off for the rollout: verl's rollout servers profile with "
+                        f"{' or '.join(verl.ROLLOUT_SERVER_TOOLS)} only (set {key}.tool=torch to profile rollout)")
+        return msgspec.structs.replace(rollout, enabled=False)
+    if rollout.enabled and rollout.finish_hook is not None and not verl.ROLLOUT_RUNS_FINISH_HOOK:
+        warnings.append(f"{key}: the finish hook does not run for the rollout: verl's rollout servers never run it, "
+                        "only the training workers do (their hook covers the shared save_path)")
+        return msgspec.structs.replace(rollout, finish_hook=None)
+    return rollout
 
 
 def rollout_replicas(plan: ProfilePlan, data: dict) -> tuple[RolePlan, str | None]:

@@ -112,6 +112,10 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 return plan
         raise KeyError(name)
 
+    @property
+    def collects_nothing(self) -> bool:
+        """No role is enabled with a tool, steps and stages: a run with this plan records nothing."""
+        return not any(r.enabled and r.steps and r.stages for r in self.roles)
 
     def step_groups(self, steps: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Collection windows over steps: one per step, or runs of consecutive steps if continuous."""

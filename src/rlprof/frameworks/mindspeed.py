@@ -11,9 +11,17 @@ from __future__ import annotations
 import re
 
 # ---- config (profiler_config.integrated) --------------------------------------------------------
+# The fields of its ProfilerConfig (Ascend/MindSpeed-RL @05a90d7, mindspeed_rl/config_cls/mindstudio_config.py
+# ~40-54); BaseConfig.update refuses any other key (base_config.py ~29-33: "The key ... is missing").
 KEYS = ("profile", "mstx", "stage", "profile_save_path", "profile_export_type", "profile_step_start",
         "profile_step_end", "profile_level", "profile_with_memory", "profile_record_shapes", "profile_with_cpu",
-        "profile_with_npu", "profile_with_module", "profile_with_stack", "profile_analysis", "profile_ranks")
+        "profile_with_npu", "profile_with_module", "profile_analysis", "profile_ranks")
+# get_grpo_profiler (mindspeed_rl/utils/utils.py ~518-589 @05a90d7): `profile_ranks` is "all" or anything
+# list() takes; what list() refuses (an int) falls back to [0]; ranks are compared with torch's int rank, so a
+# string other than "all" (a list of its characters) selects no rank. `mstx` only sets msprof_tx (its mstx
+# ranges are recorded): activities come from profile_with_npu / profile_with_cpu and the level from
+# profile_level, mstx or not.
+RANKS_FALLBACK = (0,)
 # `stage` values MindSpeed-RL's workers pass to profiler_start(role=...) -> rlprof's canonical stage.
 # actor_image_embeds is the vision encoder pass of its multimodal (VL) pipeline: the actor's work.
 STAGES = {

@@ -68,6 +68,17 @@ ROLLOUT_PARALLEL_KEYS = ("actor_rollout_ref.rollout.tensor_model_parallel_size",
                          "actor_rollout_ref.rollout.pipeline_model_parallel_size")
 ROLLOUT_MODE_KEY = "actor_rollout_ref.rollout.mode"
 
+# The rollout runs in verl's agent-loop server processes, which build a profiler for these tools only and switch
+# it off for any other (verl-project/verl @1dda039 and v0.9.0: vllm_async_server.py ~172-176,
+# async_sglang_server.py ~194-201: "agent loop only support torch and npu profiler").
+ROLLOUT_SERVER_TOOLS = ("torch", "npu")
+# Those servers never run the finish hook: only the training workers do (vllm_async_server.py ~870-884,
+# docs/perf/torch_profiling.md @1dda039).
+ROLLOUT_RUNS_FINISH_HOOK = False
+# precision_debugger leaves rank selection to msprobe's config.json: DistProfiler opens its rank gate on every rank
+# when the tool is enabled (utils/profiler/profile.py ~136-139 @1dda039).
+ALL_RANKS_TOOLS = ("precision_debugger",)
+
 # What DistProfiler._run_finish_command exports to the hook's shell.
 FINISH_HOOK_ENV = ("VERL_PROFILE_SAVE_PATH", "VERL_PROFILE_TOOL", "VERL_PROFILE_RANK", "VERL_PROFILE_PID",
                    "VERL_PROFILE_ROLE")

@@ -1,0 +1,109 @@
+"""Real framework configs mean what the framework's own code does with them (issue 24), each case over the real
+lines it came from (tests/data/*/SOURCES.md: the repositories and commits)."""
+
+import pytest
+import yaml
+
+from conftest import DATA, run_cli
+from rlprof.config import load_config, load_plan, resolve_plan
+from rlprof.errors import ConfigError
+
+DOC = DATA / "mindspeed" / "doc"
+PPO_TEST = DATA / "mindspeed" / "config" / "test_ppo_trainer_qwen25_7b_integrated.yaml"
+I = "profiler_config.integrated"
+
+
+def integrated(block: dict, device: str):
+    return resolve_plan({"profiler_config": {"integrated": block}}, device=device)
+
+
+# ---- MindSpeed-RL: mstx (point 7) ---------------------------------------------------------------------------------
+def test_the_lightweight_block_records_npu_activity_at_level_none_plus_ranges():
+    """mindspeed_rl/utils/utils.py ~562-589 @05a90d7: mstx only sets msprof_tx; activities come from
+    profile_with_npu / profile_with_cpu and the level from profile_level."""
+    block = yaml.safe_load((DOC / "profiler_md_L92-96.yaml").read_text())
+    assert block["mstx"] is True
+    npu = integrated(block, "npu").role("actor")
+    assert (npu.tool, npu.contents, npu.level) == ("npu", ("npu",), "level_none")
+    cuda = integrated(block, "cpu").role("actor")
+    assert (cuda.tool, cuda.contents) == ("torch", ("cuda",))
+    plan = integrated(block, "npu")
+    assert sum("mstx ranges" in w for w in plan.warnings) == 1
+
+
+def test_mstx_changes_nothing_but_the_ranges():
+    general = yaml.safe_load((DOC / "profiler_md_L17-33.yaml").read_text())["profiler_config"]["integrated"]
+    on = integrated({**general, "profile": True, "mstx": True}, "npu")
+    off = integrated({**general, "profile": True, "mstx": False}, "npu")
+    assert on.roles == off.roles
+    assert on.role("actor").contents == ("cpu", "npu") and on.role("actor").level == "level1"
+
+
+# ---- MindSpeed-RL: what its ProfilerConfig refuses and what it runs (point 8) ---------------------------------
+def test_profile_with_stack_is_refused_as_mindspeed_refuses_it():
+    """config_cls/base_config.py ~29-33: a key ProfilerConfig lacks stops the setup."""
+    with pytest.raises(ConfigError, match="profile_with_stack"):
+        load_plan(PPO_TEST, [f"+{I}.profile_with_stack=true"], device="npu")
+
+
+def test_an_integer_profile_ranks_falls_back_to_rank_0_as_mindspeed_does():
+    """utils.py ~524-532: list(1) raises TypeError -> ranks [0]."""
+    plan = load_plan(PPO_TEST, [f"{I}.profile=true", f"{I}.profile_ranks=1"], device="npu")
+    actor = plan.role("actor")
+    assert actor.ranks == (0,) and not actor.all_ranks
+    (line,) = [w for w in plan.warnings if "profile_ranks" in w]
+    assert "rank 0" in line and "[1]" in line
+
+
+def test_a_string_profile_ranks_is_refused_saying_mindspeed_would_profile_nothing():
+    proc = run_cli("plan", PPO_TEST, f"{I}.profile=true", f"{I}.profile_ranks='0,1'")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "profile no rank" in proc.stderr
+
+
+def test_the_real_test_configs_profile_ranks_list_is_kept():
+    data = load_config(PPO_TEST, [f"{I}.profile=true"])
+    assert data["profiler_config"]["integrated"]["profile_ranks"] == [0]
+    assert resolve_plan(data, device="npu").role("actor").ranks == (0,)
+
+
+# ---- verl at its head (points 2, 3, 4) ----------------------------------------------------------------------------
+HEAD_CASES = yaml.safe_load((DATA / "verl" / "head_cases.yaml").read_text())
+
+
+def overrides_of(case: str) -> list[str]:
+    """The case's override lines as the shell would pass them ($VARS from its env; quotes removed)."""
+    import shlex
+    import string
+
+    c = HEAD_CASES["cases"][case]
+    text = " ".join(line.rstrip("\\").strip() for line in c["text"] if "=" in line)
+    env = {**c["env"], "VERL_PROFILE_SAVE_PATH": "$VERL_PROFILE_SAVE_PATH"}  # left for the hook's own shell
+    return shlex.split(string.Template(text).safe_substitute(env))
+
+
+def test_the_rollout_with_nsys_is_off_as_verls_rollout_servers_switch_it_off():
+    """run_ppo_trainer_megatron.sh (nsys, discrete): verl's agent-loop servers profile with torch or npu only."""
+    plan = load_plan(None, overrides_of("rollout_nsys"), device="cuda")
+    assert plan.role("actor").enabled and plan.role("actor").tool == "nsys"
+    assert not plan.role("rollout").enabled
+    (line,) = [w for w in plan.warnings if "rollout servers" in w]
+    assert "nsys" in line and "tool=torch" in line
+
+
+def test_the_finish_hook_never_runs_for_the_rollout():
+    """docs/perf/torch_profiling.md: the hook runs on the training workers; the rollout engine never runs it."""
+    run = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=True"]
+    plan = load_plan(None, overrides_of("finish_hook") + run, device="cpu")
+    assert plan.role("actor").finish_hook.cmd == 'my-upload-tool "$VERL_PROFILE_SAVE_PATH"'
+    assert plan.role("rollout").enabled and plan.role("rollout").finish_hook is None
+    assert sum("finish hook does not run for the rollout" in w for w in plan.warnings) == 1
+
+
+def test_precision_debugger_opens_every_rank():
+    """precision_debugger_zh.md's command: verl opens the rank gate on every rank for this tool."""
+    plan = load_plan(None, overrides_of("precision_debugger"), device="npu")
+    actor = plan.role("actor")
+    assert actor.enabled and actor.tool == "precision_debugger" and actor.all_ranks
+    words = run_cli("plan", *overrides_of("precision_debugger"), "--rank", "3", "--world-size", "4")
+    assert words.returncode == 0 and "rank 3: collects on this rank" in words.stdout.split("rollout")[0], words.stdout
