@@ -77,7 +77,7 @@ def overrides_of(case: str) -> list[str]:
     import string
 
     c = HEAD_CASES["cases"][case]
-    text = " ".join(line.rstrip("\\").strip() for line in c["text"] if "=" in line)
+    text = " ".join(line.rstrip("\\").strip() for line in c["text"] if "=" in line and not line.strip().startswith("#"))
     env = {**c["env"], "VERL_PROFILE_SAVE_PATH": "$VERL_PROFILE_SAVE_PATH"}  # left for the hook's own shell
     return shlex.split(string.Template(text).safe_substitute(env))
 
@@ -107,3 +107,79 @@ def test_precision_debugger_opens_every_rank():
     assert actor.enabled and actor.tool == "precision_debugger" and actor.all_ranks
     words = run_cli("plan", *overrides_of("precision_debugger"), "--rank", "3", "--world-size", "4")
     assert words.returncode == 0 and "rank 3: collects on this rank" in words.stdout.split("rollout")[0], words.stdout
+
+
+# ---- verl: the continuous schedule (point 1), the version and what every plan says (point 9) ------------------
+VERL = DATA / "verl" / "config"
+
+
+def test_a_continuous_schedule_that_skips_keeps_only_the_active_mini_batches():
+    """examples/profile/run_qwen2_5_7b_torch_profile.sh with PROFILE_SCHED_SKIP_FIRST=1 PROFILE_SCHED_ACTIVE=1:
+    torch_profile.py ~303-356 @1dda039 keeps only what runs inside the active window."""
+    overrides = overrides_of("e2e_schedule_skip")
+    proc = run_cli("plan", *overrides)
+    assert proc.returncode == 0, proc.stderr
+    assert "stages before the active window are not kept" in proc.stdout and "in full" not in proc.stdout
+    actor = load_plan(None, overrides, device="cpu").role("actor")
+    assert actor.mode == "e2e" and (actor.schedule.skip_first, actor.schedule.active) == (1, 1)
+    # the script's defaults (skip 0): every earlier stage is kept in full
+    plain = run_cli("plan", *overrides, "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.skip_first=0")
+    assert "stages before the active window are kept in full" in plain.stdout
+
+
+@pytest.mark.parametrize("config, version", [
+    (None, "0.10.0.dev"), ("v0.10.0.dev_1dda039_generated_ppo_trainer.yaml", "0.10.0.dev"),
+    ("v0.9.1_generated_ppo_trainer.yaml", "0.9.1"), ("v0.9.0_generated_ppo_trainer.yaml", "0.9.0")])
+def test_the_verl_version_is_detected_and_shown(config, version):
+    args = ([VERL / config] if config else []) + ["global_profiler.tool=torch", "global_profiler.steps=[1]",
+                                                   "actor_rollout_ref.actor.profiler.enable=True"]
+    proc = run_cli("plan", *args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith(f"dialect: global_role with verl {version}'s meaning")
+
+
+def test_every_verl_plan_says_advantage_compute_runs_on_the_driver():
+    proc = run_cli("plan", *overrides_of("e2e_schedule_skip"))
+    assert sum("runs on verl's driver" in line for line in proc.stdout.splitlines()) == 1
+
+
+def test_the_async_plan_says_the_rollout_runs_in_its_own_processes():
+    """verl's rollout runs in agent-loop server processes: the header says so and no note puts it in the actor's
+    process; ranks are global GPU ranks mapped to replicas (0.9.1 on)."""
+    proc = run_cli("plan", *overrides_of("e2e_schedule_skip"), "actor_rollout_ref.rollout.mode=async",
+                   "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+                   "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.profiler.ranks=[2]")
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr
+    assert "server processes of its own" in out.splitlines()[0] and "replica indices" not in out
+    assert not any("a process hosting" in line and "rollout" in line for line in out.splitlines())
+    assert "are global GPU ranks" in out and "select replica(s) 1" in out
+
+
+# ---- verl: an explicit setting that has no effect says so (point 10) ----------------------------------------------
+RUN = ["global_profiler.tool=torch", "global_profiler.steps=[1]"]
+
+
+def test_ref_enable_false_beside_an_enabled_actor_is_said_to_have_no_effect():
+    """docs/perf/torch_profiling.md ~301-303 @1dda039: the hybrid worker follows actor.profiler, so turning the ref's
+    off changes nothing while the actor's is on; the line names what would."""
+    plan = load_plan(None, RUN + ["actor_rollout_ref.actor.profiler.enable=True",
+                                  "actor_rollout_ref.ref.profiler.enable=False"], device="cpu")
+    assert plan.role("ref").enabled and plan.role("ref").stages == ("ref_compute_log_prob",)
+    (line,) = [w for w in plan.warnings if "has no effect" in w]
+    assert "ref.profiler.stages=[]" in line
+    lever = load_plan(None, RUN + ["actor_rollout_ref.actor.profiler.enable=True",
+                                   "actor_rollout_ref.ref.profiler.stages=[]"], device="cpu")
+    assert lever.role("ref").stages == () and lever.role("actor").stages[0] == "actor_compute_log_prob"
+
+
+def test_ref_enable_true_alone_profiles_nothing_and_says_why():
+    plan = load_plan(None, RUN + ["actor_rollout_ref.ref.profiler.enable=True"], device="cpu")
+    assert not plan.role("ref").enabled and plan.collects_nothing
+    assert any("differs from the actor's profiler and is not used" in w for w in plan.warnings)
+
+
+def test_a_generated_yamls_own_default_is_not_called_a_choice():
+    plan = load_plan(VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml",
+                     RUN + ["actor_rollout_ref.actor.profiler.enable=True"], device="cpu")
+    assert not any("has no effect" in w for w in plan.warnings)

@@ -43,8 +43,9 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="print the resolved plan as JSON"),
     device: str = typer.Option("auto", "--device", help="resolve as on a machine with: auto, cpu, cuda, npu"),
     verl_version: Optional[str] = typer.Option(None, "--verl-version",
-                                               help="read a verl config with this release's meaning: 0.9.0, 0.9.1 "
-                                                    "(default: detected from the config, else the current release)"),
+                                               help="read a verl config with this release's meaning: 0.9.0, 0.9.1, "
+                                                    "0.10.0.dev (default: detected from the config, else the "
+                                                    "current head, 0.10.0.dev)"),
 ):
     """Dry run: resolve a profiling config and show what will be collected, where."""
     from .config import load_plan, machine_warnings

@@ -96,8 +96,8 @@ def nothing_collected_line(plan: ProfilePlan) -> str:
 
 def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings: list[str] = ()) -> str:
     meaning = f" with {plan.framework}'s meaning" if plan.framework else ""
-    lines = [f"dialect: {plan.dialect}{meaning}" + ("  (async rollout: rollout ranks are replica indices)"
-                                                    if plan.async_rollout else "")]
+    lines = [f"dialect: {plan.dialect}{meaning}" + ("  (async rollout: the rollout runs in server processes of its "
+                                                    "own, one trace per replica)" if plan.async_rollout else "")]
     active = [r for r in plan.roles if r.enabled and r.steps and r.stages]
     if plan.collects_nothing:
         lines.append(NOTHING_COLLECTED)
@@ -117,7 +117,13 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
                                             or any(st in role.stages for st in role.schedule_stages)):
             s = role.schedule
             sampled = [st for st in role.schedule_stages or () if st in role.stages]
-            where = f" of {', '.join(sampled)} (other stages in full)" if sampled else ""
+            where = ""
+            if sampled and role.mode == "e2e":  # one window: torch keeps only what runs inside its active phase
+                before = ("not kept: only the active mini-batches are" if s.skip_first + s.wait + s.warmup
+                          else "kept in full")
+                where = f" of {', '.join(sampled)} (the stages before the active window are {before})"
+            elif sampled:
+                where = f" of {', '.join(sampled)} (other stages in full)"
             sched = (f"; on {s.unit} ticks{where}: skip_first {s.skip_first}, wait {s.wait}, "
                      f"warmup {s.warmup}, active {s.active}, repeat {s.repeat or 'until the window closes'}")
         here = "collects on this rank" if role.collects_on(rank) else "not on this rank"
@@ -152,8 +158,9 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
         n = windows_per_process(plan, role)
         lines.append(f"           {n} window(s) per collecting process, {_files_per_window(role)}; "
                      f"saved under {role.save_path}/<run_id>/")
-    e2e = [r.role for r in active if r.mode == "e2e"]
-    discrete = [r.role for r in active if r.mode == "discrete"]
+    together = [r for r in active if not (plan.async_rollout and r.role == "rollout")]  # async: its own processes
+    e2e = [r.role for r in together if r.mode == "e2e"]
+    discrete = [r.role for r in together if r.mode == "discrete"]
     if e2e and discrete:
         lines.append(f"note: a process hosting {e2e[0]} (e2e) and {', '.join(discrete)} (discrete) has one window "
                      f"per step; the discrete stages are marked as ranges inside it")

@@ -5,7 +5,8 @@ OmegaConf interpolations were resolved by the loader). verl's meaning: the torch
 mini-batches (`active: 0` = off, `repeat: 0` = until the window closes, one window per step in e2e mode);
 `profile_token_start/end` pick rollout decode steps [start, end); the ref stages of verl's combined
 actor_rollout_ref worker follow the actor's profiler; rollout `ranks` are global GPU ranks mapped to
-replicas (0.9.1) or replica indices (0.9.0). rlprof's own additions (`unit`, `max_bytes_per_window`,
+replicas (0.9.1 on) or replica indices (0.9.0). advantage_compute runs on verl's driver, outside every
+worker's profiler: it stays in the actor's stages for rlprof's own trainer, and the plan says verl has no trace of it. rlprof's own additions (`unit`, `max_bytes_per_window`,
 `strict`, `stages`, the `markers` tool) extend it; keys rlprof takes but verl refuses resolve with a warning.
 """
 
@@ -43,11 +44,16 @@ def detect_keys(data: dict) -> list[str]:
 
 
 def detect_version(data: dict) -> str:
-    """The verl release a config comes from: a whole generated trainer YAML without 0.9.1's finish-hook keys
-    is 0.9.0; anything else reads as the current release."""
+    """The verl release a config comes from. A whole generated trainer YAML (its global_profiler has `_target_`)
+    without 0.9.1's finish-hook keys is 0.9.0; with them and torch_memory's memory_snapshot_num_steps, 0.9.1;
+    anything else reads as the current head (frameworks/verl.py)."""
     g = data.get("global_profiler")
-    if isinstance(g, dict) and "_target_" in g and not any(k in g for k in verl.KEYS_SINCE_0_9_1):
-        return "0.9.0"
+    if isinstance(g, dict) and "_target_" in g:
+        if not any(k in g for k in verl.KEYS_SINCE_0_9_1):
+            return "0.9.0"
+        memory = get(g, "global_tool_config.torch_memory")
+        if isinstance(memory, dict) and any(k in memory for k in verl.KEYS_UNTIL_0_9_1):
+            return "0.9.1"
     return verl.CURRENT_VERSION
 
 
@@ -277,6 +283,12 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     own_ref = raw_blocks["ref"]
     raw_blocks["ref"] = _deep_merge(inherited, {k: v for k, v in own_ref.items() if k == "stages"})
     roles = {role: reader.role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps) for role in ROLES}
+    # a generated YAML's default (its block carries _target_) is no user's choice; a written block or override is
+    written = "_target_" not in (get(data, ROLE_BLOCKS["ref"]) or {})
+    if written and own_ref.get("enable") is False and roles["ref"].enabled and roles["ref"].stages:
+        reader.warnings.append(f"{ROLE_BLOCKS['ref']}.enable = False has no effect: the ref stage runs in verl's combined "
+                               "actor_rollout_ref worker, whose profiler follows the actor's; to leave it out, "
+                               f"{ROLE_BLOCKS['ref']}.stages=[] (rlprof's extension; verl itself cannot)")
     if own_ref.get("enable"):  # the combined actor_rollout_ref worker builds its profiler from the actor's block
         written = reader.role("ref", ROLE_BLOCKS["ref"], _deep_merge(inherited, own_ref), glob, steps)
         if not _same_as_actor(roles["ref"], written):
@@ -288,6 +300,10 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
                                    f"opens every rank for it, and so does this plan (ranks {list(rp.ranks)} not used)")
             roles[role] = msgspec.structs.replace(rp, all_ranks=True)
     roles["rollout"] = _as_rollout_servers_do(roles["rollout"], reader.warnings)
+    driver = [s for s in verl.DRIVER_STAGES if any(rp.enabled and s in rp.stages for rp in roles.values())]
+    if driver:
+        reader.warnings.append(f"note: {', '.join(driver)} runs on verl's driver, outside every worker's profiler: "
+                               "verl's traces never hold it (rlprof's own trainer records it in the actor's process)")
     for tool, what in verl.FOREIGN_TOOLS.items():
         users = [role for role, rp in roles.items() if rp.enabled and rp.tool == tool]
         if users:
@@ -318,7 +334,7 @@ def rollout_replicas(plan: ProfilePlan, data: dict) -> tuple[RolePlan, str | Non
     rollout = plan.role("rollout")
     if rollout.all_ranks or not rollout.ranks:
         return rollout, None
-    if plan.framework != f"verl {verl.CURRENT_VERSION}":
+    if plan.framework not in {f"verl {v}" for v in verl.GLOBAL_ROLLOUT_RANKS}:
         return rollout, f"rollout ranks {list(rollout.ranks)} are replica indices ({plan.framework})"
     size = 1
     for key in verl.ROLLOUT_PARALLEL_KEYS:

@@ -1,6 +1,6 @@
 """verl as data: its profiler config surface and the names of what its profiler writes.
 
-Facts from verl 0.9.1 (`verl/utils/profiler/config.py`, `profile.py`, `torch_profile.py`, `mstx_profile.py`,
+Facts from verl 0.9.1 and its head, 0.10.0.dev at 1dda039 (`verl/utils/profiler/config.py`, `profile.py`, `torch_profile.py`, `mstx_profile.py`,
 `workers/engine_workers.py`, the generated trainer YAMLs) and, where it differs, 0.9.0. Read by config/
 (the verl dialect) and by analyze/ (verl's own trace files); nothing here imports torch or verl.
 """
@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import re
 
-CURRENT_VERSION = "0.9.1"
-VERSIONS = ("0.9.0", "0.9.1")
+CURRENT_VERSION = "0.10.0.dev"  # verl-project/verl @1dda039: verl/version/version
+VERSIONS = ("0.9.0", "0.9.1", "0.10.0.dev")
+# Since 0.9.1 the rollout's `ranks` are global GPU ranks, mapped to the replica that holds them.
+GLOBAL_ROLLOUT_RANKS = ("0.9.1", "0.10.0.dev")
+# The generated trainer YAML's torch_memory block lost memory_snapshot_num_steps after 0.9.1
+# (verl/trainer/config/_generated_ppo_trainer.yaml @1dda039): a whole YAML that has it is 0.9.1.
+KEYS_UNTIL_0_9_1 = ("memory_snapshot_num_steps",)
+# Stages that run on the driver (RayPPOTrainer.fit: compute_advantage, verl/trainer/ppo/ray_trainer.py @1dda039),
+# outside every worker's profiler: no verl trace holds them.
+DRIVER_STAGES = ("advantage_compute",)
 
 # ---- config -----------------------------------------------------------------------------------
 TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
