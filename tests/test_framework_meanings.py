@@ -183,3 +183,45 @@ def test_a_generated_yamls_own_default_is_not_called_a_choice():
     plan = load_plan(VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml",
                      RUN + ["actor_rollout_ref.actor.profiler.enable=True"], device="cpu")
     assert not any("has no effect" in w for w in plan.warnings)
+
+
+# ---- Hydra's rules for a whole generated verl YAML (point 5) -----------------------------------------------------
+HEAD_YAML = VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
+ENABLED = RUN + ["actor_rollout_ref.actor.profiler.enable=True"]
+
+
+@pytest.mark.parametrize("key, said", [
+    ("actor_rollout_ref.actor.profiler.tool_config.torch.profile_token_start=5", "apply to the rollout role only"),
+    ("actor_rollout_ref.rollout.profiler.tool_config.torch.schedule.active=1", "so verl ignores it")])
+def test_a_key_the_generated_yaml_lacks_is_refused_plain_and_taken_with_plus(key, said):
+    proc = run_cli("plan", HEAD_YAML, key, *ENABLED)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "Key not in struct" in line and f"+{key}" in line
+    plan = load_plan(HEAD_YAML, [f"+{key}"] + ENABLED, device="cpu")
+    assert sum(said in w for w in plan.warnings) == 1  # one warning: verl ignores it
+    # without the whole YAML (overrides only) there is no struct to refuse it: the same one warning
+    loose = load_plan(None, [key] + ENABLED, device="cpu")
+    assert sum(said in w for w in loose.warnings) == 1
+
+
+def test_keys_the_generated_yaml_holds_take_plain_overrides():
+    plan = load_plan(HEAD_YAML, ENABLED + ["actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=1"],
+                     device="cpu")
+    assert plan.role("actor").schedule.active == 1
+
+
+# ---- where rlprof is stricter than the framework, the refusal says what the framework would do -----------------
+@pytest.mark.parametrize("overrides, said", [
+    (["global_profiler.tool=nsight"], "verl would run this config and profile nothing"),
+    (["actor_rollout_ref.actor.profiler.tool=foo"], "verl would run this config and profile nothing"),
+    (["global_profiler.tool=torch", "global_profiler.steps=[-1]"], "verl would run this config and profile no such step"),
+    ([f"{I}.profile=true", f"{I}.stage=actor_updat"], "MindSpeed-RL would run this config and profile nothing"),
+    ([f"{I}.profile=true", f"{I}.stage=[actor_update]", f"{I}.profile_step_start=3", f"{I}.profile_step_end=2"],
+     "MindSpeed-RL would run this config and profile no step"),
+])
+def test_a_refusal_stricter_than_the_framework_says_what_it_would_do(overrides, said):
+    proc = run_cli("plan", *overrides)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert said in line and "allowed:" in line

@@ -16,7 +16,7 @@ class ConfigError(RLProfError):
     """A bad configuration value: names the key, the value and what is allowed."""
 
     def __init__(self, key: str, value: object, allowed: str, *, problem: str | None = None):
-        self.key, self.value, self.allowed = key, value, allowed
+        self.key, self.value, self.allowed, self.problem = key, value, allowed, problem
         what = problem or "is not allowed"
         super().__init__(f"config error: {key} = {_show(value)} {what}; allowed: {allowed}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
+from contextlib import contextmanager
 from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError, UnknownKeyError
@@ -125,3 +126,15 @@ def writable_dir(key: str, path: Any) -> str:
         raise ConfigError(key, path, "a directory path that can be created and written",
                           problem=f"cannot be written ({probe}: {exc.strerror or exc})") from None
     return path
+
+
+@contextmanager
+def framework_would(what: str):
+    """Where rlprof refuses what the framework itself runs, the refusal says in the same line what the framework
+    would do with it (`what`: "verl would run and profile nothing ...")."""
+    try:
+        yield
+    except UnknownKeyError:
+        raise
+    except ConfigError as exc:
+        raise ConfigError(exc.key, exc.value, f"{exc.allowed}; {what}", problem=exc.problem) from None

@@ -208,7 +208,8 @@ class _Reader:
         return FinishHook(cmd=c.string(f"{key}.finish_hook_cmd", cmd), all_ranks=all_ranks, ranks=ranks)
 
     def role(self, role: str, key: str, raw: dict, glob: dict, steps: tuple[int, ...]) -> RolePlan:
-        tool = c.choice(f"{key}.tool", raw["tool"], ALL_TOOLS, nullable=True) if "tool" in raw else glob["tool"]
+        with c.framework_would(verl.RUNS_UNKNOWN_TOOL):
+            tool = c.choice(f"{key}.tool", raw["tool"], ALL_TOOLS, nullable=True) if "tool" in raw else glob["tool"]
         enable = c.boolean(f"{key}.enable", raw.get("enable", False))
         all_ranks = c.boolean(f"{key}.all_ranks", raw.get("all_ranks", False))
         ranks = c.rank_list(f"{key}.ranks", raw.get("ranks"))
@@ -260,8 +261,10 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     version = version or detect_version(data)
     reader = _Reader(data, version)
     g = c.mapping("global_profiler", data.get("global_profiler"), verl.GLOBAL_KEYS + RLPROF_GLOBAL_KEYS)
+    with c.framework_would(verl.RUNS_UNKNOWN_TOOL):
+        tool = c.choice("global_profiler.tool", g.get("tool"), ALL_TOOLS, nullable=True)
     glob = {
-        "tool": c.choice("global_profiler.tool", g.get("tool"), ALL_TOOLS, nullable=True),
+        "tool": tool,
         "save_path": c.writable_dir("global_profiler.save_path", g.get("save_path") or DEFAULT_SAVE_PATH),
         "strict": c.boolean("global_profiler.strict", g.get("strict", False)),
         "max_bytes_per_window": c.optional_integer("global_profiler.max_bytes_per_window",
@@ -273,7 +276,8 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         "tool_config": reader.global_tool_config("global_profiler.global_tool_config", g.get("global_tool_config")),
     }
     reader.finish_hook("global_profiler", {}, glob)  # validate the global hook even if no role uses it
-    steps = c.positive_steps("global_profiler.steps", g.get("steps"))
+    with c.framework_would(verl.RUNS_BAD_STEPS):
+        steps = c.positive_steps("global_profiler.steps", g.get("steps"))
     ckey = "profile_continuous_steps" if "profile_continuous_steps" in g else "continuous_steps"
     continuous = c.boolean(f"global_profiler.{ckey}", g.get(ckey, False))
     known = verl.ROLE_KEYS + RLPROF_ROLE_KEYS
@@ -282,7 +286,17 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     raw_blocks["rollout"] = _deep_merge(inherited, raw_blocks["rollout"])  # verl's YAML: rollout follows actor
     own_ref = raw_blocks["ref"]
     raw_blocks["ref"] = _deep_merge(inherited, {k: v for k, v in own_ref.items() if k == "stages"})
-    roles = {role: reader.role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps) for role in ROLES}
+    roles = {}
+    for role in ROLES:
+        said = len(reader.warnings)
+        roles[role] = reader.role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps)
+        if role == "ref":  # the actor's block read again for the ref's stages: its warnings were said for the actor
+            del reader.warnings[said:]
+    own_schedule = get(data, f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule")
+    if isinstance(own_schedule, dict) and "unit" not in own_schedule and (own_schedule.get("active") or 0) > 0:
+        reader.warnings.append(f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule samples update "
+                               f"mini-batches ({', '.join(verl.SCHEDULED_STAGES)}); the rollout has none, so verl "
+                               "ignores it (profile_token_start/end pick its decode steps)")
     # a generated YAML's default (its block carries _target_) is no user's choice; a written block or override is
     written = "_target_" not in (get(data, ROLE_BLOCKS["ref"]) or {})
     if written and own_ref.get("enable") is False and roles["ref"].enabled and roles["ref"].stages:

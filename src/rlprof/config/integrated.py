@@ -9,6 +9,8 @@ adds MindSpeed-RL's mstx ranges; it changes neither the activities nor the level
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from . import checks as c
 from .plan import ProfilePlan, RolePlan
 from ..frameworks import mindspeed
@@ -44,11 +46,16 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
     flag = lambda name, default: c.boolean(k(name), b.get(name, default))  # noqa: E731
     profile = flag("profile", False)
     mstx = flag("mstx", False)
-    start = c.integer(k("profile_step_start"), b.get("profile_step_start", 1), minimum=1)
-    end = c.integer(k("profile_step_end"), b.get("profile_step_end", start + 1), minimum=1)
-    if end <= start:
-        raise c.ConfigError(k("profile_step_end"), end, f"an integer > profile_step_start ({start}); "
-                            "the range [start, end) is collected")
+    with c.framework_would(mindspeed.RUNS_UNKNOWN_STAGE):
+        picked = _stages(b.get("stage", "all"))
+    # with stage lists MindSpeed-RL checks each iteration against [start, end): none passes. With `all` the range
+    # becomes its schedule's `active` (end - start); what torch_npu does with one below 1 is not claimed here.
+    with c.framework_would(mindspeed.RUNS_EMPTY_STEPS) if picked is not None else nullcontext():
+        start = c.integer(k("profile_step_start"), b.get("profile_step_start", 1), minimum=1)
+        end = c.integer(k("profile_step_end"), b.get("profile_step_end", start + 1), minimum=1)
+        if end <= start:
+            raise c.ConfigError(k("profile_step_end"), end, f"an integer > profile_step_start ({start}); "
+                                "the range [start, end) is collected")
     ranks_raw = b.get("profile_ranks", "all")
     all_ranks = ranks_raw == "all"
     warnings: list[str] = []
@@ -62,7 +69,6 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
                         f"{ranks[0]}, and so does this plan (write [{ranks_raw}] for rank {ranks_raw})")
     else:
         ranks = () if all_ranks else c.rank_list(k("profile_ranks"), ranks_raw)
-    picked = _stages(b.get("stage", "all"))
     save_path = c.writable_dir(k("profile_save_path"), b.get("profile_save_path") or DEFAULT_INTEGRATED_SAVE_PATH)
     level = c.choice(k("profile_level"), b.get("profile_level", "level0"), LEVELS)
     export_type = c.choice(k("profile_export_type"), b.get("profile_export_type", "text"), EXPORT_TYPES)

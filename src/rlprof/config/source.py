@@ -19,7 +19,8 @@ def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def _override_pairs(overrides: Sequence[str]) -> list[str]:
+def _override_pairs(overrides: Sequence[str]) -> list[tuple[str, bool]]:
+    """(key=value, whether it adds: `+` or `++`) per override."""
     pairs = []
     for raw in overrides:
         item = raw[2:] if raw.startswith("++") else raw[1:] if raw.startswith("+") else raw
@@ -27,8 +28,26 @@ def _override_pairs(overrides: Sequence[str]) -> list[str]:
         if not sep or not key or key.startswith("~"):
             raise ConfigError("override", raw, "key=value, +key=value or ++key=value (Hydra style)",
                               problem="is not an override")
-        pairs.append(item)
+        pairs.append((item, raw.startswith("+")))
     return pairs
+
+
+def _holds(data: Any, dotted: str) -> bool:
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _closed(path, config) -> dict | None:
+    """The file's keys when it is a whole verl trainer config: Hydra loads it as a structured config, closed to
+    keys it does not hold (frameworks/verl.py: STRUCTURED_MARKER)."""
+    from ..frameworks.verl import STRUCTURED_MARKER
+
+    plain = OmegaConf.to_container(config, resolve=False) if path is not None else None
+    return plain if isinstance(plain, dict) and _holds(plain, STRUCTURED_MARKER) else None
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -45,7 +64,16 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         except (OmegaConfBaseException, ValueError, OSError) as exc:
             raise ConfigError("config", str(path), "a YAML mapping",
                               problem=f"could not be read ({_first_line(exc)})") from None
-    for pair in _override_pairs(overrides):
+    closed = _closed(path, layers[0]) if layers else None
+    added: set[str] = set()
+    for pair, adds in _override_pairs(overrides):
+        key = pair.partition("=")[0]
+        if closed is not None and not adds and key not in added and not _holds(closed, key):
+            raise ConfigError("override", pair, f"+{pair} to add it (verl then ignores a key its dataclasses lack)",
+                              problem=f"names a key {os.path.basename(path)} does not hold: Hydra refuses it in a whole "
+                                      "verl config (Key not in struct)")
+        if adds:
+            added.add(key)
         try:
             layers.append(OmegaConf.from_dotlist([pair]))
         except yaml.YAMLError as exc:  # `ranks=[0,`, or `key="a" b` as a pasted `"$X" $@` line makes

@@ -22,6 +22,10 @@ KEYS = ("profile", "mstx", "stage", "profile_save_path", "profile_export_type", 
 # ranges are recorded): activities come from profile_with_npu / profile_with_cpu and the level from
 # profile_level, mstx or not.
 RANKS_FALLBACK = (0,)
+# What MindSpeed-RL does with what rlprof refuses (profiler_start, utils.py ~604-626): a stage no worker passes is
+# never matched, and an iteration outside [profile_step_start, profile_step_end) is never profiled.
+RUNS_UNKNOWN_STAGE = "MindSpeed-RL would run this config and profile nothing (no worker passes that stage)"
+RUNS_EMPTY_STEPS = "MindSpeed-RL would run this config and profile no step"
 # `stage` values MindSpeed-RL's workers pass to profiler_start(role=...) -> rlprof's canonical stage.
 # actor_image_embeds is the vision encoder pass of its multimodal (VL) pipeline: the actor's work.
 STAGES = {

@@ -38,6 +38,10 @@ ROLE_KEYS = ("tool", "enable", "all_ranks", "ranks", "save_path", "tool_config",
 GLOBAL_KEYS = ("tool", "steps", "profile_continuous_steps", "save_path", "relocate_results", "finish_hook_cmd",
                "finish_hook_all_ranks", "finish_hook_ranks", "global_tool_config", "enable", "all_ranks", "ranks",
                "tool_config")
+# A whole trainer config (generated, or Hydra's own `--cfg job` dump) is a structured config: its global_profiler
+# carries the dataclass target. Hydra refuses a plain override of a key it does not hold ("Key not in struct");
+# `+key=value` adds it, and verl's dataclasses ignore what they lack (omega_conf_to_dataclass).
+STRUCTURED_MARKER = "global_profiler._target_"
 # Present in 0.9.1's generated YAMLs, absent from 0.9.0's: a whole trainer YAML without them is 0.9.0.
 KEYS_SINCE_0_9_1 = ("relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks")
 
@@ -90,6 +94,12 @@ ALL_RANKS_TOOLS = ("precision_debugger",)
 # What DistProfiler._run_finish_command exports to the hook's shell.
 FINISH_HOOK_ENV = ("VERL_PROFILE_SAVE_PATH", "VERL_PROFILE_TOOL", "VERL_PROFILE_RANK", "VERL_PROFILE_PID",
                    "VERL_PROFILE_ROLE")
+
+# What verl does with what rlprof refuses (said in the refusal's line). An unknown tool gets DistProfiler's no-op
+# profiler (utils/profiler/profile.py ~176-178 @1dda039); RayPPOTrainer profiles a global step (1, 2, ...) only when
+# `global_profiler.steps` lists it (trainer/ppo/ray_trainer.py ~1459).
+RUNS_UNKNOWN_TOOL = "verl would run this config and profile nothing (an unknown tool gets its no-op profiler)"
+RUNS_BAD_STEPS = "verl would run this config and profile no such step (global steps count from 1)"
 
 # ---- legacy (seed-era) config: trainer.profile_steps ---------------------------------------------
 LEGACY_ROLE_BLOCKS = ROLE_BLOCKS  # v0.4.1: one block per role, where 0.9 has them; v0.5: one for the group
