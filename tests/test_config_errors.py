@@ -21,7 +21,8 @@ CASES = [
     ("all-ranks-wrong-type", BASE + [f"{A}.all_ranks=3"], f"{A}.all_ranks", "3"),
     ("unknown-tool", ["global_profiler.tool=perf", "global_profiler.steps=[1]"], "global_profiler.tool", "perf"),
     ("unknown-role-tool", BASE + [f"{A}.tool=vtune"], f"{A}.tool", "vtune"),
-    ("unknown-level", BASE + [f"{A}.tool_config.npu.level=level3"], f"{A}.tool_config.npu.level", "level3"),
+    ("unknown-level", BASE + [f"{A}.tool=npu", f"{A}.tool_config.npu.level=level3"], f"{A}.tool_config.npu.level",
+     "level3"),
     ("unknown-content", BASE + [f"{T}.contents=[cpu,gpu]"], f"{T}.contents[1]", "gpu"),
     ("content-of-other-tool", BASE + [f"{T}.contents=[npu]"], f"{T}.contents[0]", "npu"),
     ("unknown-stage", BASE + [f"{A}.stages=[actor_train]"], f"{A}.stages[0]", "actor_train"),
@@ -43,7 +44,7 @@ CASES = [
     ("mixed-integrated-global", BASE + [f"{I}.profile=true"], "config", "profiler_config"),
     ("async-rollout-e2e", BASE + ["rollout.mode=async"],
      "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete", "False"),
-    ("unknown-export-type", BASE + [f"{A}.tool_config.npu.export_type=csv"], f"{A}.tool_config.npu.export_type",
+    ("unknown-export-type", BASE + [f"{A}.tool=npu", f"{A}.tool_config.npu.export_type=csv"], f"{A}.tool_config.npu.export_type",
      "csv"),
     ("schedule-wait-negative", BASE + [f"{T}.schedule.wait=-1"], f"{T}.schedule.wait", "-1"),
     ("budget-zero", BASE + ["global_profiler.max_bytes_per_window=0"], "global_profiler.max_bytes_per_window", "0"),
@@ -62,7 +63,7 @@ CASES = [
     ("tool-config-not-mapping", BASE + [f"{A}.tool_config=5"], f"{A}.tool_config", "5"),
     ("rollout-mode-unknown", BASE + ["actor_rollout_ref.rollout.mode=turbo"], "actor_rollout_ref.rollout.mode",
      "turbo"),
-    ("memory-max-entries-zero", BASE + [f"{A}.tool_config.torch_memory.max_entries=0"],
+    ("memory-max-entries-zero", BASE + [f"{A}.tool=torch_memory", f"{A}.tool_config.torch_memory.max_entries=0"],
      f"{A}.tool_config.torch_memory.max_entries", "0"),
     ("override-without-equals", BASE + ["global_profiler.tool"], "override", "global_profiler.tool"),
 ]
@@ -119,3 +120,12 @@ def test_yaml_that_is_not_a_mapping(workdir):
 
 def test_at_least_thirty_distinct_cases():
     assert len({c[0] for c in CASES}) >= 30
+
+
+def test_a_bad_value_in_a_tool_block_verl_does_not_read_is_said_not_refused():
+    """verl builds only the active tool's config (engine_workers.py ~486-492 @1dda039): a bad npu level while the tool
+    is torch does not stop it, so rlprof says it in one warning and resolves the plan."""
+    proc = run_cli("plan", *BASE, f"{A}.tool_config.npu.level=level3")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [w for w in proc.stdout.splitlines() if "level3" in w]
+    assert "not used: verl reads only the torch block" in line

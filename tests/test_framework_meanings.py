@@ -94,7 +94,12 @@ def test_the_rollout_with_nsys_is_off_as_verls_rollout_servers_switch_it_off():
 def test_the_finish_hook_never_runs_for_the_rollout():
     """docs/perf/torch_profiling.md: the hook runs on the training workers; the rollout engine never runs it."""
     run = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=True"]
-    plan = load_plan(None, overrides_of("finish_hook") + run, device="cpu")
+    # the doc's line as a shell passes it is refused by Hydra's grammar, as verl's own Hydra refuses it
+    # (tests/data/verl/head_meanings.json); quoted for Hydra, it is taken
+    with pytest.raises(ConfigError, match="does not parse as Hydra parses it"):
+        load_plan(None, overrides_of("finish_hook") + run, device="cpu")
+    hook = """global_profiler.finish_hook_cmd='my-upload-tool "$VERL_PROFILE_SAVE_PATH"'"""
+    plan = load_plan(None, overrides_of("finish_hook")[:-1] + [hook] + run, device="cpu")
     assert plan.role("actor").finish_hook.cmd == 'my-upload-tool "$VERL_PROFILE_SAVE_PATH"'
     assert plan.role("rollout").enabled and plan.role("rollout").finish_hook is None
     assert sum("finish hook does not run for the rollout" in w for w in plan.warnings) == 1

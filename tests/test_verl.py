@@ -145,7 +145,7 @@ BROKEN = [
     ("rank-not-integer", [f"{A}.ranks=[zero]"], f"{A}.ranks[0]"),
     ("hook-ranks-not-integers", ["global_profiler.finish_hook_cmd=ls", "global_profiler.finish_hook_ranks=[a]"],
      "finish_hook_ranks[0]"),
-    ("bad-level", [f"{A}.tool_config.npu.level=level9"], f"{A}.tool_config.npu.level"),
+    ("bad-level", [f"{A}.tool=npu", f"{A}.tool_config.npu.level=level9"], f"{A}.tool_config.npu.level"),
     ("bad-torch-content", [f"{A}.tool_config.torch.contents=[gpu]"], f"{A}.tool_config.torch.contents[0]"),
     ("memory-stack-zero", ["global_profiler.global_tool_config.torch_memory.stack_depth=0",
                            "global_profiler.tool=torch_memory"], "stack_depth"),

@@ -228,10 +228,14 @@ class _Reader:
         blocks = self.tool_blocks(tkey, raw.get("tool_config"))
         active = None
         for name, block in blocks.items():  # validate every block given, not only the active one
-            if block or name == tool:
-                settings = self.tool_settings(name, f"{tkey}.{name}", block, glob, role)
-                if name == tool:
-                    active = settings
+            if name == tool:
+                active = self.tool_settings(name, f"{tkey}.{name}", block, glob, role)
+            elif block:  # verl builds only the active tool's config: a bad value elsewhere is said, not refused
+                try:
+                    self.tool_settings(name, f"{tkey}.{name}", block, glob, role)
+                except c.ConfigError as exc:
+                    used = f"verl reads only the {tool} block while the tool is {tool}" if tool else "no tool is set"
+                    self.warnings.append(f"{str(exc).removeprefix('config error: ')} (not used: {used})")
         if active is None:
             active = self.tool_settings(None, tkey, {}, glob, role)
         save_path = c.writable_dir(f"{key}.save_path", raw["save_path"]) if raw.get("save_path") else glob["save_path"]
@@ -292,6 +296,10 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         roles[role] = reader.role(role, ROLE_BLOCKS[role], raw_blocks[role], glob, steps)
         if role == "ref":  # the actor's block read again for the ref's stages: its warnings were said for the actor
             del reader.warnings[said:]
+        elif role == "rollout":  # what the rollout inherits from the actor's block was said for the actor
+            earlier = set(reader.warnings[:said])
+            reader.warnings[said:] = [w for w in reader.warnings[said:]
+                                      if w.replace(ROLE_BLOCKS["rollout"], ROLE_BLOCKS["actor"]) not in earlier]
     own_schedule = get(data, f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule")
     if isinstance(own_schedule, dict) and "unit" not in own_schedule and (own_schedule.get("active") or 0) > 0:
         reader.warnings.append(f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule samples update "

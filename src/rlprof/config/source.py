@@ -19,17 +19,32 @@ def split_config_args(args: list[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def _override_pairs(overrides: Sequence[str]) -> list[tuple[str, bool]]:
-    """(key=value, whether it adds: `+` or `++`) per override."""
-    pairs = []
+def _parsed_overrides(overrides: Sequence[str]) -> list[tuple[str, str, Any, bool]]:
+    """(the override as given, key, value, whether it adds: `+` or `++`) per override, read with Hydra's own override grammar (the one verl
+    and MindSpeed-RL's entry points parse their command lines with), so what Hydra refuses is refused here."""
+    if not overrides:
+        return []
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    parser = OverridesParser.create()
+    out = []
     for raw in overrides:
-        item = raw[2:] if raw.startswith("++") else raw[1:] if raw.startswith("+") else raw
-        key, sep, _ = item.partition("=")
-        if not sep or not key or key.startswith("~"):
+        if not isinstance(raw, str) or "=" not in raw or raw.startswith("~"):
             raise ConfigError("override", raw, "key=value, +key=value or ++key=value (Hydra style)",
                               problem="is not an override")
-        pairs.append((item, raw.startswith("+")))
-    return pairs
+        try:
+            parsed = parser.parse_override(raw)
+        except Exception as exc:  # Hydra's grammar error (OverrideParseException and its kin)
+            raise ConfigError("override", raw, "key=value with a value in Hydra's override grammar (quote a value "
+                              "that holds spaces or quotes: 'key=\"a b\"')",
+                              problem=f"does not parse as Hydra parses it ({_first_line(exc)})") from None
+        if parsed.is_sweep_override():
+            raise ConfigError("override", raw, "one value; a list is written [a,b]",
+                              problem="is a sweep (a,b): Hydra refuses it outside --multirun (Ambiguous value)")
+        out.append((raw, parsed.key_or_group, parsed.value(),
+                    parsed.type in (OverrideType.ADD, OverrideType.FORCE_ADD)))
+    return out
 
 
 def _holds(data: Any, dotted: str) -> bool:
@@ -66,24 +81,20 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
                               problem=f"could not be read ({_first_line(exc)})") from None
     closed = _closed(path, layers[0]) if layers else None
     added: set[str] = set()
-    for pair, adds in _override_pairs(overrides):
-        key = pair.partition("=")[0]
+    for raw, key, value, adds in _parsed_overrides(overrides):
         if closed is not None and not adds and key not in added and not _holds(closed, key):
-            raise ConfigError("override", pair, f"+{pair} to add it (verl then ignores a key its dataclasses lack)",
-                              problem=f"names a key {os.path.basename(path)} does not hold: Hydra refuses it in a whole "
-                                      "verl config (Key not in struct)")
+            raise ConfigError("override", raw, f"+{raw} to add it (verl then ignores a key its dataclasses lack)",
+                              problem=f"names a key {os.path.basename(path)} does not hold: Hydra refuses it in a "
+                                      "whole verl config (Key not in struct)")
         if adds:
             added.add(key)
+        layer = OmegaConf.create()
         try:
-            layers.append(OmegaConf.from_dotlist([pair]))
-        except yaml.YAMLError as exc:  # `ranks=[0,`, or `key="a" b` as a pasted `"$X" $@` line makes
-            what = getattr(exc, "problem", None) or _first_line(exc)
-            raise ConfigError("override", pair, "key=value with a YAML value (quote a value that holds spaces, "
-                              "brackets or quotes: 'key=\"a b\"')",
-                              problem=f"has a value that is not YAML ({what})") from None
+            OmegaConf.update(layer, key, value, force_add=True)
         except (OmegaConfBaseException, ValueError, TypeError) as exc:
-            raise ConfigError("override", pair, "key=value with a YAML value",
-                              problem=f"could not be parsed ({_first_line(exc)})") from None
+            raise ConfigError("override", raw, "key=value with a dotted key",
+                              problem=f"could not be set ({_first_line(exc)})") from None
+        layers.append(layer)
     if not layers:
         return {}
     try:

@@ -1,0 +1,44 @@
+"""Every profiler-setting line of verl's example scripts, e2e and NPU test scripts and profiling docs (at the commit
+in tests/data/verl/profiler_lines.yaml) resolves with the meaning verl's own code gives it, or is refused as verl
+refuses it. verl's meaning was computed by verl itself (bench/verl_cases.py: Hydra's compose of its trainer config,
+then each role's DistProfiler, in a side venv) and committed as tests/data/verl/head_meanings.json. rlprof reads
+each command as verl does: over the generated trainer YAML of that commit."""
+
+import json
+
+import pytest
+import yaml
+
+from conftest import DATA
+from rlprof.config import load_plan
+from rlprof.errors import ConfigError
+
+CASES = {c["id"]: c for c in yaml.safe_load((DATA / "verl" / "profiler_lines.yaml").read_text())["cases"]}
+VERL = json.loads((DATA / "verl" / "head_meanings.json").read_text())
+BASE = DATA / "verl" / "config" / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
+
+
+def test_the_cases_cover_the_files_and_carry_verls_meaning():
+    assert VERL["commit"] == yaml.safe_load((DATA / "verl" / "profiler_lines.yaml").read_text())["commit"]
+    assert set(VERL["cases"]) == set(CASES) and len(CASES) >= 15
+    assert {c["source"].split("/")[0] for c in CASES.values()} == {"examples", "tests", "docs"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_command_means_what_verl_makes_of_it(case):
+    verl = VERL["cases"][case]
+    overrides = CASES[case]["overrides"]
+    if "refused" in verl:
+        with pytest.raises(ConfigError):
+            load_plan(BASE, overrides, device="npu")
+        return
+    plan = load_plan(BASE, overrides, device="npu")
+    steps = verl["steps"] or []
+    for role, v in verl["roles"].items():
+        rp = plan.role(role)
+        verl_ranks = [r for r in VERL["ranks"] if v["tool"] is not None and steps and r in v["ranks"]]
+        mine = [r for r in VERL["ranks"] if rp.collects_on(r)]
+        assert mine == verl_ranks, (role, rp)
+        if verl_ranks:
+            assert rp.tool == v["tool"] and rp.steps == tuple(steps)
+            assert (rp.mode == "discrete") == v["discrete"], (role, rp.mode)
