@@ -13,8 +13,10 @@ Two steps, each writing a committed file under tests/data/verl/:
                                               recorded as verl's), builds each role's DistProfiler as its workers do
                                               and records what it decides; writes tests/data/verl/head_meanings.json.
 
-tests/test_verl_cases.py checks rlprof's plan of each command against that file (docs/framework_configs.md lists
-them). Nothing here runs in CI: the side venv is for making the fixture.
+  python3 bench/verl_cases.py table         writes docs/framework_configs.md, one row per command.
+
+tests/test_verl_cases.py checks rlprof's plan of each command against that file and the table's rows. Nothing here
+runs in CI: the side venv is for making the fixture.
 """
 
 from __future__ import annotations
@@ -192,6 +194,47 @@ def meaning(src: Path) -> None:
     print(json.dumps({"cases": len(results["cases"]), "file": str(MEANINGS.relative_to(ROOT))}))
 
 
+
+
+# ---- table (in this environment: rlprof's reading of each case, beside verl's) ------------------------------------------
+TABLE = ROOT / "docs" / "framework_configs.md"
+
+
+def _who(meaning: dict) -> str:
+    """What verl collects, in words: refused, or per role the ranks (of ranks 0-7) and the mode."""
+    if "refused" in meaning:
+        return "refused: " + meaning["refused"].split(":", 1)[0]
+    if not meaning.get("steps"):
+        return "nothing (no steps)"
+    parts = [f"{role} {v['tool']} {'discrete' if v['discrete'] else 'e2e'} ranks {','.join(map(str, v['ranks']))}"
+             for role, v in sorted(meaning["roles"].items()) if v.get("tool") and v.get("ranks")]
+    return "; ".join(parts) or "nothing (no role enabled)"
+
+
+def table() -> None:
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "src"))
+    cases = yaml.safe_load(LINES.read_text())["cases"]
+    verl = json.loads(MEANINGS.read_text())["cases"]
+    rows = ["# Real framework configs and what they mean", "",
+            "Every profiler-setting command in verl's `examples/profile/*.sh`, `tests/special_e2e` and `tests/special_npu`",
+            f"scripts and profiling docs at verl-project/verl `{COMMIT[:9]}` (0.10.0.dev), extracted by",
+            "`bench/verl_cases.py extract` into `tests/data/verl/profiler_lines.yaml`. The middle column is what verl's own",
+            "code makes of it (Hydra's compose of its trainer config, then each role's DistProfiler; rollout servers profile",
+            "in discrete mode only), computed by `bench/verl_cases.py meaning` in a side venv; `tests/test_verl_cases.py`",
+            "checks rlprof's plan of each against it (ranks 0-7 asked). MindSpeed-RL's profiler guide blocks and test",
+            "config are checked in `tests/test_framework_meanings.py`.", "",
+            "| command (file#block: lines) | overrides | verl collects |", "| --- | --- | --- |"]
+    for c in cases:
+        rows.append(f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {len(c['overrides'])} | "
+                    f"{_who(verl[c['id']])} |")
+    TABLE.write_text("\n".join(rows) + "\n")
+    print(json.dumps({"rows": len(cases), "file": str(TABLE.relative_to(ROOT))}))
+
+
 if __name__ == "__main__":
-    what, src = sys.argv[1], Path(sys.argv[2])
-    {"extract": extract, "meaning": meaning}[what](src)
+    if sys.argv[1] == "table":
+        table()
+    else:
+        {"extract": extract, "meaning": meaning}[sys.argv[1]](Path(sys.argv[2]))

@@ -42,3 +42,17 @@ def test_each_command_means_what_verl_makes_of_it(case):
         if verl_ranks:
             assert rp.tool == v["tool"] and rp.steps == tuple(steps)
             assert (rp.mode == "discrete") == v["discrete"], (role, rp.mode)
+
+
+def test_the_docs_table_has_one_row_per_command_with_verls_meaning():
+    import sys
+
+    sys.path.insert(0, str(DATA.parents[1] / "bench"))
+    from verl_cases import _who
+
+    table = (DATA.parents[1] / "docs" / "framework_configs.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(CASES)
+    for case in CASES:
+        (row,) = [r for r in rows if r.startswith(f"| `{case}`")]
+        assert row.rstrip(" |").endswith(_who(VERL["cases"][case])), row
