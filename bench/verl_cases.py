@@ -229,6 +229,20 @@ def table() -> None:
     for c in cases:
         rows.append(f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {len(c['overrides'])} | "
                     f"{_who(verl[c['id']])} |")
+    rows += ["", "## MindSpeed-RL", "",
+             "Its profiler guide's YAML blocks and its only test config with a profiler block, at Ascend/MindSpeed-RL",
+             "`05a90d7` (`tests/data/mindspeed/`), each checked in `tests/test_framework_meanings.py` against what",
+             "`get_grpo_profiler` / `profiler_start` (mindspeed_rl/utils/utils.py) do with it:", "",
+             "| source | MindSpeed-RL collects |", "| --- | --- |",
+             "| `tests/st/configs/test_ppo_trainer_qwen25_7b_integrated.yaml`: 147-163 | actor_update of step 1 on rank 0, "
+             "NPU + CPU at level1, db export, parsed online |",
+             "| `docs/zh/features/profiler.md`: 17-33 (the general block) | nothing (`profile: false`) |",
+             "| `docs/zh/features/profiler.md`: 40-51 (the DPO block) | one window over step 1 on every rank, NPU + CPU "
+             "at level1, text export |",
+             "| `docs/zh/features/profiler.md`: 92-96 (the lightweight block) | NPU activity at level_none plus its mstx "
+             "ranges (msprof_tx); no CPU activity |",
+             "| `profile_ranks: 1` (an integer; utils.py ~524-532) | rank 0 (list(1) fails; it falls back to [0]) |",
+             "| `profile_with_stack: true` (base_config.py ~29-33) | refused at setup: not a ProfilerConfig key |"]
     TABLE.write_text("\n".join(rows) + "\n")
     print(json.dumps({"rows": len(cases), "file": str(TABLE.relative_to(ROOT))}))
 

@@ -230,3 +230,32 @@ def test_a_refusal_stricter_than_the_framework_says_what_it_would_do(overrides, 
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert said in line and "allowed:" in line
+
+
+# ---- MindSpeed-RL's own configs, whole (docs/framework_configs.md, the MindSpeed-RL table) ------------------------
+MINDSPEED_CASES = [
+    # source, device, (role, tool, mode, steps, stages, contents, level, export, all ranks / ranks)
+    (PPO_TEST, "npu", ("actor", "npu", "discrete", (1,), ("actor_update",), ("cpu", "npu"), "level1", "db", (0,))),
+    (DOC / "profiler_md_L17-33.yaml", "npu", ("actor", None, "e2e", (1,), None, None, None, None, None)),  # profile: false
+]
+
+
+@pytest.mark.parametrize("source, device, want", MINDSPEED_CASES, ids=["ppo-test-config", "guide-general-block"])
+def test_mindspeeds_own_configs_mean_what_its_profiler_code_does(source, device, want):
+    """utils.py get_grpo_profiler / profiler_start @05a90d7: profile switches it on; a stage name opens a window at
+    that stage in each step of [start, end); activities from profile_with_*; level and export as written."""
+    role, tool, mode, steps, stages, contents, level, export, ranks = want
+    rp = load_plan(source, [], device=device).role(role)
+    if tool is None:
+        assert not rp.enabled
+        return
+    assert (rp.tool, rp.mode, rp.steps, rp.stages) == (tool, mode, steps, stages)
+    assert (rp.contents, rp.level, rp.export_type, rp.ranks, rp.all_ranks) == (contents, level, export, ranks, False)
+
+
+def test_the_guides_dpo_block_collects_every_rank_at_level1():
+    block = yaml.safe_load((DOC / "profiler_md_L40-51.yaml").read_text())
+    plan = resolve_plan(block, device="npu")
+    actor = plan.role("actor")
+    assert actor.enabled and actor.all_ranks and actor.level == "level1" and actor.export_type == "text"
+    assert actor.contents == ("cpu", "npu") and actor.steps == (1,)  # [start, end) = [1, 2)
