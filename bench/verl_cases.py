@@ -94,6 +94,45 @@ def commands(path: Path, text: str) -> list[dict]:
     return out
 
 
+YAML_FENCE = re.compile(r"^([ \t]*)```ya?ml[ \t]*\n(.*?)^[ \t]*```", re.S | re.M)
+RST_YAML = re.compile(r"^([ \t]*)\.\. code(?:-block)?::[ \t]*yaml[ \t]*\n")
+
+
+def yaml_blocks(path: Path, text: str) -> list[dict]:
+    """The doc's YAML blocks that set profiler keys: edits of the trainer YAML (line range, the mapping)."""
+    import textwrap
+
+    import yaml
+
+    found = []
+    if path.suffix == ".md":
+        for m in YAML_FENCE.finditer(text):
+            first = text.count("\n", 0, m.start(2)) + 1
+            found.append((first, textwrap.dedent(m.group(2))))
+    elif path.suffix == ".rst":
+        lines = text.splitlines()
+        for n, line in enumerate(lines):
+            m = RST_YAML.match(line + "\n")
+            if not m:
+                continue
+            body, k = [], n + 1
+            while k < len(lines) and (not lines[k].strip() or len(lines[k]) - len(lines[k].lstrip()) > len(m.group(1))):
+                body.append(lines[k])
+                k += 1
+            found.append((n + 2, textwrap.dedent("\n".join(body))))
+    out = []
+    for first, body in found:
+        if "profiler" not in body:
+            continue
+        try:
+            block = yaml.safe_load(body)
+        except yaml.YAMLError:
+            block = None
+        if isinstance(block, dict):
+            out.append({"lines": [first, first + body.rstrip().count("\n")], "block": block})
+    return out
+
+
 def extract(src: Path) -> None:
     import yaml
 
@@ -101,8 +140,12 @@ def extract(src: Path) -> None:
     for pattern in FILES:
         for path in sorted(src.glob(pattern)):
             rel = path.relative_to(src)
-            for i, c in enumerate(commands(rel, path.read_text(errors="replace"))):
+            text = path.read_text(errors="replace")
+            for i, c in enumerate(commands(rel, text)):
                 cases.append({"id": f"{rel}#{i}", "source": str(rel), **c})
+            if rel.suffix in (".md", ".rst"):
+                for i, b in enumerate(yaml_blocks(rel, text)):
+                    cases.append({"id": f"{rel}#yaml{i}", "source": str(rel), **b})
     LINES.write_text("# Profiler-setting override lines of verl's scripts and docs (bench/verl_cases.py extract), at\n"
                      f"# verl-project/verl {COMMIT}; $VARIABLES resolved from the script's own defaults.\n"
                      + yaml.safe_dump({"commit": COMMIT, "cases": cases}, sort_keys=False, width=160))
@@ -110,7 +153,9 @@ def extract(src: Path) -> None:
 
 
 # ---- meaning (in the side venv: verl's own code) ---------------------------------------------------------------------
-def _meaning(config_dir: Path, overrides: list[str]) -> dict:
+def _meaning(config_dir: Path, overrides: list[str], edit: dict | None = None) -> dict:
+    """verl's meaning of a command line (`overrides`), or of an edit of its trainer YAML (`edit`: merged into the
+    composed config as a change of the file would be: new keys are the file's own, no struct refusal)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -122,6 +167,9 @@ def _meaning(config_dir: Path, overrides: list[str]) -> dict:
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         try:
             cfg = compose("ppo_trainer", overrides=overrides)
+            if edit is not None:
+                OmegaConf.set_struct(cfg, False)
+                cfg = OmegaConf.merge(cfg, OmegaConf.create(edit))
             OmegaConf.resolve(cfg)
         except Exception as exc:  # Hydra's own refusal (struct, grammar) or an interpolation that fails
             return {"refused": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
@@ -187,9 +235,9 @@ def meaning(src: Path) -> None:
 
     results = {"commit": COMMIT, "verl": getattr(verl, "__version__", None), "ranks": list(RANKS), "cases": {}}
     for case in cases:
-        if case["unresolved"]:
+        if case.get("unresolved"):
             continue
-        results["cases"][case["id"]] = _meaning(config_dir, case["overrides"])
+        results["cases"][case["id"]] = _meaning(config_dir, case.get("overrides", []), case.get("block"))
     MEANINGS.write_text(json.dumps(results, indent=1, sort_keys=True))
     print(json.dumps({"cases": len(results["cases"]), "file": str(MEANINGS.relative_to(ROOT))}))
 
@@ -220,14 +268,16 @@ def table() -> None:
     rows = ["# Real framework configs and what they mean", "",
             "Every profiler-setting command in verl's `examples/profile/*.sh`, `tests/special_e2e` and `tests/special_npu`",
             f"scripts and profiling docs at verl-project/verl `{COMMIT[:9]}` (0.10.0.dev), extracted by",
-            "`bench/verl_cases.py extract` into `tests/data/verl/profiler_lines.yaml`. The middle column is what verl's own",
+            "`bench/verl_cases.py extract` into `tests/data/verl/profiler_lines.yaml`: override lines, and the docs' YAML",
+            "blocks (`#yamlN`: edits of the trainer YAML). The last column is what verl's own",
             "code makes of it (Hydra's compose of its trainer config, then each role's DistProfiler; rollout servers profile",
             "in discrete mode only), computed by `bench/verl_cases.py meaning` in a side venv; `tests/test_verl_cases.py`",
             "checks rlprof's plan of each against it (ranks 0-7 asked). MindSpeed-RL's profiler guide blocks and test",
             "config are checked in `tests/test_framework_meanings.py`.", "",
-            "| command (file#block: lines) | overrides | verl collects |", "| --- | --- | --- |"]
+            "| command (file#block: lines) | form | verl collects |", "| --- | --- | --- |"]
     for c in cases:
-        rows.append(f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {len(c['overrides'])} | "
+        what = f"{len(c['overrides'])} overrides" if "overrides" in c else "YAML edit"
+        rows.append(f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {what} | "
                     f"{_who(verl[c['id']])} |")
     rows += ["", "## MindSpeed-RL", "",
              "Its profiler guide's YAML blocks and its only test config with a profiler block, at Ascend/MindSpeed-RL",

@@ -259,3 +259,19 @@ def test_the_guides_dpo_block_collects_every_rank_at_level1():
     actor = plan.role("actor")
     assert actor.enabled and actor.all_ranks and actor.level == "level1" and actor.export_type == "text"
     assert actor.contents == ("cpu", "npu") and actor.steps == (1,)  # [start, end) = [1, 2)
+
+
+
+def test_a_key_global_profiler_lacks_is_ignored_in_a_whole_yaml_and_refused_on_the_command_line(tmp_path):
+    """verl reads global_profiler key by key (ray_trainer.py ~857-866, ~1459 @1dda039): in an edited trainer YAML an
+    extra key (nsight_profiling.md's `discrete`) is ignored; on the command line Hydra refuses it (not in struct)."""
+    edited = tmp_path / "edited.yaml"
+    data = yaml.safe_load(HEAD_YAML.read_text())
+    data["global_profiler"]["discrete"] = False
+    edited.write_text(yaml.safe_dump(data))
+    plan = load_plan(edited, ENABLED, device="cpu")
+    assert sum("global_profiler.discrete is not a key verl reads" in w for w in plan.warnings) == 1
+    with pytest.raises(ConfigError, match="Key not in struct"):
+        load_plan(HEAD_YAML, ENABLED + ["global_profiler.discrete=False"], device="cpu")
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_plan(None, ENABLED + ["global_profiler.discrete=False"], device="cpu")

@@ -24,15 +24,32 @@ def test_the_cases_cover_the_files_and_carry_verls_meaning():
     assert {c["source"].split("/")[0] for c in CASES.values()} == {"examples", "tests", "docs"}
 
 
+def _merged(base: dict, edit: dict) -> dict:
+    out = dict(base)
+    for k, v in edit.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _config(case: str, tmp_path) -> tuple:
+    """(config file, overrides): a command over the head YAML, or the head YAML edited by a doc's YAML block."""
+    c = CASES[case]
+    if "block" not in c:
+        return BASE, c["overrides"]
+    edited = tmp_path / "edited_ppo_trainer.yaml"
+    edited.write_text(yaml.safe_dump(_merged(yaml.safe_load(BASE.read_text()), c["block"])))
+    return edited, []
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_each_command_means_what_verl_makes_of_it(case):
+def test_each_command_means_what_verl_makes_of_it(case, tmp_path):
     verl = VERL["cases"][case]
-    overrides = CASES[case]["overrides"]
+    config, overrides = _config(case, tmp_path)
     if "refused" in verl:
         with pytest.raises(ConfigError):
-            load_plan(BASE, overrides, device="npu")
+            load_plan(config, overrides, device="npu")
         return
-    plan = load_plan(BASE, overrides, device="npu")
+    plan = load_plan(config, overrides, device="npu")
     steps = verl["steps"] or []
     for role, v in verl["roles"].items():
         rp = plan.role(role)

@@ -264,7 +264,14 @@ def _same_as_actor(actor: RolePlan, ref: RolePlan) -> bool:
 def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     version = version or detect_version(data)
     reader = _Reader(data, version)
-    g = c.mapping("global_profiler", data.get("global_profiler"), verl.GLOBAL_KEYS + RLPROF_GLOBAL_KEYS)
+    graw = data.get("global_profiler")
+    known = verl.GLOBAL_KEYS + RLPROF_GLOBAL_KEYS
+    if isinstance(graw, dict) and "_target_" in graw:  # a whole trainer YAML: verl reads global_profiler key by key
+        ignored = [k for k in graw if k not in known and k not in c.IGNORED_KEYS]
+        reader.warnings += [f"global_profiler.{k} is not a key verl reads; it ignores it (keys: "
+                            f"{', '.join(verl.GLOBAL_KEYS)})" for k in ignored]
+        graw = {k: v for k, v in graw.items() if k not in ignored}
+    g = c.mapping("global_profiler", graw, known)
     with c.framework_would(verl.RUNS_UNKNOWN_TOOL):
         tool = c.choice("global_profiler.tool", g.get("tool"), ALL_TOOLS, nullable=True)
     glob = {
