@@ -35,7 +35,18 @@ def load_trace(path) -> dict:
 
 
 def names(trace, prefix) -> list[str]:
-    return [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)]
+    """Range names under `prefix`, without the `|key=value` part a unit range carries (unit_args reads that)."""
+    return [e["name"].split("|")[0] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)]
+
+
+def unit_args(trace, prefix) -> list[dict]:
+    """The `|key=value,...` part of each range under `prefix`, as integers."""
+    out = []
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e["name"].startswith(prefix):
+            tail = e["name"].partition("|")[2]
+            out.append({k: int(v) for k, v in (p.split("=") for p in tail.split(",") if p)})
+    return out
 
 
 def rows(d):

@@ -207,13 +207,15 @@ def _load(path: Path) -> dict:
 
 
 def _ranges(doc, kind):
-    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(f"rlprof:{kind}:")]
+    """rlprof's ranges of `kind`, named without the `|key=value` part unit ranges carry."""
+    return [{**e, "name": e["name"].split("|")[0]} for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e["name"].startswith(f"rlprof:{kind}:")]
 
 
 def test_slice_holds_only_the_requested_slice(runs_small, tmp_path):
     src = _load(next(runs_small.glob("*.pt.trace.json.gz")))
     (stage,) = [e for e in _ranges(src, "stage") if e["name"] == "rlprof:stage:actor_update"]
-    mb3 = next(e for e in _ranges(src, "micro_batch") if e["name"] == "rlprof:micro_batch:3"
+    mb3 = next(e for e in _ranges(src, "micro_batch") if e["name"].split("|")[0] == "rlprof:micro_batch:3"
                and stage["ts"] <= e["ts"] <= stage["ts"] + stage["dur"])
     out = tmp_path / "mb3.json.gz"
     proc = run_cli("slice", runs_small, "--step", 2, "--role", "actor", "--stage", "actor_update", "--micro-batch", 3,

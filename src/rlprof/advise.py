@@ -212,24 +212,81 @@ def predict(plan, model: SizeModel, ranks: int) -> list[dict]:
     return out
 
 
+def is_metrics_input(path: str | Path) -> bool:
+    """A run's step metrics rather than its traces: a .jsonl / .log / .txt file other than a manifest, or a
+    directory with a metrics.jsonl and no rlprof manifest (the trainer's outputs/train/<run_id>)."""
+    p = Path(path)
+    if p.is_file():
+        return p.name != "manifest.jsonl" and p.suffix in (".jsonl", ".log", ".txt")
+    return p.is_dir() and (p / "metrics.jsonl").is_file() and not any(p.rglob("manifest.jsonl"))
+
+
 def advise(run: str | Path, budget: int, dialect: str, save_path: str = "outputs/profile") -> dict:
-    """The advice for a run on disk (analysed here)."""
+    """The advice for a run on disk: from its traces (analysed here), or from its step metrics alone."""
     from .analyze.engine import load_analysis
 
     if dialect not in DIALECTS:
         raise AdviseError(f"--dialect {dialect!r} is unknown; allowed: {', '.join(DIALECTS)}")
+    if is_metrics_input(run):
+        return advise_from_metrics(run, budget, dialect, save_path)
     return advise_from(load_analysis(run, workers=1), run_windows(Path(run)), budget, dialect, save_path, str(run))
+
+
+def metrics_target(diag: dict) -> Target:
+    """What the step metrics point at: an outlier step's stage at that step, else the dominant stage (at the
+    last step where it grows with response length or over steps, else at a steady step), else the longest."""
+    steps = diag["steps"]
+    steady = steps[1:] or steps
+    ours = [s for s in diag["stages"] if s["stage"] in STAGE_ROLE]
+    if not ours:
+        raise AdviseError("the metrics time no stage rlprof can target (timing_s/gen, update_actor, ...); allowed: "
+                          "verl's or rlprof's step metrics with per-stage timings")
+    outlier = next((o for o in diag["outliers"] if o["stage"] in STAGE_ROLE), None)
+    if outlier:
+        return Target(outlier["stage"], STAGE_ROLE[outlier["stage"]], outlier["step"], [0],
+                      [f"step {outlier['step']} took {outlier['step_s']:.2f} s against a median of "
+                       f"{outlier['median_step_s']:.2f} s; {outlier['stage']} grew most (+{outlier['stage_extra_s']:.2f}"
+                       " s): profile that stage at that step",
+                       "rank 0: the metrics are the driver's, per step, not per rank"])
+    dom = diag["dominant"]
+    stage = dom["stage"] if dom and dom["stage"] in STAGE_ROLE else ours[0]["stage"]
+    trend = next((t for t in diag["trends"] if t["stage"] == stage), None)
+    step = steps[-1] if trend else steady[len(steady) // 2]
+    share = next(s["share"] for s in diag["stages"] if s["stage"] == stage)
+    why = [f"{stage} {'dominates' if dom and dom['stage'] == stage else 'is the longest stage of'} the step: "
+           f"{share:.0%} of the mean step ({diag['mean_step_s']:.2f} s) over steps {steady[0]}-{steady[-1]}"]
+    if trend:
+        why.append(f"{stage} grows with {trend['with'].replace('_', ' ')} (r = {trend['r']:.2f}): profile the last "
+                   f"step seen, {step}")
+    return Target(stage, STAGE_ROLE[stage], step, [0], why + ["rank 0: the metrics are the driver's, not per rank"])
+
+
+def advise_from_metrics(path: str | Path, budget: int, dialect: str, save_path: str = "outputs/profile") -> dict:
+    """Advice from step metrics alone (no trace): the stage and step they point at, in `dialect`."""
+    from .analyze.step_metrics import diagnose_steps, read_step_metrics
+
+    fmt, records = read_step_metrics(path)
+    diag = diagnose_steps(records)
+    target = metrics_target(diag)
+    result = _advise_for(target, [], budget, dialect, save_path, str(path), None)
+    result["metrics"] = {"format": fmt, **diag}
+    return result
 
 
 def advise_from(doc: dict, windows: list[dict], budget: int, dialect: str, save_path: str = "outputs/profile",
                 run: str = "") -> dict:
     """The advice: target, chosen unit count, config (data), predicted windows, reasons."""
+    target = choose_target(doc)
+    unit = UNITS[dialect].get(target.stage)
+    return _advise_for(target, windows, budget, dialect, save_path, run, _units_in_run(doc, target, unit))
+
+
+def _advise_for(target: Target, windows: list[dict], budget: int, dialect: str, save_path: str, run: str,
+                available: int | None) -> dict:
     from .config import resolve_plan
 
-    target = choose_target(doc)
     model = SizeModel(load_calibration(), windows)
     unit = UNITS[dialect].get(target.stage)
-    available = _units_in_run(doc, target, unit)
     reasons = list(target.why)
     ranks = len(target.ranks)
 

@@ -149,9 +149,24 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         rows.append(stage_row)
         inside = by_mid[np.searchsorted(mids[by_mid], lo, "left"):np.searchsorted(mids[by_mid], hi, "right")]
         for kind, label, ulo, uhi in (units[i] for i in np.sort(inside)):  # units centred in the stage
-            index = int(label) if label.isdigit() else label
-            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi)})
+            index, args = unit_label(label)
+            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi), **args})
     return rows
+
+
+UNIT_ARGS = ("seqs", "tokens", "real_tokens", "active")  # what a unit range may say it holds (integers)
+
+
+def unit_label(label: str) -> tuple[int | str, dict[str, int]]:
+    """`3|seqs=8,tokens=160` -> (3, {"seqs": 8, "tokens": 160}); keys other than UNIT_ARGS and values that are
+    not non-negative integers are left out (a range name is free text in other tools' traces)."""
+    head, _, tail = label.partition("|")
+    args = {}
+    for part in tail.split(",") if tail else ():
+        key, _, value = part.partition("=")
+        if key in UNIT_ARGS and value.isdigit():
+            args[key] = int(value)
+    return (int(head) if head.isdigit() else head), args
 
 
 class _StepAt:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import AnalyzeError
 from .breakdown import BUCKETS, order_key
 from .findings import findings
-from .inputs import directory_warnings
+from .inputs import directory_warnings, run_config
 
 SCHEMA_VERSION = 1
 
@@ -31,6 +31,7 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
+    doc["run_config"] = run_config(path)
     doc["findings"] = findings(doc)
     return doc
 

@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings")
+TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures")
 
 
 def _columns(records: list[dict]) -> list[str]:

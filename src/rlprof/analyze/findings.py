@@ -1,9 +1,13 @@
 """Findings: the answer before the tables. Pure functions over an analysis document (SPEC §4b).
 
 Each finding is one sentence with its numbers, the evidence it rests on and the threshold that let it fire
-(documented in docs/analysis_schema.md). Nothing fires below its threshold; the list is ranked: a slow rank
-first (it holds every other rank up), then the stage that dominates the step, then where the time goes inside a
-stage, then step-to-step variance, cut windows, and units that repeat (where sampling one is enough).
+(documented in docs/analysis_schema.md). Nothing fires below its threshold. A finding with a cause (from the RL
+measures: a rollout tail, padding, micro-batches too small, an unused reference pass, a slow reward, weight
+sync, exposed communication, a launch-bound device, memory left unused, a slow rank) carries `cause` and
+`levers`: the config keys that act on it in verl, MindSpeed-RL and rlprof's trainer (frameworks/levers.py).
+Those come first, a slow rank before the rest (it holds every other rank up), then by the time they cost per
+step; then the descriptive ones: the dominant stage, idle and copies inside a stage, step-to-step variance, cut
+windows, and units that repeat (where sampling one is enough).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from ..frameworks.levers import CAUSES, levers
 from .breakdown import order_key
+from .measures import measures
 from .ranks import per_rank, slow_ranks
 
 THRESHOLDS = {
@@ -25,9 +31,22 @@ THRESHOLDS = {
     "repeat_units": 4,  # at least this many units of one kind in a stage window
     "repeat_same_ops": 0.8,  # this share of them run the same set of operators
     "repeat_cv": 0.25,  # and their wall times vary by at most this coefficient of variation
+    "tail_share": 0.30,  # decode-step time in the rollout tail (few rows still active), at least this share
+    "padding_share": 0.30,  # tokens computed in micro-batches that are padding, at least this share
+    "fixed_share": 0.50,  # micro-batch time that does not grow with tokens, at least this share
+    "fixed_units": 4,  # with at least this many micro-batches per pass (fewer: nothing to merge)
+    "reward_share": 0.15,  # the reward stage, at least this share of the step (it runs on the critical path)
+    "weight_sync_share": 0.15,  # weight sync, at least this share of the step
+    "launch_bound_share": 0.25,  # device idle waiting on launches, at least this share of a stage
+    "memory_use_low": 0.50,  # peak allocated below this share of the device's memory: room left
 }
 UNIT_WORDS = {"micro_batch": "micro-batches", "mini_batch": "mini-batches", "decode_step": "decode steps"}
 ORDER = ("slow_rank", "dominant_stage", "exposed_comm", "idle", "memcpy", "variance", "truncated", "repeating_units")
+# finding kind -> the cause it names (frameworks/levers.py); the others describe where, not why
+CAUSE_OF = {"slow_rank": "slow_rank", "exposed_comm": "exposed_comm", "rollout_tail": "rollout_tail",
+            "padding": "padding", "small_units": "small_units", "unused_reference": "unused_reference",
+            "slow_reward": "slow_reward", "weight_sync": "weight_sync", "launch_bound": "launch_bound",
+            "memory_headroom": "memory_headroom"}
 
 
 def _rank_key(r: dict):
@@ -112,8 +131,85 @@ def findings(doc: dict) -> list[dict]:
             out.append(_finding("truncated", 0.0, f"{i['path']} was cut short by its max_bytes_per_window budget: "
                                 "the stage after the cut is missing from it", {"path": i["path"]}))
     out += _repeating_units(doc)
-    out.sort(key=lambda f: (ORDER.index(f["kind"]), -f["impact_ms"]))
+    doc["measures"] = measures(doc, means)
+    out += _cause_findings(doc, doc["measures"], means, step_total)
+    for f in out:
+        cause = CAUSE_OF.get(f["kind"])
+        f["cause"] = CAUSES[cause].title if cause else None
+        f["levers"] = levers(cause, f.get("stage")) if cause else {}
+        f["actionable"] = bool(f["levers"])
+        f["levers_text"] = "; ".join(f"{d}: " + ", ".join(lv["text"] for lv in lvs) for d, lvs in f["levers"].items())
+    out.sort(key=_rank)
     return out
+
+
+def _rank(f: dict):
+    """Causes first (a slow rank before the rest, then by time per step), then the descriptive findings."""
+    if f["actionable"]:
+        return (0, f["kind"] != "slow_rank", -f["impact_ms"])
+    return (1, ORDER.index(f["kind"]) if f["kind"] in ORDER else len(ORDER), -f["impact_ms"])
+
+
+def _cause_findings(doc: dict, found: list[dict], means: dict, step_total: float) -> list[dict]:
+    """Findings from the RL measures, each above its threshold (docs/analysis_schema.md)."""
+    t = THRESHOLDS
+    out = []
+    big = lambda m: step_total <= 0 or _stage_ms(means, m["stage"]) >= t["stage_share"] * step_total  # noqa: E731
+    for m in found:
+        v, role, stage = m["value"], m["role"], m["stage"]
+        if m["status"] != "measured" or v is None:
+            continue
+        where = _where(role, stage)
+        if m["measure"] == "rollout_tail" and v >= t["tail_share"] and big(m) and m["tail_ms"] >= t["min_ms"]:
+            out.append(_finding("rollout_tail", m["tail_ms"],
+                                f"rollout tail: {v:.0%} of {where}'s decode time is spent with fewer than half of "
+                                f"the rows still generating ({m['tail_steps']} of {m['decode_steps']} decode steps; "
+                                f"{m['mean_active_share']:.0%} of rows active on average)", m, role=role, stage=stage))
+        elif m["measure"] == "padding" and v >= t["padding_share"] and big(m):
+            stage_ms = _stage_ms(means, stage)
+            out.append(_finding("padding", stage_ms * v,
+                                f"padding: {v:.0%} of the tokens {where} computes are pad ({m['real_tokens']} real of "
+                                f"{m['tokens']} computed over {m['micro_batches']} micro-batches)", m,
+                                role=role, stage=stage))
+        elif (m["measure"] == "fixed_cost" and v >= t["fixed_share"] and m["units_per_pass"] >= t["fixed_units"]
+              and big(m)):
+            out.append(_finding("small_units", m["fixed_ms_per_pass"],
+                                f"micro-batches too small: {v:.0%} of {where}'s micro-batch time is a fixed "
+                                f"{m['fixed_ms']:.2f} ms per micro-batch that does not grow with tokens "
+                                f"({m['units_per_pass']:.0f} micro-batches of {m['mean_seqs']:.1f} rows per pass)", m,
+                                role=role, stage=stage))
+        elif m["measure"] == "reward_share" and v >= t["reward_share"]:
+            out.append(_finding("slow_reward", m["stage_ms"],
+                                f"slow reward: {stage} takes {v:.0%} of the step ({m['stage_ms']:.1f} of "
+                                f"{m['step_ms']:.1f} ms) on the critical path: generation is done and training "
+                                "has not begun while it scores", m, role=role, stage=stage))
+        elif m["measure"] == "weight_sync_share" and v >= t["weight_sync_share"]:
+            out.append(_finding("weight_sync", m["stage_ms"],
+                                f"weight sync takes {v:.0%} of the step ({m['stage_ms']:.1f} of {m['step_ms']:.1f} ms)",
+                                m, role=role, stage=stage))
+        elif m["measure"] == "launch_bound" and v >= t["launch_bound_share"] and big(m):
+            out.append(_finding("launch_bound", m["launch_bound_ms"],
+                                f"launch-bound: the device waits on the host to launch work {v:.0%} of {where} "
+                                f"({m['launch_bound_ms']:.1f} of {m['wall_ms']:.1f} ms)", m, role=role, stage=stage))
+        elif m["measure"] == "memory_use" and v < t["memory_use_low"]:
+            out.append(_finding("memory_headroom", 0.0,
+                                f"memory headroom: the peak is {v:.0%} of the device's memory ({m['peak_bytes'] / 2**30:.1f}"
+                                f" of {m['capacity_bytes'] / 2**30:.1f} GiB) in {m['file']}: larger micro-batches fit",
+                                m, role=role, stage=stage, rank=m.get("rank")))
+    cfg = doc.get("run_config") or {}
+    ref_ms = _stage_ms(means, "ref_compute_log_prob")
+    if cfg.get("reference_pass") and cfg.get("kl_coef") == 0 and ref_ms >= t["min_ms"]:
+        out.append(_finding("unused_reference", ref_ms,
+                            f"unused reference pass: ref_compute_log_prob takes {ref_ms:.1f} ms per step "
+                            f"({ref_ms / step_total:.0%}) and the run's KL coefficient is 0 ({cfg['source']}): the "
+                            "log-probs it computes change no gradient",
+                            {"ref_ms": ref_ms, "kl_coef": cfg["kl_coef"], "source": cfg["source"]},
+                            role="ref", stage="ref_compute_log_prob"))
+    return out
+
+
+def _stage_ms(means: dict, stage) -> float:
+    return sum(v["wall_ms"] for k, v in means.items() if k[1] == stage)
 
 
 def _ranges_only(doc: dict) -> set[tuple]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import AnalyzeError
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
+RUN_CONFIG = "trainer_config.json"  # the reference trainer's settings beside its traces (not a trace)
 
 
 def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
@@ -33,7 +34,7 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
     ascend = ascend_collections(path)
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                    and not p.name.endswith((".summary.json", "analysis.json"))
-                   and not any(a in p.parents for a in ascend) and p.name != "trace_view.json")
+                   and not any(a in p.parents for a in ascend) and p.name not in ("trace_view.json", RUN_CONFIG))
     if not ascend and not files and is_ascend(path):
         return [(path, {})]
     raw = unparsed(ascend)
@@ -98,3 +99,21 @@ def is_analysis_file(path: Path) -> bool:
 def directory_warnings(path) -> list[str]:
     """What a run directory holds that is not analysed: unparsed Ascend collections, links to nothing."""
     return _unparsed_warning(path) + _dangling_links(path) if Path(path).exists() else []
+
+
+def run_config(path) -> dict | None:
+    """The settings of the run that wrote `path`, where it left them beside its traces (rlprof's trainer:
+    trainer_config.json in the run directory): {"source", "reference_pass", "kl_coef"}; None where absent."""
+    import json
+
+    path = Path(path)
+    for d in (path, path.parent) if path.is_dir() else (path.parent,):
+        f = d / RUN_CONFIG
+        if f.is_file():
+            try:
+                data = json.loads(f.read_text())
+                return {"source": str(f), "framework": data.get("framework"),
+                        "reference_pass": bool(data["reference_pass"]), "kl_coef": float(data["kl_coef"])}
+            except (ValueError, KeyError, TypeError):
+                return None
+    return None

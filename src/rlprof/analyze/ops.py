@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .classify import COLLECTIVE, LAUNCH, name_flags
-from .table import CPU_OP, KERNEL, MEMCPY, MEMSET, EventTable
+from .table import CPU_MEMORY, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, UNKNOWN_DEVICE, EventTable
 
 
 SEGMENT = 1 << 18  # events per self-time segment: bounds the temporaries on huge traces
@@ -148,13 +148,34 @@ def launch_overhead(t: EventTable) -> dict:
     return {"launches": int(count), "total_ms": total / 1e3, "mean_us": total / count if count else 0.0}
 
 
-def memory(t: EventTable, points: int = 400) -> dict:
+def memory(t: EventTable, points: int = 400, capacities: dict[int, float] | None = None) -> dict:
+    """Allocated bytes over time of one allocator: the accelerator with the highest peak where the trace has
+    device counters, else its one counter (host memory last). Counters of different devices never add up.
+    `capacities`: device id -> bytes (the trace's deviceProperties), for the headroom."""
     if not len(t.memory):
         return {"peak_bytes": None, "timeline": []}
-    ts, total = t.memory[:, 0], t.memory[:, 1]
+    dev = t.memory[:, 2].astype(int)
+    peaks = {int(d): float(t.memory[dev == d, 1].max()) for d in np.unique(dev)}
+    accel = [d for d in peaks if d >= 0]
+    chosen = max(accel, key=peaks.get) if accel else (UNKNOWN_DEVICE if UNKNOWN_DEVICE in peaks else CPU_MEMORY)
+    rows = t.memory[dev == chosen]
+    ts, total = rows[:, 0], rows[:, 1]
     step = max(1, len(ts) // points)
-    return {"peak_bytes": float(total.max()),
-            "timeline": [[float(a), float(b)] for a, b in zip(ts[::step], total[::step])]}
+    out = {"peak_bytes": peaks[chosen], "device": {CPU_MEMORY: "cpu", UNKNOWN_DEVICE: None}.get(chosen, chosen),
+           "timeline": [[float(a), float(b)] for a, b in zip(ts[::step], total[::step])]}
+    capacity = (capacities or {}).get(chosen) if chosen >= 0 else None
+    if capacity:
+        out["capacity_bytes"] = capacity
+    return out
+
+
+def device_capacities(properties: list | None) -> dict[int, float]:
+    """Device id -> total memory in bytes, from a Kineto trace's deviceProperties."""
+    out = {}
+    for p in properties or ():
+        if isinstance(p, dict) and isinstance(p.get("id"), int) and isinstance(p.get("totalGlobalMem"), (int, float)):
+            out[p["id"]] = float(p["totalGlobalMem"])
+    return out
 
 
 def unit_signatures(t: EventTable, rows: list[dict]) -> None:
@@ -179,3 +200,32 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
         for k, u in enumerate(units):
             names = sorted(t.names[n] for n in pairs[1, cuts[k]:cuts[k + 1]])
             u["ops_sig"] = hashlib.blake2b("\n".join(names).encode(), digest_size=6).hexdigest() if names else None
+
+
+class LaunchGaps:
+    """Where the device sat idle between its events (kernels, copies, sets on any stream), and why.
+
+    A gap ends when the next device event starts. It is launch-bound when the host issued that event (its
+    launch call, linked by the trace's flow) only after the device went idle: the device waited on the host
+    to launch. A gap whose next event was launched before it began waits on something else (a dependency, a
+    synchronisation, a copy from the host); one whose launch the trace does not link is counted as unknown.
+    """
+
+    def __init__(self, t: EventTable):
+        sel = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS)) if len(t) else np.zeros(0, int)
+        sel = sel[np.argsort(t.start[sel], kind="stable")]
+        s, e = t.start[sel], t.end[sel]
+        launch = t.launch[sel] if t.launch is not None else np.full(len(sel), np.nan)
+        busy_until = np.maximum.accumulate(e) if len(e) else e
+        after = np.flatnonzero(s[1:] > busy_until[:-1]) + 1  # events that start after an idle stretch
+        self.lo, self.hi = busy_until[after - 1], s[after]
+        issued = launch[after]
+        self.bound = issued > self.lo  # NaN compares False
+        self.unknown = np.isnan(issued)
+        self.span = (float(s[0]), float(busy_until[-1])) if len(s) else None
+
+    def within(self, lo: float, hi: float) -> dict[str, float]:
+        """Device gap, launch-bound and unlinked gap time (ms) inside [lo, hi]."""
+        part = np.clip(np.minimum(self.hi, hi) - np.maximum(self.lo, lo), 0, None)
+        return {"device_gap_ms": float(part.sum()) / 1e3, "launch_bound_ms": float(part[self.bound].sum()) / 1e3,
+                "launch_unlinked_ms": float(part[self.unknown].sum()) / 1e3}

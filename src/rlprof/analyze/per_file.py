@@ -12,7 +12,8 @@ from ..errors import AnalyzeError
 from ..where import this_process
 from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
 from .document import SCHEMA_VERSION
-from .ops import collectives, launch_overhead, memory, top_ops, unit_signatures
+from .ops import (LaunchGaps, collectives, device_capacities, launch_overhead, memory, top_ops,
+                  unit_signatures)
 from .readers.kineto import NotATrace, read_kineto, stream_size
 from .table import release_free_memory
 
@@ -48,6 +49,14 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
            "stage": info.get("stage"), "file": path.name}
     groups, windows = stage_of_events(trace.table, rows)
     unit_signatures(trace.table, rows)
+    launch = {**tag, **launch_overhead(trace.table)} if device else None
+    if device:
+        gaps = LaunchGaps(trace.table)
+        for row in rows:  # the device's idle gaps inside each window, and how many of them waited on a launch
+            if row.get("start_us") is not None:
+                row.update(gaps.within(row["start_us"], row["start_us"] + row["wall_ms"] * 1e3))
+        if gaps.span:
+            launch.update(device_span_ms=(gaps.span[1] - gaps.span[0]) / 1e3, **gaps.within(*gaps.span))
     release_free_memory()
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
@@ -57,8 +66,8 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
         "collectives": _tagged(collectives(trace.table, device, groups), tag, windows),
-        "launch": {**tag, **launch_overhead(trace.table)} if device else None,
-        "memory": {**tag, **memory(trace.table)},
+        "launch": launch,
+        "memory": {**tag, **memory(trace.table, capacities=device_capacities(trace.meta.deviceProperties))},
     }
 
 

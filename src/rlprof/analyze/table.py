@@ -18,6 +18,7 @@ KIND_OF_CATEGORY = {
     "Python": PYTHON, "User annotation": USER_ANNOTATION, "GPU user annotation": GPU_ANNOTATION,
 }
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
+CPU_MEMORY, UNKNOWN_DEVICE = -1, -2  # memory counters that are not one accelerator's (by its id, 0 and up)
 
 
 def release_free_memory() -> None:
@@ -82,7 +83,7 @@ class EventTable:
     thread: np.ndarray  # int32 id into threads ("pid/tid")
     names: list[str]
     threads: list[str]
-    memory: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # (ts µs, total allocated bytes)
+    memory: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # (ts µs, allocated bytes, device)
     runtime: dict[str, list[float]] = field(default_factory=dict)  # runtime API name -> [count, total µs]
     span: tuple[float, float] | None = None  # first start, last end over every complete event
     shape: np.ndarray | None = None  # int32 id into shapes ("Input Dims"), when read with shapes
@@ -111,7 +112,7 @@ class ColumnBuilder:
         self.names, self.threads, self.shapes = Interner(), Interner(), Interner()
         self.with_shapes = shapes
         self._chunks: list[tuple[np.ndarray, ...]] = []
-        self.memory_points: list[tuple[float, float]] = []
+        self.memory_points: list[tuple[float, float, int]] = []
         self.runtime: dict[str, list[float]] = {}
         self.span: tuple[float, float] | None = None
 
@@ -131,8 +132,8 @@ class ColumnBuilder:
         chunks, self._chunks = self._chunks, []
         return chunks
 
-    def add_memory(self, ts: float, total: float) -> None:
-        self.memory_points.append((ts, total))
+    def add_memory(self, ts: float, total: float, device: int = UNKNOWN_DEVICE) -> None:
+        self.memory_points.append((ts, total, device))
 
     def build(self) -> EventTable:
         dtypes = (np.float64, np.float64, np.uint8, np.int32, np.int32) + ((np.int32,) if self.with_shapes else ())
@@ -143,7 +144,7 @@ class ColumnBuilder:
             self._chunks = [c[:i] + (None,) + c[i + 1:] for c in self._chunks]
             del pieces
         self._chunks = []
-        memory = np.array(sorted(self.memory_points), dtype=np.float64).reshape(-1, 2)
+        memory = np.array(sorted(self.memory_points), dtype=np.float64).reshape(-1, 3)
         shape = cols.pop() if self.with_shapes else None
         return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory,
                           runtime=self.runtime, span=self.span, shape=shape,

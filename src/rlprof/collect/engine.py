@@ -38,8 +38,9 @@ class RlprofEngineProfiler:
         scopes.enter_context(self.profiler.stage("rollout_generate"))
         self._scopes = scopes
 
-    def decode_step(self):
-        return self.profiler.unit("decode_step")
+    def decode_step(self, **held: int):
+        """One decode step's range; `held`: active / seqs, the rows still generating and the batch's rows."""
+        return self.profiler.unit("decode_step", **held)
 
     def stop_profile(self) -> None:
         scopes, self._scopes = self._scopes, None

@@ -184,17 +184,26 @@ def _null() -> _NullContext:
     return NULL
 
 
-class _UnitScope:
-    __slots__ = ("prof", "unit", "range")
+def unit_range_name(unit: str, index: int, args: dict) -> str:
+    """`rlprof:<unit>:<index>`, then `|key=value,...` for what the unit holds (sequences, tokens): the analysis
+    reads them back from the range name, the one field every backend's ranges keep."""
+    name = f"rlprof:{unit}:{index}"
+    if args:
+        name += "|" + ",".join(f"{k}={v}" for k, v in args.items())
+    return name
 
-    def __init__(self, prof: "Profiler", unit: str):
-        self.prof, self.unit, self.range = prof, unit, None
+
+class _UnitScope:
+    __slots__ = ("prof", "unit", "range", "args")
+
+    def __init__(self, prof: "Profiler", unit: str, args: dict):
+        self.prof, self.unit, self.range, self.args = prof, unit, None, args
 
     def __enter__(self):
         prof = self.prof
         k = prof._units.get(self.unit, 0)
         prof._units[self.unit] = k + 1
-        self.range = prof._open[-1].range(f"rlprof:{self.unit}:{k}")
+        self.range = prof._open[-1].range(unit_range_name(self.unit, k, self.args))
         self.range.__enter__()
         return self
 
@@ -310,11 +319,13 @@ class Profiler:
             for w in tuple(windows):
                 w.tick()
 
-    def unit(self, unit: str):
-        """`with prof.unit("micro_batch"):` marks one unit as a range and ticks at its end."""
+    def unit(self, unit: str, **args: int):
+        """`with prof.unit("micro_batch", seqs=8, tokens=512):` marks one unit as a range and ticks at its end.
+        `args` (integers) say what the unit holds: `seqs`, `tokens` computed, `real_tokens` (not padding),
+        `active` sequences of a decode step; the analysis turns them into padding and rollout-tail measures."""
         if not self._open:  # schedules tick only inside open windows
             return NULL
-        return _UnitScope(self, unit)
+        return _UnitScope(self, unit, args)
 
     def mark(self, name: str):
         """A named range for anything else, recorded in the open window (if any)."""

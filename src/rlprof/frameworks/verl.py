@@ -189,3 +189,11 @@ def parse_trace_name(name: str) -> dict | None:
         out["unit"] = unit
     return out
 
+
+# verl's per-stage timers (ray_trainer.py marked_timer names, logged as timing_s/<name> in seconds) -> rlprof's
+# stages. `step` is the whole step; testing, checkpoints and profiler start/stop are not stages of training.
+TIMING_STAGES = {"gen": "rollout_generate", "reward": "reward_compute", "old_log_prob": "actor_compute_log_prob",
+                 "ref": "ref_compute_log_prob", "values": "critic_compute_values", "adv": "advantage_compute",
+                 "update_critic": "critic_update", "update_actor": "actor_update", "update_weights": "weight_sync"}
+TIMING_PREFIX = "timing_s/"
+RESPONSE_LENGTH_KEY = "response_length/mean"

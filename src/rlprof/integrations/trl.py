@@ -142,7 +142,7 @@ class TrlHooks:
     def _compute_loss(self, original):
         def wrapper(*args, **kwargs):
             if getattr(self.trainer.model, "training", True):
-                self._enter_update()
+                self._enter_update(_held(args[1] if len(args) > 1 else kwargs.get("inputs")))
             return original(*args, **kwargs)
 
         return wrapper
@@ -157,12 +157,12 @@ class TrlHooks:
         return wrapper
 
     # -- step / stage / unit scopes that span several calls ------------------------------------
-    def _enter_update(self) -> None:
+    def _enter_update(self, held: dict | None = None) -> None:
         if self._update is None:
             self._update = self.prof.stage("actor_update")
             self._update.__enter__()
         if self._micro is None:
-            self._micro = self.prof.unit("micro_batch")
+            self._micro = self.prof.unit("micro_batch", **(held or {}))
             self._micro.__enter__()
 
     def _exit_micro(self) -> None:
@@ -217,3 +217,14 @@ def profile(trainer, plan_or_config=None, *, run_id: str | None = None) -> TrlHo
     world = acc.num_processes if acc is not None else None
     prof = Profiler(plan, rank=rank, world_size=world, run_id=run_id)
     return TrlHooks(trainer, prof).install()
+
+
+def _held(inputs) -> dict:
+    """What a GRPO micro-batch holds (rows, tokens computed, real tokens), from TRL's prompt/completion masks;
+    {} where the inputs are not that shape (another trainer, another TRL version)."""
+    try:
+        pm, cm = inputs["prompt_mask"], inputs["completion_mask"]
+        rows = int(pm.shape[0])
+        return {"seqs": rows, "tokens": rows * int(pm.shape[1] + cm.shape[1]), "real_tokens": int(pm.sum() + cm.sum())}
+    except Exception:  # the measure is optional; the training step is not
+        return {}

@@ -100,7 +100,8 @@ def breakdown(doc: dict) -> dict | None:
                "hovertemplate": f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>"} for name, color in PARTS]
     return {"data": traces, "layout": _layout("Where the time went, per stage (ms, mean over ranks)",
                                               barmode="stack", yaxis={"title": {"text": "ms"}},
-                                              height=480, margin={"l": 60, "b": 150})}
+                                              xaxis={"automargin": True}, height=420,
+                                              margin={"l": 60, "b": 40})}
 
 
 def op_totals(doc: dict) -> list[dict]:

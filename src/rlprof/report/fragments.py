@@ -66,11 +66,39 @@ def compare_html(doc: dict, top: int = 50) -> str:
     return "\n".join(parts)
 
 
+DIALECT_NAMES = {"rlprof": "rlprof trainer", "verl": "verl", "mindspeed": "MindSpeed-RL"}
+
+
+def _evidence_text(evidence: dict) -> str:
+    """The finding's numbers, scalars only, rounded."""
+    parts = []
+    for key, value in evidence.items():
+        if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.3g}"
+        parts.append(f"{key} = {value}")
+    return "; ".join(parts)
+
+
 def findings_html(found: list[dict]) -> str:
+    """Each finding: its sentence; for a cause, the cause, the evidence and the levers per framework."""
     if not found:
         return '<div class="ok">no finding above its threshold (see docs/analysis_schema.md)</div>'
-    return "".join(f'<div class="finding" data-kind="{esc(f["kind"])}"><b>{k}.</b> {esc(f["text"])}</div>'
-                   for k, f in enumerate(found, 1))
+    out = []
+    for k, f in enumerate(found, 1):
+        body = f'<b>{k}.</b> {esc(f["text"])}'
+        if f.get("cause"):
+            body += (f'<div class="cause"><b>cause:</b> {esc(f["cause"])}</div>'
+                     f'<div class="evidence"><b>evidence:</b> {esc(_evidence_text(f.get("evidence") or {}))}</div>')
+            rows = "".join(f'<tr><td>{esc(DIALECT_NAMES.get(d, d))}</td><td><code>{esc(lv["key"])}</code></td>'
+                           f'<td>{esc(lv["set"])}</td><td>{esc(lv["why"])}</td></tr>'
+                           for d, levers in f.get("levers", {}).items() for lv in levers)
+            body += ('<table class="levers"><tr><th>framework</th><th>config key</th><th>turn</th><th>why</th></tr>'
+                     f"{rows}</table>")
+        out.append(f'<div class="finding{" cause-finding" if f.get("cause") else ""}" data-kind="{esc(f["kind"])}">'
+                   f"{body}</div>")
+    return "".join(out)
 
 
 def next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) -> str:

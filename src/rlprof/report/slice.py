@@ -90,7 +90,7 @@ def _ranges(stamps: list[Stamp]) -> list[tuple[str, str, float, float]]:
             m = RLPROF_RANGE.match(s.name)
             if m:
                 lo = _num(s.ts)
-                out.append((m.group(1), m.group(2), lo, lo + _num(s.dur)))
+                out.append((m.group(1), m.group(2).split("|")[0], lo, lo + _num(s.dur)))  # label, not unit args
     out.sort(key=lambda r: r[2])
     return out
 

@@ -19,9 +19,15 @@ def print_findings(console: Console, found: list[dict], limit: int = 6) -> None:
     if not found:
         console.print("[bold]findings:[/] none above their thresholds (docs/analysis_schema.md)")
         return
-    console.print("[bold]findings[/] (ranked; thresholds in docs/analysis_schema.md):")
+    console.print("[bold]findings[/] (causes first, ranked by time per step; thresholds in docs/analysis_schema.md):")
     for k, f in enumerate(found[:limit], 1):
         console.print(f"  {k}. {f['text']}", highlight=False, soft_wrap=True, markup=False)
+        if f.get("cause"):
+            console.print(f"     cause: {f['cause']}", highlight=False, soft_wrap=True, markup=False)
+            for dialect in ("rlprof", "verl", "mindspeed"):
+                for lv in f.get("levers", {}).get(dialect, []):
+                    console.print(f"     lever ({dialect}): {lv['text']}", highlight=False, soft_wrap=True,
+                                  markup=False)
     if len(found) > limit:
         console.print(f"  ... and {len(found) - limit} more in analysis.json (findings)")
 
@@ -104,6 +110,18 @@ def print_compare(doc: dict, top: int = 20) -> None:
 
 def print_advice(result: dict, plan_text: str) -> None:
     console = _console()
+    metrics = result.get("metrics")
+    if metrics:  # advice from step metrics alone: what they say first
+        console.print(f"step metrics ({metrics['format']}), steps {metrics['steps'][0]}-{metrics['steps'][-1]}, mean "
+                      f"step {metrics['mean_step_s']:.3f} s:", highlight=False, markup=False)
+        for s in metrics["stages"][:6]:
+            console.print(f"  {s['stage']:<24} {s['mean_s']:9.3f} s  {s['share']:5.0%}", highlight=False, markup=False)
+        for o in metrics["outliers"]:
+            console.print(f"  outlier: step {o['step']} took {o['step_s']:.3f} s (median {o['median_step_s']:.3f} s); "
+                          f"{o['stage']} +{o['stage_extra_s']:.3f} s", highlight=False, markup=False)
+        for t in metrics["trends"]:
+            console.print(f"  trend: {t['stage']} grows with {t['with'].replace('_', ' ')} (r = {t['r']:.2f})",
+                          highlight=False, markup=False)
     console.print("why:", highlight=False, markup=False)
     for reason in result["reasons"]:
         console.print(f"  - {reason}", highlight=False, soft_wrap=True, markup=False)

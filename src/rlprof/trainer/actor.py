@@ -11,25 +11,67 @@ from .algorithms import aggregate, clipped_surrogate, entropy_from_logits, kl_k3
 from .rollout import Rollout, positions
 
 
+def _no_unit(**_):
+    return nullcontext()
+
+
+def trim(batch: Rollout) -> Rollout:
+    """The micro-batch without the columns that are padding in every row (a collator padding to the longest
+    row of the micro-batch, not of the whole batch): prompt columns on the left, response columns on the right."""
+    p_keep = int(batch.prompt_mask.any(0).nonzero().min()) if batch.prompt_mask.any() else 0
+    r_real = batch.response_mask.any(0).nonzero()
+    r_keep = int(r_real.max()) + 1 if len(r_real) else 1
+    return Rollout(batch.prompt_ids[:, p_keep:], batch.prompt_mask[:, p_keep:], batch.response_ids[:, :r_keep],
+                   batch.response_mask[:, :r_keep])
+
+
+def unit_args(mb: Rollout) -> dict:
+    """What a micro-batch holds, for its unit range: rows, tokens computed (rows x width), real tokens."""
+    rows, width = mb.input_ids.shape
+    return {"seqs": rows, "tokens": rows * width, "real_tokens": int(mb.attention_mask.sum())}
+
+
+def plan_micro_batches(batch: Rollout, idx: torch.Tensor, size: int, dynamic: bool, max_tokens: int) -> list:
+    """Index groups of `idx`: fixed `size` rows each, or (dynamic) rows sorted by real length and packed while
+    rows x the longest row stays within `max_tokens` (verl's use_dynamic_bsz idea: like lengths together)."""
+    if not dynamic:
+        return list(torch.split(idx, size))
+    lengths = batch.attention_mask[idx].sum(1)
+    order = idx[torch.argsort(lengths, stable=True)]
+    sorted_len = lengths.sort(stable=True).values.tolist()
+    groups, start = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or (i - start + 1) * sorted_len[i] > max_tokens:
+            groups.append(order[start:i])
+            start = i
+    return groups
+
+
 def response_log_probs(model, batch: Rollout, temperature: float, with_entropy: bool = False):
-    """Log-prob (and entropy) of each response token under `model`: (B, T) each."""
+    """Log-prob (and entropy) of each response token under `model`: (B, T) each, computed on the trimmed
+    micro-batch and padded back to the batch's response width."""
+    width = batch.response_ids.shape[1]
+    batch = trim(batch)
     ids, attn = batch.input_ids, batch.attention_mask
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=False).logits
     t = batch.response_ids.shape[1]
     logits = logits[:, -t - 1:-1].float() / temperature
     log_probs = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids[..., None]).squeeze(-1)
-    return log_probs, (entropy_from_logits(logits) if with_entropy else None)
+    pad = lambda x: torch.nn.functional.pad(x, (0, width - t))  # noqa: E731
+    return pad(log_probs), (pad(entropy_from_logits(logits)) if with_entropy else None)
 
 
 @torch.no_grad()
-def batched_log_probs(model, batch: Rollout, micro_batch_size: int, temperature: float, unit=nullcontext):
+def batched_log_probs(model, batch: Rollout, micro_batch_size: int, temperature: float, unit=_no_unit, *,
+                      dynamic: bool = False, max_tokens: int = 0):
     """Inference log-probs in micro-batches (old policy, reference), one micro_batch unit each."""
-    out = []
-    for start in range(0, batch.response_ids.shape[0], micro_batch_size):
-        with unit():
-            idx = torch.arange(start, min(start + micro_batch_size, batch.response_ids.shape[0]))
-            out.append(response_log_probs(model, batch.select(idx), temperature)[0])
-    return torch.cat(out)
+    n = batch.response_ids.shape[0]
+    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)
+    for idx in plan_micro_batches(batch, torch.arange(n), micro_batch_size, dynamic, max_tokens):
+        mb = batch.select(idx)
+        with unit(**unit_args(trim(mb))):
+            out[idx] = response_log_probs(model, mb, temperature)[0]
+    return out
 
 
 def _set_grad_sync(model, enabled: bool) -> None:
@@ -48,7 +90,7 @@ def busy_compute(ms: float, device) -> None:
 
 
 def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs, advantages, *, cfg, generator,
-                  mini_batch=nullcontext, micro_batch=nullcontext, slow_ms: float = 0.0) -> dict:
+                  mini_batch=_no_unit, micro_batch=_no_unit, slow_ms: float = 0.0) -> dict:
     """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW."""
     a = cfg.actor
     clip_high, kl_coef, agg = cfg.clip_high(), cfg.kl_coef(), cfg.loss_agg()
@@ -64,11 +106,11 @@ def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs
                 mask_all = batch.response_mask[idx]
                 total_tokens, total_seqs = float(mask_all.sum()), float(len(idx))
                 optimizer.zero_grad(set_to_none=True)
-                chunks = list(torch.split(idx, a.micro_batch_size))
+                chunks = plan_micro_batches(batch, idx, a.micro_batch_size, a.use_dynamic_bsz, a.max_token_len)
                 for k, j in enumerate(chunks):
-                    with micro_batch():
+                    mb = batch.select(j)
+                    with micro_batch(**unit_args(trim(mb))):
                         _set_grad_sync(model, k == len(chunks) - 1)
-                        mb = batch.select(j)
                         mask = mb.response_mask.float()
                         log_probs, entropy = response_log_probs(model, mb, cfg.rollout.temperature, True)
                         pg, clipped = clipped_surrogate(log_probs, old_log_probs[j], advantages[j],

@@ -59,6 +59,7 @@ class RolloutConfig:
     ignore_eos: bool = False  # always generate max_new_tokens (fixed decode length, for profiling studies)
     mode: Literal["sync", "async"] = "sync"
     replicas: int = 2  # async mode: rollout replica processes (Ray actors)
+    share_actor_weights: bool = False  # 2+ ranks: rollout reads the actor's FSDP shards (no full-weight copy)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,18 @@ class ActorConfig:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     kl_coef: float = 0.01
+    use_kl_loss: bool = True  # as verl: the reference pass runs when the KL loss is on, whatever its coefficient
+    log_prob_micro_batch_size: Optional[int] = None  # sequences per log-prob forward (None: micro_batch_size)
+    use_dynamic_bsz: bool = False  # micro-batches by token budget, rows of like length together
+    max_token_len: int = 512  # use_dynamic_bsz: tokens (rows x width) per micro-batch, at most
+    reshard_after_forward: bool = True  # 2+ ranks: False keeps gathered weights for the backward (FSDP2)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    cost_ms: float = 0.0  # time a verifier call takes per sample (a sandbox or remote judge waits this long)
+    workers: int = 1  # samples scored at once
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     dapo: DapoConfig = field(default_factory=DapoConfig)
 
     @property
@@ -100,8 +113,16 @@ class TrainConfig:
     def clip_high(self) -> float:
         return self.dapo.clip_ratio_high if self.trainer.algorithm == "dapo" else self.actor.clip_ratio_high
 
+    def uses_reference(self) -> bool:
+        """verl's rule (need_reference_policy): the reference pass runs when the KL loss is on. DAPO: no KL."""
+        return self.trainer.algorithm != "dapo" and self.actor.use_kl_loss
+
     def kl_coef(self) -> float:
-        return 0.0 if self.trainer.algorithm == "dapo" else self.actor.kl_coef  # DAPO: no KL term
+        return self.actor.kl_coef if self.uses_reference() else 0.0
+
+    @property
+    def log_prob_micro_batch_size(self) -> int:
+        return self.actor.log_prob_micro_batch_size or self.actor.micro_batch_size
 
     def loss_agg(self) -> str:
         return "token-mean" if self.trainer.algorithm == "dapo" else self.actor.loss_agg  # DAPO: token-level
@@ -168,11 +189,16 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     for key, value in (("trainer.steps", t.steps), ("data.prompts_per_step", d.prompts_per_step),
                        ("rollout.n", r.n), ("rollout.max_new_tokens", r.max_new_tokens),
                        ("actor.ppo_epochs", a.ppo_epochs), ("actor.mini_batch_size", a.mini_batch_size),
-                       ("actor.micro_batch_size", a.micro_batch_size), ("rollout.replicas", r.replicas)):
+                       ("actor.micro_batch_size", a.micro_batch_size), ("rollout.replicas", r.replicas),
+                       ("actor.max_token_len", a.max_token_len), ("reward.workers", cfg.reward.workers)):
         if value < 1:
             raise ConfigError(key, value, "an integer >= 1")
     for key, value in (("actor.lr", a.lr), ("rollout.temperature", r.temperature)):
         _positive(key, value)
+    if a.log_prob_micro_batch_size is not None and a.log_prob_micro_batch_size < 1:
+        raise ConfigError("actor.log_prob_micro_batch_size", a.log_prob_micro_batch_size, "an integer >= 1 or null")
+    if cfg.reward.cost_ms < 0:
+        raise ConfigError("reward.cost_ms", cfg.reward.cost_ms, "a number >= 0")
     if not 0 < r.top_p <= 1:
         raise ConfigError("rollout.top_p", r.top_p, "a number in (0, 1]")
     if t.algorithm == "grpo" and r.n < 2:

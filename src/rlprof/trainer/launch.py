@@ -40,7 +40,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     import torch
     import torch.distributed as dist
 
-    from .train import run_training, write_metrics
+    from .train import run_training, write_metrics, write_run_config
     from .summary import print_summary, ProgressPrinter
 
     if world_size > 1 and not dist.is_initialized():
@@ -62,6 +62,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         out_dir = Path(cfg.trainer.output_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
         metrics_path = write_metrics(history, out_dir)
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
+        write_run_config(cfg, [out_dir, *run_dirs])
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
     return 0
 

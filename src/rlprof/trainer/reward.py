@@ -6,21 +6,35 @@ Shaped so that a tiny policy trained from scratch gets signal early: 0.1 for sto
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
 
-def verify(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer) -> torch.Tensor:
-    rewards = torch.zeros(len(answers))
-    for i, answer in enumerate(answers):
-        ids = response_ids[i][response_mask[i].bool()].tolist()
-        if tokenizer.eos_id not in ids:
-            continue
-        text = tokenizer.decode(ids)
-        score = 0.1
-        if len(text) == 1 and text.isdigit():
-            score += 0.3 + (0.6 if text == answer else 0.0)
-        rewards[i] = score
-    return rewards
+def score(ids: list[int], answer: str, tokenizer, cost_ms: float = 0.0) -> float:
+    """One sample's reward. cost_ms: the wait of a verifier that is not local arithmetic (a code sandbox, a
+    remote judge): time spent waiting, not computing, as such calls spend it."""
+    if cost_ms:
+        time.sleep(cost_ms / 1e3)
+    if tokenizer.eos_id not in ids:
+        return 0.0
+    text = tokenizer.decode(ids)
+    if len(text) == 1 and text.isdigit():
+        return 0.4 + (0.6 if text == answer else 0.0)
+    return 0.1
+
+
+def verify(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer, *,
+           cost_ms: float = 0.0, workers: int = 1) -> torch.Tensor:
+    """Rewards of a batch, scored by `workers` threads at once."""
+    samples = [(response_ids[i][response_mask[i].bool()].tolist(), a) for i, a in enumerate(answers)]
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            scores = list(pool.map(lambda s: score(*s, tokenizer, cost_ms), samples))
+    else:
+        scores = [score(ids, a, tokenizer, cost_ms) for ids, a in samples]
+    return torch.tensor(scores, dtype=torch.float32)
 
 
 def exact_match(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer) -> float:

@@ -46,9 +46,10 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
 @torch.no_grad()
 def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
              pad_id: int, temperature: float = 1.0, top_p: float = 1.0, ignore_eos: bool = False,
-             generator: torch.Generator | None = None, decode_step=lambda: nullcontext(), use_cache: bool = True
+             generator: torch.Generator | None = None, decode_step=lambda **_: nullcontext(), use_cache: bool = True
              ) -> Rollout:
-    """Sample up to max_new_tokens per row. `decode_step()` wraps each token (rlprof's unit range + tick)."""
+    """Sample up to max_new_tokens per row. `decode_step(active=, seqs=)` wraps each token (rlprof's unit range +
+    tick), told how many rows are still generating."""
     device = prompt_ids.device
     batch = prompt_ids.shape[0]
     attn = prompt_mask.clone()
@@ -58,7 +59,7 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_
     cache = None
     logits = None
     for t in range(max_new_tokens):
-        with decode_step():
+        with decode_step(active=batch - int(finished.sum()), seqs=batch):
             if use_cache:
                 step_ids = seqs if cache is None else seqs[:, -1:]
                 pos = positions(attn) if cache is None else positions(attn)[:, -1:]

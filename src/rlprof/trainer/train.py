@@ -34,12 +34,12 @@ def _repeat(batch: PromptBatch, n: int) -> PromptBatch:
                        [a for a in batch.answers for _ in range(n)])
 
 
-def _shard(model) -> None:
+def _shard(model, reshard_after_forward: bool = True) -> None:
     from torch.distributed.fsdp import fully_shard
 
     for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
 
 
 class Trainer:
@@ -55,8 +55,9 @@ class Trainer:
         self.ref = copy.deepcopy(self.actor).eval().requires_grad_(False)
         self.rollout_model = None  # a separate copy only where rollout holds its own weights
         if self.distributed:
-            self.rollout_model = copy.deepcopy(self.actor).eval()
-            _shard(self.actor)
+            if not cfg.rollout.share_actor_weights:
+                self.rollout_model = copy.deepcopy(self.actor).eval()
+            _shard(self.actor, cfg.actor.reshard_after_forward)
             _shard(self.ref)
         self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=cfg.actor.lr,
                                            weight_decay=cfg.actor.weight_decay)
@@ -81,7 +82,7 @@ class Trainer:
         self.timings[name] = self.timings.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
 
     def unit(self, name: str):
-        return lambda: self.prof.unit(name)
+        return lambda **held: self.prof.unit(name, **held)
 
     def _gen_params(self) -> dict:
         r = self.cfg.rollout
@@ -156,7 +157,8 @@ class Trainer:
                 rollout = generate(model, ids, mask, generator=self.sample_gen, decode_step=self.unit("decode_step"),
                                    **self._gen_params())
         with self.stage("reward_compute"):
-            rewards = verify(rollout.response_ids.cpu(), rollout.response_mask.cpu(), batch.answers, self.tok)
+            rewards = verify(rollout.response_ids.cpu(), rollout.response_mask.cpu(), batch.answers, self.tok,
+                             cost_ms=cfg.reward.cost_ms, workers=cfg.reward.workers)
             scores = rewards.clone()
             if cfg.trainer.algorithm == "dapo":
                 lengths = rollout.response_mask.sum(1).cpu()
@@ -173,13 +175,16 @@ class Trainer:
             self.weight_sync(step)
             prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
             rollout, rewards, scores, answers = self.sample(step, prompts)
-            mb = cfg.actor.micro_batch_size
+            mb, a = cfg.log_prob_micro_batch_size, cfg.actor
+            packing = dict(dynamic=a.use_dynamic_bsz, max_tokens=a.max_token_len)
             ref_lp = None
-            if cfg.kl_coef() > 0:
+            if cfg.uses_reference():
                 with self.stage("ref_compute_log_prob"):
-                    ref_lp = batched_log_probs(self.ref, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"))
+                    ref_lp = batched_log_probs(self.ref, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"),
+                                               **packing)
             with self.stage("actor_compute_log_prob"):
-                old_lp = batched_log_probs(self.actor, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"))
+                old_lp = batched_log_probs(self.actor, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"),
+                                           **packing)
             with self.stage("advantage_compute"):
                 advantages = group_advantages(scores, cfg.rollout.n).to(self.device)
             with self.stage("actor_update"):
@@ -226,3 +231,15 @@ def write_metrics(history: list[dict], out_dir: Path) -> Path:
         for m in history:
             f.write(json.dumps(m) + "\n")
     return path
+
+
+def write_run_config(cfg: TrainConfig, dirs) -> None:
+    """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh), as
+    `trainer_config.json` in each run directory that exists: the whole config and what it implies."""
+    import dataclasses
+
+    text = json.dumps({"framework": "rlprof", "config": dataclasses.asdict(cfg),
+                       "reference_pass": cfg.uses_reference(), "kl_coef": cfg.kl_coef()}, indent=1)
+    for d in dirs:
+        if Path(d).is_dir():
+            (Path(d) / "trainer_config.json").write_text(text)

@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 
 from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
-                     EventTable, Interner, release_free_memory)
+                     EventTable, Interner, release_free_memory, CPU_MEMORY, UNKNOWN_DEVICE)
 from .kineto_events import (MAX_DUR_US, MAX_US, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR, Event,
                             ShapeEvent, _decode_args_list)
 
@@ -197,13 +197,14 @@ class _Sink:
     def _add_memory(self, counters: list) -> None:
         raws = [bytes(a) or b"{}" for a in map(_ARGS, counters)]
         try:
-            totals = [a.total_allocated for a in _decode_args_list(b"[" + b",".join(raws) + b"]")]
+            args = _decode_args_list(b"[" + b",".join(raws) + b"]")
         except msgspec.DecodeError:  # one damaged args object: the others still count
-            totals = [e.decoded_args().total_allocated for e in counters]
+            args = [e.decoded_args() for e in counters]
         ts = _floats_of(counters, _TS)
-        for t, total in zip(ts.tolist(), totals):
+        for t, a in zip(ts.tolist(), args):
+            total = a.total_allocated
             if total is not None and np.isfinite(t) and np.isfinite(total):
-                self.cols.add_memory(t, total)
+                self.cols.add_memory(t, total, memory_device(a.device_type, a.device_id))
 
     def absorb(self, part: "_Sink") -> None:
         """Append what another sink read after this one (the next byte range of the same file)."""
@@ -399,3 +400,13 @@ def _ids(values: list) -> np.ndarray:
         return np.array(values, dtype=np.int64)
     except (ValueError, TypeError, OverflowError):
         return np.array([str(v) for v in values])
+
+
+def memory_device(device_type, device_id) -> int:
+    """Which counter a [memory] event belongs to: the device id for an accelerator, CPU_MEMORY for host memory,
+    UNKNOWN_DEVICE where the trace does not say (each is its own allocator: their totals never add)."""
+    if device_type == 0:
+        return CPU_MEMORY
+    if isinstance(device_type, int) and isinstance(device_id, int) and device_id >= 0:
+        return device_id
+    return UNKNOWN_DEVICE

@@ -25,6 +25,8 @@ LOOSE_END = re.compile(rb"\}\s*\]")  # any event's closing brace, then a bracket
 
 class Args(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")  # Kineto: 0 CPU, 1 CUDA
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
     name: str | None = None  # process_name / thread_name metadata events
 
 
@@ -56,6 +58,8 @@ class Event(LeanEvent, gc=False):
 class ShapeArgs(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
 
 
 class ShapeEvent(Event, gc=False):

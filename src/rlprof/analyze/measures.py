@@ -1,0 +1,172 @@
+"""RL measures: numbers about an RL step that say why it is slow, computed from the analysis rows (SPEC §4b).
+
+Each measure is one function over the document, returning records {measure, role, stage, value, status, ...}
+with the inputs of its formula (docs/analysis_schema.md gives each formula). Where the data cannot give the
+number (no unit ranges with what they hold, a CPU-only trace for a device measure) the record says
+`status: "not measurable"` and why, instead of a number.
+
+Units carry what they hold in their range names (rlprof's trainer, TRL integration, engine adapter):
+`seqs` rows, `tokens` computed (rows x width), `real_tokens` (not padding), `active` rows still decoding.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+TAIL_ACTIVE = 0.5  # a decode step with fewer than this share of its rows still generating is in the tail
+MIN_FIT_UNITS = 6  # units needed to fit wall = fixed + per_token x tokens
+MIN_TOKEN_SPREAD = 1.2  # and their token counts must differ at least this much (max / min)
+
+
+def _record(measure: str, role, stage, value, status: str = "measured", **inputs) -> dict:
+    return {"measure": measure, "role": role, "stage": stage, "value": value, "status": status, **inputs}
+
+
+def _units_by_stage(doc: dict, unit: str) -> dict[tuple, list[dict]]:
+    out = defaultdict(list)
+    for r in doc["rows"]:
+        if r.get("unit") == unit and r.get("stage"):
+            out[(r.get("role"), r["stage"])].append(r)
+    return out
+
+
+def _passes(units: list[dict]) -> int:
+    """How many separate passes (stage windows: step x rank x repeat) the units come from."""
+    return len({(u.get("step"), u.get("rank"), u.get("replica"), u.get("file")) for u in units}) or 1
+
+
+def rollout_tail(doc: dict) -> list[dict]:
+    """Share of decode-step time spent in steps where fewer than TAIL_ACTIVE of the rows still generate:
+    sum(wall of tail steps) / sum(wall of all decode steps)."""
+    out = []
+    for (role, stage), units in _units_by_stage(doc, "decode_step").items():
+        held = [u for u in units if u.get("active") is not None and u.get("seqs")]
+        if not held:
+            out.append(_record("rollout_tail", role, stage, None, "not measurable",
+                               why="the decode steps do not say how many rows were active (rlprof's trainer and "
+                                   "engine adapter record it; other traces do not)"))
+            continue
+        total = sum(u["wall_ms"] for u in held)
+        tail = [u for u in held if u["active"] < TAIL_ACTIVE * u["seqs"]]
+        tail_ms = sum(u["wall_ms"] for u in tail)
+        out.append(_record("rollout_tail", role, stage, tail_ms / total if total else 0.0,
+                           tail_ms=tail_ms / _passes(held), decode_ms=total / _passes(held),
+                           tail_steps=len(tail), decode_steps=len(held),
+                           mean_active_share=float(np.mean([u["active"] / u["seqs"] for u in held]))))
+    return out
+
+
+def padding(doc: dict) -> list[dict]:
+    """Share of the tokens computed in micro-batches that are padding: 1 - sum(real_tokens) / sum(tokens)."""
+    out = []
+    for (role, stage), units in _units_by_stage(doc, "micro_batch").items():
+        held = [u for u in units if u.get("tokens") and u.get("real_tokens") is not None]
+        if not held:
+            out.append(_record("padding", role, stage, None, "not measurable",
+                               why="the micro-batches do not say how many tokens they hold"))
+            continue
+        tokens = sum(u["tokens"] for u in held)
+        real = sum(u["real_tokens"] for u in held)
+        out.append(_record("padding", role, stage, 1 - real / tokens, tokens=tokens, real_tokens=real,
+                           micro_batches=len(held)))
+    return out
+
+
+def fixed_cost(doc: dict) -> list[dict]:
+    """The part of micro-batch time that does not grow with tokens: fit wall_ms = fixed + per_token x tokens
+    over the stage's micro-batches (least squares); value = units x fixed / sum(wall). A large value with many
+    units per pass: micro-batches too small to amortise their launches and Python. `units_per_pass` counts the
+    micro-batches that could merge: those of one pass, or of one mini-batch where the stage has mini-batches
+    (an optimizer step bounds how far micro-batches can grow)."""
+    out = []
+    minis = _units_by_stage(doc, "mini_batch")
+    for (role, stage), units in _units_by_stage(doc, "micro_batch").items():
+        held = [u for u in units if u.get("tokens")]
+        mini = minis.get((role, stage), [])
+        per_pass = len(held) / _passes(held) if held else 0
+        if mini:
+            per_pass /= max(1.0, len(mini) / _passes(mini))
+        if len(held) < MIN_FIT_UNITS:
+            out.append(_record("fixed_cost", role, stage, None, "not measurable", units_per_pass=per_pass,
+                               why=f"fewer than {MIN_FIT_UNITS} micro-batches with their token counts"))
+            continue
+        x = np.array([u["tokens"] for u in held], float)
+        y = np.array([u["wall_ms"] for u in held], float)
+        if x.max() < MIN_TOKEN_SPREAD * x.min():
+            out.append(_record("fixed_cost", role, stage, None, "not measurable", units_per_pass=per_pass,
+                               why="the micro-batches all hold about the same tokens: the fixed part cannot be "
+                                   "told from the per-token part"))
+            continue
+        per_token, fixed = np.polyfit(x, y, 1)
+        fixed = float(np.clip(fixed, 0.0, y.min()))
+        share = len(held) * fixed / float(y.sum())
+        out.append(_record("fixed_cost", role, stage, share, fixed_ms=fixed, per_token_us=float(per_token) * 1e3,
+                           units_per_pass=per_pass, mean_seqs=float(np.mean([u.get("seqs") or 0 for u in held])),
+                           fixed_ms_per_pass=fixed * per_pass))
+    return out
+
+
+def stage_share(doc: dict, means: dict, stage: str, measure: str) -> list[dict]:
+    """A stage's share of the staged step time (mean per step over ranks): weight sync, reward."""
+    total = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
+    return [_record(measure, role, s, m["wall_ms"] / total, stage_ms=m["wall_ms"], step_ms=total)
+            for (role, s), m in means.items() if s == stage and total > 0]
+
+
+def recompute(doc: dict, means: dict) -> list[dict]:
+    """Forward passes that only recompute log-probs (reference, old policy) against the update:
+    (ref + old-log-prob wall) / update wall, with whether the run needs the reference (its config)."""
+    get = lambda s: sum(v["wall_ms"] for k, v in means.items() if k[1] == s)  # noqa: E731
+    update, ref, old = get("actor_update"), get("ref_compute_log_prob"), get("actor_compute_log_prob")
+    if not update or not (ref or old):
+        return []
+    cfg = doc.get("run_config") or {}
+    return [_record("recompute", "actor", "actor_update", (ref + old) / update, ref_ms=ref, old_log_prob_ms=old,
+                    update_ms=update, reference_needed=(cfg.get("kl_coef", 1.0) > 0) if cfg else None)]
+
+
+def launch_bound(doc: dict) -> list[dict]:
+    """Device idle time in gaps the host had not yet filled (the next event launched after the device went
+    idle), per stage: sum(launch_bound_ms) / sum(wall_ms). GPU/NPU traces with launch flows only."""
+    out = []
+    per: dict[tuple, list[dict]] = defaultdict(list)
+    for r in doc["rows"]:
+        if r.get("unit") is None and "launch_bound_ms" in r:
+            per[(r.get("role"), r.get("stage"))].append(r)
+    for (role, stage), rows in per.items():
+        wall = sum(r["wall_ms"] for r in rows)
+        if wall <= 0:
+            continue
+        bound = sum(r["launch_bound_ms"] for r in rows)
+        out.append(_record("launch_bound", role, stage, bound / wall, launch_bound_ms=bound / _passes(rows),
+                           device_gap_ms=sum(r["device_gap_ms"] for r in rows) / _passes(rows),
+                           unlinked_ms=sum(r["launch_unlinked_ms"] for r in rows) / _passes(rows),
+                           wall_ms=wall / _passes(rows)))
+    return out
+
+
+def memory_headroom(doc: dict) -> list[dict]:
+    """Peak allocated bytes against the device's capacity (the trace's deviceProperties): peak / capacity."""
+    out = []
+    for m in doc.get("memory", []):
+        if m.get("peak_bytes") is None:
+            continue
+        if not m.get("capacity_bytes"):
+            out.append(_record("memory_use", m.get("role"), m.get("stage"), None, "not measurable",
+                               rank=m.get("rank"), file=m.get("file"), peak_bytes=m["peak_bytes"],
+                               why="the trace does not give the device's memory capacity (deviceProperties), or "
+                                   "the memory recorded is host memory"))
+            continue
+        out.append(_record("memory_use", m.get("role"), m.get("stage"), m["peak_bytes"] / m["capacity_bytes"],
+                           rank=m.get("rank"), file=m.get("file"), device=m.get("device"),
+                           peak_bytes=m["peak_bytes"], capacity_bytes=m["capacity_bytes"]))
+    return out
+
+
+def measures(doc: dict, means: dict) -> list[dict]:
+    """Every RL measure of the document (`means`: findings.stage_means)."""
+    return (rollout_tail(doc) + padding(doc) + fixed_cost(doc) + recompute(doc, means)
+            + stage_share(doc, means, "reward_compute", "reward_share")
+            + stage_share(doc, means, "weight_sync", "weight_sync_share") + launch_bound(doc) + memory_headroom(doc))

@@ -1,0 +1,142 @@
+"""A run's own step metrics, read without any trace: the cheapest answer to "which stage, which steps".
+
+Three formats, told apart line by line:
+- verl's file logger (verl/utils/tracking.py FileLogger): JSONL `{"step": N, "data": {"timing_s/gen": ...}}`;
+- verl's console logger: text lines `step:N - key:value - key:value ...` (what users paste from their logs);
+- rlprof's trainer: metrics.jsonl `{"step": N, "stage_ms": {...}, "step_ms": ..., "response_length": ...}`.
+Times become seconds per stage under rlprof's stage names (frameworks/verl.py TIMING_STAGES).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+from ..errors import AnalyzeError
+from ..frameworks import verl
+
+CONSOLE_STEP = re.compile(r"step:(\d+)\s+-\s+(.*)$")
+CONSOLE_PAIR = re.compile(r"([\w/@.\-]+):((?:np\.\w+\()?[-+0-9.eE]+|nan|inf)\)?")
+OUTLIER_FACTOR = 1.5  # a step taking this many times the median step is an outlier
+TREND_R = 0.7  # correlation of a stage's time with response length (or the step index) that makes a trend
+MIN_TREND_STEPS = 5
+DOMINANT_SHARE = 0.35  # as findings.THRESHOLDS["dominant_share"]
+
+
+def _number(text: str) -> float | None:
+    text = re.sub(r"^np\.\w+\(", "", text).rstrip(")")
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _from_verl(step: int, data: dict) -> dict:
+    stages = {}
+    for key, value in data.items():
+        if key.startswith(verl.TIMING_PREFIX) and isinstance(value, (int, float)) and math.isfinite(value):
+            name = key[len(verl.TIMING_PREFIX):]
+            if name in verl.TIMING_STAGES:
+                stages[verl.TIMING_STAGES[name]] = float(value)
+    step_s = data.get(verl.TIMING_PREFIX + "step")
+    length = data.get(verl.RESPONSE_LENGTH_KEY)
+    return {"step": step, "stages": stages, "step_s": float(step_s) if isinstance(step_s, (int, float)) else None,
+            "response_length": float(length) if isinstance(length, (int, float)) else None}
+
+
+def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
+    """(format, [{step, stages: {stage: s}, step_s, response_length}]) from a metrics file; a line that is none
+    of the formats is skipped, a file with no step at all is refused."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.rglob("metrics.jsonl"))
+        if not found:
+            raise AnalyzeError(f"{path} holds no metrics.jsonl; allowed: verl's file-logger JSONL, a verl console "
+                               "log, rlprof's metrics.jsonl")
+        path = found[0]
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raise AnalyzeError(f"{path}: {exc.strerror}; allowed: a readable metrics file") from None
+    kinds, out = set(), {}
+    for line in lines:
+        line = line.strip()
+        rec = None
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("step"), int) and isinstance(obj.get("data"), dict):
+                rec, kind = _from_verl(obj["step"], obj["data"]), "verl file logger"
+            elif isinstance(obj, dict) and isinstance(obj.get("step"), int) and isinstance(obj.get("stage_ms"), dict):
+                rec = {"step": obj["step"], "stages": {k: v / 1e3 for k, v in obj["stage_ms"].items()
+                                                       if isinstance(v, (int, float))},
+                       "step_s": obj["step_ms"] / 1e3 if isinstance(obj.get("step_ms"), (int, float)) else None,
+                       "response_length": obj.get("response_length")}
+                kind = "rlprof metrics"
+        elif (m := CONSOLE_STEP.search(line)) is not None:
+            pairs = {k: _number(v) for k, v in CONSOLE_PAIR.findall(m.group(2))}
+            rec, kind = _from_verl(int(m.group(1)), {k: v for k, v in pairs.items() if v is not None}), "verl console"
+        if rec is not None and (rec["stages"] or rec["step_s"] is not None):
+            kinds.add(kind)
+            out[rec["step"]] = rec  # a step logged twice (a resumed run): the last
+    if not out:
+        raise AnalyzeError(f"{path} holds no step metrics with stage timings; allowed: verl's file-logger JSONL "
+                           '({"step": N, "data": {"timing_s/gen": ...}}), verl console lines (step:N - '
+                           "timing_s/gen:...), rlprof's metrics.jsonl")
+    return " + ".join(sorted(kinds)), [out[k] for k in sorted(out)]
+
+
+def _pearson(x: list[float], y: list[float]) -> float | None:
+    if len(x) < 3 or statistics.pstdev(x) == 0 or statistics.pstdev(y) == 0:
+        return None
+    return statistics.correlation(x, y)
+
+
+def diagnose_steps(records: list[dict]) -> dict:
+    """The stage that dominates, the outlier steps and the stages that trend, from per-step timings. The first
+    step is left out of means (it pays compilation, allocation and cache warm-up) where there are others."""
+    steady = records[1:] if len(records) > 1 else records
+    total = lambda r: r["step_s"] if r["step_s"] is not None else sum(r["stages"].values())  # noqa: E731
+    stages = sorted({s for r in steady for s in r["stages"]})
+    mean_step = statistics.fmean(total(r) for r in steady)
+    means = {s: statistics.fmean(r["stages"].get(s, 0.0) for r in steady) for s in stages}
+    shares = {s: (v / mean_step if mean_step else 0.0) for s, v in means.items()}
+    dominant = max(shares, key=shares.get) if shares else None
+    out = {"steps": [r["step"] for r in records], "mean_step_s": mean_step,
+           "stages": [{"stage": s, "mean_s": means[s], "share": shares[s]} for s in
+                      sorted(stages, key=lambda s: -means[s])],
+           "dominant": {"stage": dominant, "share": shares[dominant]}
+           if dominant and shares[dominant] >= DOMINANT_SHARE else None,
+           "outliers": [], "trends": []}
+    median_step = statistics.median(total(r) for r in steady)
+    if len(steady) >= 4:
+        for r in steady:
+            if median_step and total(r) > OUTLIER_FACTOR * median_step:
+                grew = {s: r["stages"].get(s, 0.0) - statistics.median(q["stages"].get(s, 0.0) for q in steady)
+                        for s in stages}
+                stage = max(grew, key=grew.get) if grew else None
+                out["outliers"].append({"step": r["step"], "step_s": total(r), "median_step_s": median_step,
+                                        "stage": stage, "stage_extra_s": grew.get(stage)})
+    if len(steady) >= MIN_TREND_STEPS:
+        lengths = [r["response_length"] for r in steady]
+        for s in stages:
+            times = [r["stages"].get(s, 0.0) for r in steady]
+            if all(isinstance(v, (int, float)) for v in lengths):
+                r_len = _pearson(lengths, times)
+                if r_len is not None and r_len >= TREND_R:
+                    slope = statistics.linear_regression(lengths, times).slope
+                    out["trends"].append({"stage": s, "with": "response_length", "r": r_len,
+                                          "s_per_100_tokens": slope * 100})
+                    continue
+            r_step = _pearson([float(r["step"]) for r in steady], times)
+            if r_step is not None and r_step >= TREND_R:
+                out["trends"].append({"stage": s, "with": "step", "r": r_step,
+                                      "s_per_step": statistics.linear_regression(
+                                          [float(r["step"]) for r in steady], times).slope})
+    return out

@@ -1,0 +1,153 @@
+"""Causes of a slow RL step and the config keys that act on each, per framework (data; read by analyze/findings).
+
+A lever is a key of the framework's own config, the value or direction to turn it, and why it acts on the
+cause. Keys are checked against each framework's real config (tests/test_levers.py): verl's generated trainer
+YAML at 1dda039, MindSpeed-RL's config classes at 05a90d7, rlprof's TrainConfig. A dialect with no entry for
+a cause has no key known to act on it; a finding says so rather than invent one.
+
+`stages` restricts a lever to the stages it acts on (a log-prob micro-batch size does nothing for the update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DIALECTS = ("verl", "mindspeed", "rlprof")
+
+
+@dataclass(frozen=True)
+class Lever:
+    key: str
+    set: str  # the value to set, or a direction: "raise", "lower"
+    why: str
+    stages: tuple[str, ...] = ()  # empty: every stage the cause is found in
+
+    def text(self) -> str:
+        turn = f"{self.key}={self.set}" if self.set not in ("raise", "lower") else f"{self.set} {self.key}"
+        return f"{turn} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    title: str  # the cause, said in a few words
+    levers: dict[str, tuple[Lever, ...]] = field(default_factory=dict)
+
+    def levers_for(self, dialect: str, stage: str | None = None) -> list[Lever]:
+        return [lv for lv in self.levers.get(dialect, ()) if not lv.stages or stage in lv.stages]
+
+
+UPDATE = ("actor_update",)
+OLD_LOG_PROB = ("actor_compute_log_prob",)
+REF_LOG_PROB = ("ref_compute_log_prob",)
+VA = "actor_rollout_ref."
+
+CAUSES = {c.name: c for c in (
+    Cause("rollout_tail", "long-tail responses: most of the batch has finished and the engine decodes for a few", {
+        "verl": (Lever("data.max_response_length", "lower", "caps the longest response the batch waits for"),),
+        "mindspeed": (Lever("generate_config.sampling_config.max_tokens", "lower",
+                            "caps the longest response the batch waits for"),
+                      Lever("rl_config.partial_rollout_max_split", "raise",
+                            "partial rollout: a long response is continued in the next step instead of held for")),
+        "rlprof": (Lever("rollout.max_new_tokens", "lower", "caps the longest response the batch waits for"),),
+    }),
+    Cause("padding", "padding: micro-batches compute pad tokens that carry no data", {
+        "verl": (Lever(VA + "model.use_remove_padding", "True", "packs the real tokens, no pad computed"),
+                 Lever(VA + "actor.use_dynamic_bsz", "True",
+                       "micro-batches by token budget (ppo_max_token_len_per_gpu), rows of like length together")),
+        "mindspeed": (Lever("rl_config.use_remove_padding", "true", "packs the real tokens, no pad computed"),
+                      Lever("rl_config.use_dynamic_bsz", "true",
+                            "micro-batches by token budget (max_packing_token_size)")),
+        "rlprof": (Lever("actor.use_dynamic_bsz", "true",
+                         "micro-batches by token budget (actor.max_token_len), rows of like length together"),),
+    }),
+    Cause("small_units", "micro-batches too small: a fixed cost per micro-batch (launches, Python) dominates", {
+        "verl": (Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "fewer, fuller update passes",
+                       UPDATE),
+                 Lever(VA + "rollout.log_prob_micro_batch_size_per_gpu", "raise",
+                       "fewer, fuller old-log-prob passes", OLD_LOG_PROB),
+                 Lever(VA + "ref.log_prob_micro_batch_size_per_gpu", "raise", "fewer, fuller reference passes",
+                       REF_LOG_PROB),
+                 Lever(VA + "actor.use_dynamic_bsz", "True", "micro-batches filled to a token budget instead")),
+        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE),
+                      Lever("rl_config.actor_forward_micro_batch_size", "raise", "fewer, fuller old-log-prob passes",
+                            OLD_LOG_PROB),
+                      Lever("rl_config.ref_forward_micro_batch_size", "raise", "fewer, fuller reference passes",
+                            REF_LOG_PROB),
+                      Lever("rl_config.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
+        "rlprof": (Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE),
+                   Lever("actor.log_prob_micro_batch_size", "raise", "fewer, fuller log-prob passes",
+                         OLD_LOG_PROB + REF_LOG_PROB),
+                   Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
+    }),
+    Cause("unused_reference", "the reference forward runs but its KL term has coefficient 0: no gradient uses it", {
+        # verl's need_reference_policy: use_kl_in_reward or actor.use_kl_loss (verl/trainer/ppo/utils.py)
+        "verl": (Lever(VA + "actor.use_kl_loss", "False",
+                       "with algorithm.use_kl_in_reward=False verl builds no reference policy and skips the pass"),),
+        "rlprof": (Lever("actor.use_kl_loss", "false", "the reference pass is skipped"),),
+    }),
+    Cause("slow_reward", "the reward function runs on the critical path: every device waits while it scores", {
+        "verl": (Lever("reward.num_workers", "raise", "scores the batch in that many reward-loop workers at once"),),
+        "mindspeed": (Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel"),),
+        "rlprof": (Lever("reward.workers", "raise", "scores the batch in that many threads at once"),),
+    }),
+    Cause("weight_sync", "weight sync: the full weights are gathered and copied to the rollout every step", {
+        "verl": (Lever(VA + "rollout.checkpoint_engine.update_weights_bucket_megabytes", "raise",
+                       "fewer, larger transfers to the rollout engine"),),
+        "rlprof": (Lever("rollout.share_actor_weights", "true",
+                         "rollout reads the actor's shards: no full copy (each decode step gathers them instead)"),),
+    }),
+    Cause("exposed_comm", "communication the compute does not hide (FSDP all-gathers, reduce-scatters)", {
+        "verl": (Lever(VA + "actor.fsdp_config.forward_prefetch", "True",
+                       "issues the next layer's all-gather before the current forward ends"),
+                 Lever(VA + "actor.fsdp_config.reshard_after_forward", "False",
+                       "keeps gathered weights from forward to backward: no second all-gather (more memory)")),
+        "mindspeed": (Lever("megatron_training.overlap_param_gather", "true",
+                            "overlaps the parameter all-gather with the forward"),
+                      Lever("megatron_training.overlap_grad_reduce", "true",
+                            "overlaps the gradient reduce with the backward")),
+        "rlprof": (Lever("actor.reshard_after_forward", "false",
+                         "keeps gathered weights from forward to backward: no second all-gather (more memory)"),),
+    }),
+    Cause("slow_rank", "one rank is slower and every collective waits for it", {
+        "verl": (Lever("trainer.balance_batch", "True",
+                       "balances tokens across data-parallel ranks (a rank with longer sequences is slower)"),),
+        "rlprof": (Lever("trainer.debug.slow_rank", "null",
+                         "the reference trainer's only source of a slow rank is this injected slowdown"),),
+    }),
+    Cause("launch_bound", "launch-bound device: the GPU waits for the host to issue the next kernel", {
+        "verl": (Lever(VA + "rollout.enforce_eager", "False", "CUDA graphs replay decode kernels without launches",
+                       ("rollout_generate",)),
+                 Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE),
+                 Lever(VA + "actor.use_torch_compile", "True", "fused kernels: fewer launches")),
+        "mindspeed": (Lever("generate_config.enforce_eager", "false", "graph mode replays decode without launches",
+                            ("rollout_generate",)),),
+        "rlprof": (Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
+                   Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch",
+                         OLD_LOG_PROB + REF_LOG_PROB)),
+    }),
+    Cause("memory_headroom", "unused device memory: the peak is far below the device's capacity", {
+        "verl": (Lever(VA + "actor.ppo_max_token_len_per_gpu", "raise",
+                       "with use_dynamic_bsz: more tokens per micro-batch in the memory left", UPDATE),
+                 Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "larger micro-batches fit", UPDATE),
+                 Lever(VA + "rollout.gpu_memory_utilization", "raise", "a larger KV cache for the engine",
+                       ("rollout_generate",))),
+        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
+                      Lever("generate_config.gpu_memory_utilization", "raise", "a larger KV cache for the engine",
+                            ("rollout_generate",))),
+        "rlprof": (Lever("actor.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
+                   Lever("actor.log_prob_micro_batch_size", "raise", "larger micro-batches fit",
+                         OLD_LOG_PROB + REF_LOG_PROB)),
+    }),
+)}
+
+
+def levers(cause: str, stage: str | None = None) -> dict[str, list[dict]]:
+    """{dialect: [{key, set, why, text}]} for a cause found in `stage` (dialects with no lever left out)."""
+    c = CAUSES[cause]
+    out = {}
+    for dialect in DIALECTS:
+        found = c.levers_for(dialect, stage)
+        if found:
+            out[dialect] = [{"key": lv.key, "set": lv.set, "why": lv.why, "text": lv.text()} for lv in found]
+    return out
