@@ -15,7 +15,34 @@ def _console(width: int = 120) -> Console:
     return Console(width=max(width, Console().width))
 
 
-def print_findings(console: Console, found: list[dict], limit: int = 6) -> None:
+MEASURE_WORDS = {"rollout_tail": "rollout tail", "padding": "padding", "fixed_cost": "fixed cost per micro-batch",
+                 "recompute": "log-prob recompute / update", "reward_share": "reward share of step",
+                 "weight_sync_share": "weight sync share of step", "launch_bound": "launch-bound",
+                 "memory_use": "memory use / capacity"}
+
+
+def measures_line(measures: list[dict]) -> str:
+    """The RL measures in one line: the largest value of each (where), or why it could not be measured."""
+    best: dict[str, dict] = {}
+    for m in measures:
+        cur = best.get(m["measure"])
+        if cur is None or (m["value"] is not None and (cur["value"] is None or m["value"] > cur["value"])):
+            best[m["measure"]] = m
+    parts = []
+    for name, m in best.items():
+        where = f" ({m['stage']})" if m.get("stage") and name not in ("reward_share", "weight_sync_share") else ""
+        value = f"{m['value']:.0%}" if m["value"] is not None else "not measurable"
+        parts.append(f"{MEASURE_WORDS.get(name, name)} {value}{where}")
+    return "; ".join(parts)
+
+
+def print_findings(console: Console, found: list[dict], limit: int = 6, measures: list[dict] | None = None) -> None:
+    if measures:
+        console.print(f"[bold]RL measures[/] (largest per measure; formulas in docs/analysis_schema.md): "
+                      f"{measures_line(measures)}", highlight=False, soft_wrap=True)
+    if not any(f.get("actionable") for f in found):
+        console.print("[bold]causes:[/] none above its threshold (tail, padding, micro-batch size, reference, reward, "
+                      "weight sync, communication, launches, memory)", highlight=False)
     if not found:
         console.print("[bold]findings:[/] none above their thresholds (docs/analysis_schema.md)")
         return
@@ -34,7 +61,7 @@ def print_findings(console: Console, found: list[dict], limit: int = 6) -> None:
 
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
-    print_findings(console, doc.get("findings", []))
+    print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
     rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
     table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
     for col in ("step", "role", "stage", "rank") + BUCKETS:
