@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from helpers import load_trace, rows
+from helpers import load_trace, names, rows, unit_args
 
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow
@@ -68,8 +68,11 @@ def test_micro_batch_schedule_holds_one_of_four(tmp_path):
     full = run_example(tmp_path / "full", f"{A}.stages=[actor_update]")
     [t_one] = [load_trace(one / r["path"]) for r in rows(one) if r["stage"] == "actor_update"]
     [t_full] = [load_trace(full / r["path"]) for r in rows(full) if r["stage"] == "actor_update"]
-    micro = [e["name"] for e in t_one["traceEvents"] if e.get("name", "").startswith("rlprof:micro_batch:")]
-    assert micro == ["rlprof:micro_batch:0"]
+    assert names(t_one, "rlprof:micro_batch:") == ["rlprof:micro_batch:0"]
+    # the micro-batch says what it holds, read from GRPO's prompt and completion masks
+    (held,) = unit_args(t_one, "rlprof:micro_batch:")
+    assert set(held) == {"seqs", "tokens", "real_tokens"} and 0 < held["real_tokens"] <= held["tokens"]
+    assert held["tokens"] % held["seqs"] == 0
     assert _count(t_full, "aten::embedding") == 4 * _count(t_one, "aten::embedding") > 0  # one forward of four
 
 
