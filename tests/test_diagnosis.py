@@ -386,3 +386,13 @@ def test_report_shows_cause_evidence_and_levers(browser, tmp_path):
     assert 0 <= band < 60, band
     assert seen["errors"] == []
     page.close()
+
+
+def test_profiled_steps_and_untimed_extra_time_are_not_targeted():
+    recs = _records([1.0] * 8)
+    recs[1]["profiled"], recs[1]["step_s"] = True, 9.0  # the profiler's own cost: left out
+    assert diagnose_steps(recs)["outliers"] == []
+    recs = _records([1.0] * 8)
+    recs[5]["step_s"] = 9.0  # slow, but in no timed stage: reported without a stage, not targeted
+    (o,) = diagnose_steps(recs)["outliers"]
+    assert o["step"] == 6 and o["stage"] is None

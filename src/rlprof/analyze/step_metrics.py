@@ -77,7 +77,7 @@ def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
                 rec = {"step": obj["step"], "stages": {k: v / 1e3 for k, v in obj["stage_ms"].items()
                                                        if isinstance(v, (int, float))},
                        "step_s": obj["step_ms"] / 1e3 if isinstance(obj.get("step_ms"), (int, float)) else None,
-                       "response_length": obj.get("response_length")}
+                       "response_length": obj.get("response_length"), "profiled": bool(obj.get("profiled"))}
                 kind = "rlprof metrics"
         elif (m := CONSOLE_STEP.search(line)) is not None:
             pairs = {k: _number(v) for k, v in CONSOLE_PAIR.findall(m.group(2))}
@@ -101,7 +101,8 @@ def _pearson(x: list[float], y: list[float]) -> float | None:
 def diagnose_steps(records: list[dict]) -> dict:
     """The stage that dominates, the outlier steps and the stages that trend, from per-step timings. The first
     step is left out of means (it pays compilation, allocation and cache warm-up) where there are others."""
-    steady = records[1:] if len(records) > 1 else records
+    unprofiled = [r for r in records if not r.get("profiled")] or records  # the profiler's own cost is no outlier
+    steady = unprofiled[1:] if len(unprofiled) > 1 else unprofiled
     total = lambda r: r["step_s"] if r["step_s"] is not None else sum(r["stages"].values())  # noqa: E731
     stages = sorted({s for r in steady for s in r["stages"]})
     mean_step = statistics.fmean(total(r) for r in steady)
@@ -121,8 +122,11 @@ def diagnose_steps(records: list[dict]) -> dict:
                 grew = {s: r["stages"].get(s, 0.0) - statistics.median(q["stages"].get(s, 0.0) for q in steady)
                         for s in stages}
                 stage = max(grew, key=grew.get) if grew else None
+                extra = total(r) - median_step
+                if stage is not None and grew[stage] < 0.5 * extra:  # most of the extra time is in no timed stage
+                    stage = None
                 out["outliers"].append({"step": r["step"], "step_s": total(r), "median_step_s": median_step,
-                                        "stage": stage, "stage_extra_s": grew.get(stage)})
+                                        "stage": stage, "stage_extra_s": grew.get(stage) if stage else None})
     if len(steady) >= MIN_TREND_STEPS:
         lengths = [r["response_length"] for r in steady]
         for s in stages:

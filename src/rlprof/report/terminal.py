@@ -144,8 +144,10 @@ def print_advice(result: dict, plan_text: str) -> None:
         for s in metrics["stages"][:6]:
             console.print(f"  {s['stage']:<24} {s['mean_s']:9.3f} s  {s['share']:5.0%}", highlight=False, markup=False)
         for o in metrics["outliers"]:
+            where = (f"{o['stage']} +{o['stage_extra_s']:.3f} s" if o["stage"] else
+                     "most of the extra time is outside the timed stages")
             console.print(f"  outlier: step {o['step']} took {o['step_s']:.3f} s (median {o['median_step_s']:.3f} s); "
-                          f"{o['stage']} +{o['stage_extra_s']:.3f} s", highlight=False, markup=False)
+                          f"{where}", highlight=False, markup=False)
         for t in metrics["trends"]:
             console.print(f"  trend: {t['stage']} grows with {t['with'].replace('_', ' ')} (r = {t['r']:.2f})",
                           highlight=False, markup=False)

@@ -198,7 +198,9 @@ class Trainer:
         metrics = {"step": step, "reward_mean": reward, "accuracy": acc, "response_length": length, "kl": kl,
                    "clip_frac": clip, "entropy": ent, "grad_norm": stats["grad_norm"], "pg_loss": stats["pg_loss"],
                    "micro_batches": stats["micro_batches"], "step_ms": (time.perf_counter() - t0) * 1e3,
-                   "stage_ms": dict(self.timings)}
+                   "stage_ms": dict(self.timings),
+                   # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
+                   "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
         if self.kept_groups is not None:
             metrics["informative_groups"] = self.kept_groups
         return metrics
