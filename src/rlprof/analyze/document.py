@@ -4,7 +4,7 @@ warnings, stage rows made from units, the findings."""
 from __future__ import annotations
 
 from ..errors import AnalyzeError
-from .breakdown import BUCKETS, order_key
+from .breakdown import BUCKETS, UNIT_ARGS, order_key
 from .findings import findings
 from .inputs import directory_warnings, run_config
 
@@ -63,7 +63,7 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
             groups.setdefault(key, []).append(r)
     out = []
     for units in groups.values():
-        first = min(units, key=lambda r: r["start_us"] or 0)
+        first = {k: v for k, v in min(units, key=lambda r: r["start_us"] or 0).items() if k not in UNIT_ARGS}
         sums = {b: sum(r[b] for r in units) for b in BUCKETS}
         out.append({**first, "unit": None, "index": None, "file": None, "units_only": len(units), **sums})
     return out

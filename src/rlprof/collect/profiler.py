@@ -233,12 +233,13 @@ class Profiler:
     rank / world_size default to torchrun's RANK / WORLD_SIZE. `role` names the role(s) this process
     hosts (default: all, as in a colocated single-process trainer). In async rollout, a replica
     process passes role="rollout" and replica=<index>; rollout ranks are then replica indices.
-    `backends` maps a tool name to a factory(spec) -> Backend (tests use it to substitute one).
+    `backends` maps a tool name to a factory(spec) -> Backend (tests use it to substitute one). `tags` go into
+    every manifest row this process writes (an inference engine's name, version and TP rank).
     """
 
     def __init__(self, plan: ProfilePlan, *, rank: int | None = None, world_size: int | None = None,
                  role: str | tuple[str, ...] | None = None, replica: int | None = None, run_id: str | None = None,
-                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None):
+                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None, tags: dict | None = None):
         global _current
         self.plan = plan
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
@@ -277,7 +278,7 @@ class Profiler:
 
             log.warning("%s", nothing_collected_line(plan))
         self._step: int | None = None
-        self._where = written_where()
+        self._where = {**written_where(), **(tags or {})}  # every manifest row carries them
         self._stage_now: dict = {}
         # `with prof.stage("actor_update"):` marks a stage and opens its window when selected. `stage` is the C
         # lookup of a dict kept in step with _stage_now: an unselected stage costs one dict hit, no Python frame.

@@ -25,6 +25,7 @@ from ..collect.engine import replica_profiles
 from ..collect.manifest import append_row
 from ..config.plan import ProfilePlan, RolePlan
 from ..errors import ConfigError
+from ..frameworks.engines import EngineFile, recognise  # noqa: F401  (re-exported: the adapters' file names)
 
 ROLLOUT_KEY = "actor_rollout_ref.rollout.profiler"
 
@@ -66,19 +67,29 @@ class Window:
     notes: tuple[str, ...] = ()
 
 
-def engine_window(rp: RolePlan, engine: str) -> Window:
+ENGINE_UNITS = ("decode_step", "step", "stage")  # what an engine's schedule can count: its iterations, or nothing
+
+
+def check_rollout_schedule(rp: RolePlan) -> None:
+    """A schedule no inference engine can follow (micro- or mini-batches), refused in one line naming the key."""
     s = rp.schedule
-    if s is None:
+    if rp.enabled and s is not None and s.unit not in ENGINE_UNITS:
+        raise ConfigError(f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.unit", s.unit,
+                          "decode_step (engine iterations), or no schedule for the whole generate call",
+                          problem="has no meaning inside an inference engine")
+
+
+def engine_window(rp: RolePlan, engine: str) -> Window:
+    """The iterations an engine's own profiler is asked to skip and record (one window per start_profile)."""
+    check_rollout_schedule(rp)
+    s = rp.schedule
+    if s is None or s.unit != "decode_step":
         return Window()
-    notes = []
-    if s.unit != "decode_step":
-        notes.append(f"{engine}: schedule unit {s.unit} has no meaning inside the engine; the whole generate call "
-                      "is profiled (use unit: decode_step)")
-        return Window(notes=tuple(notes))
     if s.repeat not in (0, 1):
-        notes.append(f"{engine}: schedule repeat {s.repeat} is not supported (one window per start_profile); "
-                     "the first cycle only is recorded")
-    return Window(delay=s.skip_first + s.wait + s.warmup, active=s.active or None, notes=tuple(notes))
+        raise ConfigError(f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.repeat", s.repeat,
+                          f"0 or 1: {engine}'s own profiler records one window per start_profile (rlprof's vLLM "
+                          "plugin follows repeat)")
+    return Window(delay=s.skip_first + s.wait + s.warmup, active=s.active or None)
 
 
 def rollout_plan(plan: ProfilePlan) -> RolePlan:
@@ -88,6 +99,7 @@ def rollout_plan(plan: ProfilePlan) -> RolePlan:
                           "true: an inference engine profiles its own processes, one window per (step, replica)")
     if rp.enabled and rp.steps and rp.tool not in ("torch", "markers"):
         raise ConfigError(f"{ROLLOUT_KEY}.tool", rp.tool, "torch for vLLM / SGLang engines (their torch profiler)")
+    check_rollout_schedule(rp)
     return rp
 
 
@@ -118,11 +130,15 @@ def vllm_settings(plan: ProfilePlan, trace_dir: str | Path, version: str) -> tup
                      f"contents {sorted(contents)} and level {rp.level} are not applied as such")
     v = _version_tuple(version)
     stack, shapes, memory = "stack" in contents, "shapes" in contents, "memory" in contents
+    # vLLM's WorkerProfiler starts on the delay-th iteration it counts (`_active_iteration_count == delay`, counting
+    # from 1), i.e. after delay - 1 skipped: skipping S iterations takes delay S + 1 (checked live on 0.32.0, whose
+    # max_iterations then records exactly that many).
+    delay = win.delay + 1 if win.delay else 0
     if v >= VLLM_CONFIG_SINCE:
         cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir), "torch_profiler_with_stack": stack,
                "torch_profiler_record_shapes": shapes, "torch_profiler_with_memory": memory,
                "torch_profiler_with_flops": False, "torch_profiler_use_gzip": True,
-               "delay_iterations": win.delay, "max_iterations": win.active or 0,
+               "delay_iterations": delay, "max_iterations": win.active or 0,
                # the front-end (AsyncLLM) trace ignores delay/limit and would span the whole call
                "ignore_frontend": bool(win.delay or win.active)}
         return {"profiler_config": cfg}, notes
@@ -130,7 +146,7 @@ def vllm_settings(plan: ProfilePlan, trace_dir: str | Path, version: str) -> tup
            "VLLM_TORCH_PROFILER_RECORD_SHAPES": str(int(shapes)),
            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory))}
     if v >= VLLM_ITERS_SINCE:
-        env.update({"VLLM_PROFILER_DELAY_ITERS": str(win.delay), "VLLM_PROFILER_MAX_ITERS": str(win.active or 0),
+        env.update({"VLLM_PROFILER_DELAY_ITERS": str(delay), "VLLM_PROFILER_MAX_ITERS": str(win.active or 0),
                     "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": str(int(bool(win.delay or win.active)))})
     elif win.delay or win.active:
         notes.append(f"vLLM {version}: cannot delay or limit profiled iterations (needs >= 0.12); the whole "
@@ -176,35 +192,6 @@ def sglang_start_args(plan: ProfilePlan, output_dir: str | Path, forward_count: 
 
 
 # ---- engine output files ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EngineFile:
-    engine: str
-    part: str  # worker, frontend, merged
-    tp_rank: int | None = None
-    phase: str | None = None  # SGLang profile_by_stage: EXTEND / DECODE
-
-
-_TRACE = r"\.json(?:\.gz)?$"
-PATTERNS = (
-    ("vllm", "frontend", re.compile(r"^(?:.+_)?async_llm\.\d+\.pt\.trace" + _TRACE)),
-    ("vllm", "worker", re.compile(r"^(?:.+_)?.+-rank-(?P<tp>\d+)\.\d+\.pt\.trace" + _TRACE)),
-    ("sglang", "merged", re.compile(r"^merged-.+\.trace" + _TRACE)),
-    ("sglang", "worker", re.compile(r"^(?:.+-)?[\w.]+-TP-(?P<tp>\d+)(?:-DP-\d+)?(?:-PP-\d+)?(?:-EP-\d+)?"
-                                    r"(?:-(?P<phase>EXTEND|DECODE))?\.trace" + _TRACE)),
-    ("vllm", "worker", re.compile(r"^.+\.\d+\.pt\.trace" + _TRACE)),  # torch's default worker name
-)
-
-
-def recognise(name: str) -> EngineFile | None:
-    for engine, part, pattern in PATTERNS:
-        m = pattern.match(name)
-        if m:
-            groups = m.groupdict()
-            tp = groups.get("tp")
-            return EngineFile(engine, part, int(tp) if tp is not None else None, groups.get("phase"))
-    return None
-
 
 def _settled(paths: list[Path], wait_s: float) -> None:
     """Engines write traces after stop returns: wait until sizes stop changing (bounded)."""

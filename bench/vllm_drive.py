@@ -1,0 +1,98 @@
+"""Drive a live vLLM (run with the side venv's python, `bash bench/setup_vllm.sh` makes it): rounds of generation
+on a tiny Qwen2 built locally, timings and what came back as one JSON object on stdout.
+
+    bench/.venv-vllm/bin/python bench/vllm_drive.py make-model DIR
+    bench/.venv-vllm/bin/python bench/vllm_drive.py run --model DIR --rounds '[[64, 64], [34, 38]]' [options]
+
+A round is one `llm.generate` of one request per entry (prompt i: tokens [1, 5+i, 7, 9]), each entry the
+request's max_tokens, with ignore_eos so that a request generates exactly that many. Options:
+`--profile-rounds 2 3` calls vLLM's own `llm.start_profile()` / `stop_profile()` around those rounds (1-based),
+`--profiler-config JSON` starts the engine with that ProfilerConfig, `--driver` says each round's step to rlprof's
+plugin (`rlprof.integrations.vllm_plugin.step`). The environment decides the rest: RLPROF_PLAN (the plugin),
+VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
+Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+VOCAB, HIDDEN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 2  # head size 32: one the CPU attention backend takes
+
+
+def make_model(out: str) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
+                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=512,
+                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    Qwen2ForCausalLM(cfg).save_pretrained(out)
+
+
+def engine(model: str, profiler_config: dict | None):
+    from vllm import LLM
+
+    kwargs = {"profiler_config": profiler_config} if profiler_config else {}
+    return LLM(model=model, skip_tokenizer_init=True, dtype="float32", max_model_len=512, seed=0,
+               kv_cache_memory_bytes=64 << 20, enforce_eager=True, **kwargs)
+
+
+def run(args) -> dict:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    t0 = time.perf_counter()
+    llm = engine(args.model, json.loads(args.profiler_config) if args.profiler_config else None)
+    out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
+    step = None
+    if args.driver:
+        from rlprof.integrations.vllm_plugin import step
+    for k, lengths in enumerate(json.loads(args.rounds), start=1):
+        prompts = [TokensPrompt(prompt_token_ids=[1, 5 + i % 50, 7, 9]) for i in range(len(lengths))]
+        params = [SamplingParams(max_tokens=n, ignore_eos=True, temperature=1.0, detokenize=False) for n in lengths]
+        profiled = k in args.profile_rounds
+        if profiled:
+            llm.start_profile()
+        t = time.perf_counter()
+        if step is not None:
+            with step(llm, k):
+                results = llm.generate(prompts, params, use_tqdm=False)
+        else:
+            results = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - t
+        if profiled:
+            llm.stop_profile()
+        out["rounds"].append({"seconds": seconds, "tokens": [len(r.outputs[0].token_ids) for r in results]})
+    return out
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make-model")
+    m.add_argument("out")
+    r = sub.add_parser("run")
+    r.add_argument("--model", required=True)
+    r.add_argument("--rounds", required=True, help="JSON list of rounds, each a list of max_tokens per request")
+    r.add_argument("--profile-rounds", type=int, nargs="*", default=[])
+    r.add_argument("--profiler-config")
+    r.add_argument("--driver", action="store_true")
+    args = p.parse_args()
+    if args.cmd == "make-model":
+        make_model(args.out)
+        return
+    result = run(args)
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

