@@ -9,7 +9,9 @@ engine iterations 0..M-1 (iteration 0 is its prefill): iteration k holds #{M > k
 
 import gzip
 import json
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -199,3 +201,38 @@ def test_a_profiler_failure_inside_the_engine_never_stops_generation(vllm_live, 
     assert generated_all(result, rounds), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
     assert len(said) == 1 and "could not open step 1's window" in said[0] and "generation goes on" in said[0], said
+
+
+def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live, tmp_path):
+    """`rollout.engine=vllm`: the policy's weights go into an in-process vLLM every step (its log-probs then equal
+    the trainer's recompute of them), the reward rises over 30 steps as the main job's does, and the profiled step
+    holds weight_sync, rollout (vLLM's iterations as decode-step units, with their rows), reward, ref and actor."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLPROF_", "VLLM_"))}
+    proc = subprocess.run([str(vllm_live.PYTHON), "-m", "rlprof.trainer", "rollout.engine=vllm",
+                           "model.hidden_size=128", "trainer.steps=30"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env={**env, **vllm_live.BASE_ENV,
+                                                       "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (metrics,) = (tmp_path / "outputs" / "train").glob("*/metrics.jsonl")
+    history = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rewards = [m["reward_mean"] for m in history]
+    assert len(rewards) == 30 and sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.15, rewards
+    assert all(m["rollout_log_prob_gap"] < 1e-3 for m in history)  # the engine samples from the pushed weights
+    (analysis,) = (tmp_path / "outputs" / "profile").glob("*/analysis/analysis.json")
+    doc = json.loads(analysis.read_text())
+    stages = {(r["role"], r["stage"]) for r in doc["rows"] if r["unit"] is None and r["step"] == 2}
+    assert {("actor", "weight_sync"), ("rollout", "rollout_generate"), ("reward", "reward_compute"),
+            ("ref", "ref_compute_log_prob"), ("actor", "actor_compute_log_prob"), ("actor", "actor_update")} <= stages
+    decode = sorted((r for r in doc["rows"] if r["unit"] == "decode_step"), key=lambda r: r["index"])
+    assert decode[0]["prefill_seqs"] == decode[0]["active"] == decode[0]["seqs"] == 64  # 8 prompts x 8 samples
+    assert all(r["prefill_seqs"] == 0 and 0 < r["active"] <= 64 for r in decode[1:])
+    (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
+    assert tail["status"] == "measured" and tail["decode_steps"] == len(decode)
+
+
+def test_rollout_engine_vllm_needs_a_head_size_vllm_can_run(vllm_live, tmp_path):
+    proc = subprocess.run([str(vllm_live.PYTHON), "-m", "rlprof.trainer", "rollout.engine=vllm"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("rlprof: config error: model.hidden_size = 64 gives head "
+                                                           "size 16")

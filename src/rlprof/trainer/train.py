@@ -70,6 +70,10 @@ class Trainer:
             from .async_rollout import AsyncRollout
 
             self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id)
+        elif cfg.rollout.engine == "vllm":
+            from .vllm_rollout import VllmRollout
+
+            self.engine = VllmRollout(cfg, self.actor, self.tok, self.prof)
         self.slow_ms = cfg.trainer.debug.slow_ms if cfg.trainer.debug.slow_rank == rank else 0.0
         self.timings: dict[str, float] = {}
 
@@ -136,11 +140,13 @@ class Trainer:
         width = max(x[0].response_ids.shape[1] for x in parts)
         pad = self.tok.pad_id
         f = torch.nn.functional.pad
+        engine_lp = None if any(x[0].engine_log_probs is None for x in parts) else torch.cat(
+            [f(x[0].engine_log_probs, (0, width - x[0].engine_log_probs.shape[1]), value=0.0) for x in parts])
         rollout = Rollout(torch.cat([x[0].prompt_ids for x in parts]), torch.cat([x[0].prompt_mask for x in parts]),
                           torch.cat([f(x[0].response_ids, (0, width - x[0].response_ids.shape[1]), value=pad)
                                      for x in parts]),
                           torch.cat([f(x[0].response_mask, (0, width - x[0].response_mask.shape[1]), value=0)
-                                     for x in parts]))
+                                     for x in parts]), engine_lp)
         return (rollout, torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts]),
                 [a for x in parts for a in x[3]])
 
@@ -150,8 +156,9 @@ class Trainer:
         with self.stage("rollout_generate"):
             if self.engine is not None:
                 rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params())
-                rollout = Rollout(*(t.to(self.device) for t in (rollout.prompt_ids, rollout.prompt_mask,
-                                                                 rollout.response_ids, rollout.response_mask)))
+                rollout = Rollout(*(t if t is None else t.to(self.device) for t in (
+                    rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, rollout.response_mask,
+                    rollout.engine_log_probs)))
             else:
                 model = self.rollout_model or self.actor
                 rollout = generate(model, ids, mask, generator=self.sample_gen, decode_step=self.unit("decode_step"),
@@ -203,6 +210,10 @@ class Trainer:
                    "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
         if self.kept_groups is not None:
             metrics["informative_groups"] = self.kept_groups
+        if rollout.engine_log_probs is not None:  # the engine's sampling against the trainer's recompute of it
+            m = rollout.response_mask.float()
+            gap = ((rollout.engine_log_probs - old_lp).abs() * m).sum() / m.sum().clamp(min=1)
+            metrics["rollout_log_prob_gap"] = self._mean_across_ranks([float(gap)])[0]
         return metrics
 
     def close(self) -> dict | None:

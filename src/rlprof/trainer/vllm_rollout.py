@@ -1,0 +1,70 @@
+"""Rollout on vLLM (`rollout.engine=vllm`): an in-process engine generating from the trainer's current policy.
+
+The policy's config and first weights are written to a directory vLLM loads (no download), then at every step
+the actor's weights are pushed into the engine's model (the weight_sync stage: vLLM's own load_weights, a real
+copy into its fused, repacked layout). Sampling, stopping at EOS and the sampled tokens' log-probs are vLLM's; the rest of
+GRPO / DAPO is the trainer's. The engine's iterations are decode-step units of the trainer's own Profiler
+(rlprof's vLLM plugin in host mode), so a profiled step holds rollout, weight_sync, ref and actor stages together.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+
+from .rollout import Rollout
+
+
+class VllmRollout:
+    def __init__(self, cfg, actor, tokenizer, profiler):
+        if cfg.trainer.device == "cpu":
+            # colocated in the trainer's process: vLLM's CPU worker would pin this whole process's threads
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in process: weights pass by reference
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from vllm import LLM
+
+        from ..integrations.vllm_plugin import attach_host
+
+        self.cfg, self.tok = cfg, tokenizer
+        self._dir = tempfile.TemporaryDirectory(prefix="rlprof-vllm-policy-")
+        actor.save_pretrained(self._dir.name)
+        self.llm = LLM(model=self._dir.name, skip_tokenizer_init=True, dtype="float32", seed=cfg.trainer.seed,
+                       max_model_len=cfg.model.max_position_embeddings, enforce_eager=True,
+                       kv_cache_memory_bytes=64 << 20)
+        (self.session,) = self.llm.collective_rpc(attach_host, args=(profiler,))
+
+    def push_weights(self, model) -> None:
+        # vLLM's in-place reload (the path its RL integrations use): checkpoint-format names, its own layout after
+        weights = [(k, v.detach()) for k, v in model.state_dict().items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+
+    def generate(self, step: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: dict) -> Rollout:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if self.session is not None:
+            self.session.new_round()
+        prompts = [TokensPrompt(prompt_token_ids=ids[m.bool()].tolist()) for ids, m in zip(prompt_ids, prompt_mask)]
+        sampling = SamplingParams(max_tokens=params["max_new_tokens"], temperature=params["temperature"],
+                                  top_p=params["top_p"], ignore_eos=params["ignore_eos"], logprobs=0,
+                                  stop_token_ids=[] if params["ignore_eos"] else [params["eos_id"]],
+                                  detokenize=False)
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        width = max(len(o.outputs[0].token_ids) for o in outputs)
+        ids = torch.full((len(outputs), width), params["pad_id"], dtype=torch.long)
+        mask = torch.zeros((len(outputs), width), dtype=torch.long)
+        logprobs = torch.zeros((len(outputs), width))
+        for i, o in enumerate(outputs):
+            out = o.outputs[0]
+            n = len(out.token_ids)
+            ids[i, :n] = torch.tensor(out.token_ids)
+            mask[i, :n] = 1
+            logprobs[i, :n] = torch.tensor([lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)])
+        return Rollout(prompt_ids, prompt_mask, ids, mask, logprobs)
+
+    def close(self) -> None:
+        self.llm = None
+        self._dir.cleanup()
