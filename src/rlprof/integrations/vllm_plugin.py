@@ -29,11 +29,8 @@ generation goes on; a vLLM release outside the one layout this relies on is one 
 from __future__ import annotations
 
 import functools
-import logging
 import os
-import re
 import shlex
-import zlib
 from contextlib import contextmanager
 
 from ..errors import ConfigError
@@ -41,11 +38,12 @@ from ..errors import ConfigError
 ENV_PLAN = "RLPROF_PLAN"
 ENV_REPLICA = "RLPROF_REPLICA"
 ENV_STEPS = "RLPROF_VLLM_STEPS"
-ENV_SAID = "RLPROF_VLLM_SAID"  # a warning said in this process is not said again by the processes it starts
 STEP_SOURCES = ("auto", "profile_calls", "rounds", "driver")
-STEP_IN_PREFIX = re.compile(r"step(\d+)")
 
-log = logging.getLogger("rlprof")
+def _say(message: str, about: str | None = None) -> None:
+    from ..collect.vllm_worker import say
+
+    say(message, about)
 
 
 def register() -> None:
@@ -61,17 +59,6 @@ def register() -> None:
         _say(f"{ENV_PLAN}: {exc}; vLLM generates without rlprof")
     except Exception as exc:  # the host goes on whatever happens here
         _say(f"the vLLM plugin could not start: {type(exc).__name__}: {exc}; vLLM generates without rlprof")
-
-
-def _say(message: str, about: str | None = None) -> None:
-    """One warning per message (or per `about`) for the whole engine: the processes vLLM starts after this one
-    inherit the mark."""
-    said = os.environ.get(ENV_SAID, "")
-    key = format(zlib.crc32((about or message).encode()), "x")  # the same in every process (hash() is salted)
-    if key in said.split(","):
-        return
-    os.environ[ENV_SAID] = f"{said},{key}" if said else key
-    log.warning("rlprof: %s", message)
 
 
 # ---- the plan, as an engine reads it --------------------------------------------------------------------------
@@ -171,6 +158,8 @@ def _after_init_device(original, settings: EngineSettings, version: str):
     def init_device(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
         try:
+            from .vllm_session import EngineSession
+
             EngineSession.attach(self, settings, version)
         except Exception as exc:
             _say(f"could not attach to vLLM's worker: {type(exc).__name__}: {exc}; this worker is not profiled")
@@ -221,7 +210,7 @@ class _Rounds:
             self.core.model_executor.collective_rpc(_round_ended)
 
 
-def _session(worker_wrapper) -> "EngineSession | None":
+def _session(worker_wrapper):
     return getattr(worker_wrapper, "_rlprof_session", None)
 
 
@@ -262,219 +251,3 @@ def step(llm, n: int):
         yield
     finally:
         rpc(_driver_ended)
-
-
-# ---- inside one worker ---------------------------------------------------------------------------------------
-class _Iterations:
-    """The worker's execute loop as decode-step units: execute_model(scheduler_output) opens one where a window is
-    open (`recording`), the end of sample_tokens closes it. Subclasses say where the units go."""
-
-    def __init__(self, unit):
-        self.unit_of = unit  # (**held) -> a decode_step unit context (rlprof's Profiler.unit)
-        self.unit = None  # the decode step's range in flight
-        self.round_rows: set = set()
-        self.details = _iteration_details()
-
-    def recording(self) -> bool:
-        raise NotImplementedError
-
-    def instrument(self, worker, version: str) -> bool:
-        """Wrap the worker's model runner (instance attributes: vLLM's classes stay as they are)."""
-        runner = getattr(worker, "model_runner", None)
-        missing = [m for m in ("execute_model", "sample_tokens") if not callable(getattr(runner, m, None))]
-        if missing:
-            _say(f"vLLM {version}'s worker {type(worker).__name__} has no model_runner.{'/'.join(missing)}; "
-                 "nothing is patched and nothing is collected in this worker")
-            return False
-        runner.execute_model = self.wrap_execute(runner.execute_model)
-        runner.sample_tokens = self.wrap_sample(runner.sample_tokens)
-        return True
-
-    def wrap_execute(self, original):
-        @functools.wraps(original)
-        def execute_model(scheduler_output, *args, **kwargs):
-            if self.recording():
-                self._open_unit(scheduler_output)
-            try:
-                out = original(scheduler_output, *args, **kwargs)
-            except BaseException:
-                self._close_unit()
-                raise
-            if out is not None:  # no sample_tokens follows (an empty or pooling iteration, a non-last PP rank)
-                self._close_unit()
-            return out
-
-        return execute_model
-
-    def wrap_sample(self, original):
-        @functools.wraps(original)
-        def sample_tokens(*args, **kwargs):
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if self.unit is not None:
-                    self._close_unit()
-
-        return sample_tokens
-
-    def _open_unit(self, scheduler_output) -> None:
-        self._close_unit()
-        try:
-            held = self.details(scheduler_output, self.round_rows)
-            if held is None:
-                return
-            unit = self.unit_of(**held)
-            unit.__enter__()
-            self.unit = unit
-        except Exception as exc:
-            _say(f"could not mark a decode step: {type(exc).__name__}: {exc}; this step's units are not marked")
-            self.unit = None
-
-    def _close_unit(self) -> None:
-        unit, self.unit = self.unit, None
-        if unit is not None:
-            try:
-                unit.__exit__(None, None, None)
-            except Exception as exc:
-                _say(f"could not close a decode step: {type(exc).__name__}: {exc}")
-
-
-class EngineSession(_Iterations):
-    """rlprof's own Profiler in one vLLM worker (role rollout, this replica), its steps from the step source."""
-
-    @classmethod
-    def attach(cls, worker_wrapper, settings: EngineSettings, version: str) -> None:
-        worker = worker_wrapper.worker
-        session = cls(worker, settings, version)
-        if not session.instrument(worker, version):
-            return
-        worker_wrapper._rlprof_session = session
-        if callable(getattr(worker, "profile", None)):
-            worker.profile = session.wrap_profile(worker.profile)
-
-    def __init__(self, worker, settings: EngineSettings, version: str):
-        from ..collect import Profiler
-        from ..collect.engine import RlprofEngineProfiler
-
-        self.settings = settings
-        config = worker.vllm_config
-        parallel = config.parallel_config
-        tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
-        rank = int(getattr(worker, "rank", 0))
-        size = tp * pp
-        profiler_config = getattr(config, "profiler_config", None)
-        vllm_profiles = getattr(profiler_config, "profiler", None) is not None
-        self.source = settings.source if settings.source != "auto" else ("profile_calls" if vllm_profiles
-                                                                         else "rounds")
-        self.profiler = Profiler(settings.plan, rank=settings.replica * size + rank, world_size=size,
-                                 role="rollout", replica=settings.replica, run_id=os.environ.get("RLPROF_RUN_ID"),
-                                 tags={"engine": "vllm", "engine_version": version, "engine_tp_rank": rank % tp,
-                                       "engine_pp_rank": rank // tp, "pid": os.getpid()})
-        self.engine = RlprofEngineProfiler(self.profiler)
-        super().__init__(self.engine.decode_step)
-        self.step: int | None = None  # the step whose window is open here
-        self.calls = 0  # start_profile calls seen (profile_calls)
-        if self.source == "profile_calls" and vllm_profiles:
-            _say(f"on replica {settings.replica}, vLLM's start_profile/stop_profile open and close rlprof's windows "
-                 f"(steps {', '.join(map(str, settings.steps))}); vLLM's own torch profiler is not started there")
-
-    def recording(self) -> bool:
-        return self.step is not None
-
-    # steps
-    def begin(self, step: int, source: str) -> None:
-        if source == "driver":
-            self.source = "driver"  # the host says the steps from now on
-        elif source != self.source:
-            return
-        self.end(source)
-        if self.settings.selected(step):
-            self.round_rows = set()
-            self.step = step
-            try:
-                self.engine.start_profile(step)
-            except Exception as exc:  # the Profiler marks backend faults itself; this is anything else
-                self.step = None
-                _say(f"could not open step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
-                     about=f"open {type(exc).__name__}")
-
-    def end(self, source: str) -> None:
-        if source != self.source or self.step is None:
-            return
-        self._close_unit()
-        step, self.step = self.step, None
-        try:
-            self.engine.stop_profile()
-        except Exception as exc:
-            _say(f"could not close step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
-                 about=f"close {type(exc).__name__}")
-
-    def wrap_profile(self, original):
-        @functools.wraps(original)
-        def profile(is_start: bool = True, profile_prefix: str | None = None, **kwargs):
-            if self.source != "profile_calls":
-                return original(is_start, profile_prefix, **kwargs)
-            if is_start:
-                m = STEP_IN_PREFIX.search(profile_prefix or "")
-                steps = self.settings.steps
-                step = int(m.group(1)) if m else (steps[self.calls] if self.calls < len(steps) else None)
-                self.calls += 1
-                if step is not None:
-                    self.begin(step, "profile_calls")
-            else:
-                self.end("profile_calls")
-            return None
-
-        return profile
-
-
-class HostSession(_Iterations):
-    """An engine inside a process that already profiles (rlprof's trainer with `rollout.engine=vllm`): its
-    iterations become decode-step units of the host's Profiler, in whatever window the host has open."""
-
-    def __init__(self, profiler):
-        super().__init__(lambda **held: profiler.unit("decode_step", **held))
-        self.profiler = profiler
-
-    def recording(self) -> bool:
-        return self.profiler.recording
-
-    def new_round(self) -> None:
-        """A generate call begins: `seqs` counts this call's rows."""
-        self.round_rows = set()
-
-
-def attach_host(worker_wrapper, profiler) -> HostSession | None:
-    """For `llm.collective_rpc(attach_host, args=(profiler,))` on an in-process engine: mark its iterations in the
-    host's Profiler. Returns the session (None where this vLLM's worker has another layout: one warning)."""
-    import vllm
-
-    session = HostSession(profiler)
-    return session if session.instrument(worker_wrapper.worker, getattr(vllm, "__version__", "unknown")) else None
-
-
-def _iteration_details():
-    """scheduler_output -> what the iteration holds, counted as vLLM's own annotation counts it (its
-    compute_iteration_details where present); None for an iteration that computes no token."""
-    try:
-        from vllm.v1.utils import compute_iteration_details
-    except ImportError:
-        compute_iteration_details = None
-
-    def held(scheduler_output, round_rows: set) -> dict | None:
-        scheduled = scheduler_output.num_scheduled_tokens
-        tokens = scheduler_output.total_num_scheduled_tokens
-        if not tokens:
-            return None
-        round_rows.update(scheduled)
-        if compute_iteration_details is not None:
-            d = compute_iteration_details(scheduler_output)
-            prefill_seqs, prefill_tokens = d.num_ctx_requests, d.num_ctx_tokens
-        else:
-            new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
-            prefill_seqs = len(new)
-            prefill_tokens = sum(scheduled[r] for r in new if r in scheduled)
-        return {"active": len(scheduled), "seqs": len(round_rows), "tokens": tokens,
-                "prefill_seqs": prefill_seqs, "prefill_tokens": prefill_tokens}
-
-    return held

@@ -26,7 +26,7 @@ class VllmRollout:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from vllm import LLM
 
-        from ..integrations.vllm_plugin import attach_host
+        from ..collect.vllm_worker import attach_host
 
         self.cfg, self.tok = cfg, tokenizer
         self._dir = tempfile.TemporaryDirectory(prefix="rlprof-vllm-policy-")
