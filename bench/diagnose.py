@@ -73,18 +73,18 @@ CONTROLS = [
 ]
 
 
-def profile_overrides(save: Path, nproc: int) -> list[str]:
-    out = ["global_profiler.tool=torch", "global_profiler.steps=[2,3]", f"global_profiler.save_path={save}",
+def profile_overrides(save: Path, nproc: int, steps: str = "[2,3]") -> list[str]:
+    out = ["global_profiler.tool=torch", f"global_profiler.steps={steps}", f"global_profiler.save_path={save}",
            "actor_rollout_ref.actor.profiler.enable=true"]
     if nproc > 1:
         out.append("actor_rollout_ref.actor.profiler.all_ranks=true")
     return out
 
 
-def run_case(case: dict, work: Path, timeout: int = 900) -> dict:
-    """Train the case, profiled; return the analysis document's findings and measures."""
+def run_case(case: dict, work: Path, timeout: int = 900, steps: str = "[2,3]", extra: tuple = ()) -> dict:
+    """Train the case, profiled on `steps`; return the analysis document's findings and measures."""
     save = work / case["name"] / "profile"
-    overrides = [*BASE, *case["overrides"], *profile_overrides(save, case["nproc"]),
+    overrides = [*BASE, *case["overrides"], *extra, *profile_overrides(save, case["nproc"], steps),
                  f"trainer.output_dir={work / case['name'] / 'train'}"]
     if case["nproc"] > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(case["nproc"]),
@@ -100,8 +100,8 @@ def run_case(case: dict, work: Path, timeout: int = 900) -> dict:
 
     run_dir = save / case["name"]
     doc = analyze(run_dir, workers=1)
-    return {"run_dir": str(run_dir), "train_s": round(time.perf_counter() - t0, 1), "findings": doc["findings"],
-            "measures": doc["measures"]}
+    return {"run_dir": str(run_dir), "train_dir": str(work / case["name"] / "train"),
+            "train_s": round(time.perf_counter() - t0, 1), "findings": doc["findings"], "measures": doc["measures"]}
 
 
 def score(case: dict, result: dict) -> dict:

@@ -39,9 +39,11 @@ THRESHOLDS = {
     "weight_sync_share": 0.15,  # weight sync, at least this share of the step
     "launch_bound_share": 0.25,  # device idle waiting on launches, at least this share of a stage
     "memory_use_low": 0.50,  # peak allocated below this share of the device's memory: room left
+    "busy_wait_share": 0.25,  # a window's threads waited for a core at least this share of their runnable time
+    "busy_wait_ms": 5.0,  # and at least this long
 }
 UNIT_WORDS = {"micro_batch": "micro-batches", "mini_batch": "mini-batches", "decode_step": "decode steps"}
-ORDER = ("slow_rank", "dominant_stage", "exposed_comm", "idle", "memcpy", "variance", "truncated", "repeating_units")
+ORDER = ("busy_machine", "slow_rank", "dominant_stage", "exposed_comm", "idle", "memcpy", "variance", "truncated", "repeating_units")
 # finding kind -> the cause it names (frameworks/levers.py); the others describe where, not why
 CAUSE_OF = {"slow_rank": "slow_rank", "exposed_comm": "exposed_comm", "rollout_tail": "rollout_tail",
             "padding": "padding", "small_units": "small_units", "unused_reference": "unused_reference",
@@ -75,7 +77,64 @@ def _where(role, stage) -> str:
 
 
 def findings(doc: dict) -> list[dict]:
-    """Ranked findings for one analysis document."""
+    """Ranked findings for one analysis document (and its `measures`). Windows recorded while the machine was busy
+    (their threads waited for a core) are said first and, where quieter windows exist, left out of what ranks."""
+    busy, quiet_left = busy_windows(doc)
+    said = [_busy_finding(i, share, quiet_left) for i, share in busy]
+    ranked_doc = _without(doc, {_name(i["path"]) for i, _ in busy}) if busy and quiet_left else doc
+    ranked = findings_of(ranked_doc)
+    doc["measures"] = ranked_doc["measures"]
+    return said + ranked
+
+
+def busy_windows(doc: dict) -> tuple[list[tuple[dict, float]], bool]:
+    """([(input, run-queue wait share)] of the windows recorded on a busy machine, whether any window with that
+    record was quiet): share = run_wait / (cpu + run_wait), what the window's threads spent waiting for a core out
+    of the time they were ready to run (rlprof's collector records both, from the kernel's per-thread statistics)."""
+    t = THRESHOLDS
+    busy, quiet = [], False
+    for i in doc.get("inputs", []):
+        cpu, wait = i.get("cpu_ms"), i.get("run_wait_ms")
+        if cpu is None or wait is None or cpu + wait <= 0:
+            continue
+        share = wait / (cpu + wait)
+        if share >= t["busy_wait_share"] and wait >= t["busy_wait_ms"]:
+            busy.append((i, share))
+        else:
+            quiet = True
+    return busy, quiet
+
+
+def _busy_finding(i: dict, share: float, quiet_left: bool) -> dict:
+    step = f" (step {i['step']})" if i.get("step") is not None else ""
+    rest = ("it is left out of the causes and measures, which come from the quieter windows" if quiet_left else
+            "every window was, so the causes below rank timings that are not the program's own: profile again on "
+            "a quieter machine, or with fewer threads (rlprof's trainer: trainer.threads)")
+    return {**_finding("busy_machine", i["run_wait_ms"],
+                    f"the machine was busy while {_name(i['path'])}{step} was recorded: its threads waited for a "
+                    f"core {share:.0%} of the time they were ready to run ({i['run_wait_ms']:.0f} of "
+                    f"{i['cpu_ms'] + i['run_wait_ms']:.0f} ms; another process held the cores), so its timings are "
+                    f"not the program's own; {rest}",
+                    {"path": i["path"], "run_wait_ms": i["run_wait_ms"], "cpu_ms": i["cpu_ms"], "wait_share": share,
+                     "threshold": THRESHOLDS["busy_wait_share"]}),
+            "cause": None, "levers": {}, "actionable": False, "levers_text": ""}
+
+
+def _name(path: str) -> str:
+    return str(path).rsplit("/", 1)[-1]
+
+
+def _without(doc: dict, files: set[str]) -> dict:
+    """The document without the rows of these files (stage rows made from their units included)."""
+    made_from = {(r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in doc["rows"]
+                 if r.get("file") in files}
+    keep = [r for r in doc["rows"] if r.get("file") not in files
+            and not (r.get("file") is None and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from)]
+    return {**doc, "rows": keep}
+
+
+def findings_of(doc: dict) -> list[dict]:
+    """Ranked findings for the windows of one analysis document (sets doc["measures"])."""
     t = THRESHOLDS
     out: list[dict] = []
     means = stage_means(doc)
@@ -144,7 +203,8 @@ def findings(doc: dict) -> list[dict]:
 
 
 def _rank(f: dict):
-    """Causes first (a slow rank before the rest, then by time per step), then the descriptive findings."""
+    """Causes first (a slow rank before the rest, then by time per step), then the descriptive findings (a busy
+    machine is said before both, by findings())."""
     if f["actionable"]:
         return (0, f["kind"] != "slow_rank", -f["impact_ms"])
     return (1, ORDER.index(f["kind"]) if f["kind"] in ORDER else len(ORDER), -f["impact_ms"])

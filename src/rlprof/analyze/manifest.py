@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 
 
-META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes")
+META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes", "cpu_ms", "run_wait_ms")
 
 
 def row_meta(row: dict) -> dict:

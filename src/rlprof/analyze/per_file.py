@@ -61,7 +61,8 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read,
-                  "window_status": meta.get("status"), "window_bytes": meta.get("bytes"), "tool": info.get("tool")},
+                  "window_status": meta.get("status"), "window_bytes": meta.get("bytes"), "tool": info.get("tool"),
+                  "step": info.get("step"), "cpu_ms": info.get("cpu_ms"), "run_wait_ms": info.get("run_wait_ms")},
         "warnings": trace.warnings,
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),

@@ -26,6 +26,7 @@ from ..config.plan import ProfilePlan, RolePlan
 from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..errors import CollectError, ConfigError
 from .backends import Backend, Output, WindowSpec, backend_class
+from .cpu_wait import since, thread_times
 from .manifest import append_row, written_where
 from .naming import shared_run_id, window_name
 from .tracefile import finalize_trace
@@ -56,7 +57,7 @@ def current() -> "Profiler | None":
 class Window:
     """One collection window: a backend instance plus what the manifest needs to know."""
 
-    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed")
+    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu")
 
     def __init__(self, prof: "Profiler", spec: WindowSpec):
         self.prof, self.spec = prof, spec
@@ -64,6 +65,8 @@ class Window:
         self.failed = False
         self.closed = False
         self.start_ns = time.time_ns()
+        self.threads_at_start = thread_times()  # the machine's load on this window: cpu_wait.since at its close
+        self.cpu: dict = {}
 
     @property
     def plan(self) -> RolePlan:
@@ -491,6 +494,7 @@ class Profiler:
                     del self._ticks[unit]
         if w.failed:
             return
+        w.cpu = since(w.threads_at_start)  # before the backend's export, which is rlprof's own time
         try:
             outputs = w.backend.stop()
         except Exception as exc:
@@ -553,6 +557,7 @@ class Profiler:
             "end_ns": out.end_ns if out else time.time_ns(),
             "status": out.status if out else "failed",
             "roles": list(self.roles),
+            **w.cpu,
             **self._where,
         }
         if error:

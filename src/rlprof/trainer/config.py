@@ -28,6 +28,7 @@ class TrainerSection:
     steps: int = 30
     seed: int = 0
     device: Literal["cpu", "cuda"] = "cpu"
+    threads: Optional[int] = None  # intra-op threads; null: the free cores of the affinity, shared by local ranks
     output_dir: str = "outputs/train"
     debug: DebugConfig = field(default_factory=DebugConfig)
 
@@ -223,6 +224,8 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
                           "a divisor of hidden_size and a multiple of num_kv_heads")
     if r.engine == "vllm":
         _vllm_engine(cfg, world_size)
+    if t.threads is not None and t.threads < 1:
+        raise ConfigError("trainer.threads", t.threads, "an integer >= 1, or null (the free cores, chosen at start)")
     if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
         raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
     if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":

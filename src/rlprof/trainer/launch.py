@@ -40,6 +40,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     import torch
     import torch.distributed as dist
 
+    from .threads import choose_threads
     from .train import run_training, write_metrics, write_run_config
     from .summary import print_summary, ProgressPrinter
 
@@ -47,7 +48,9 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         if cfg.trainer.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group("nccl" if cfg.trainer.device == "cuda" else "gloo")
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    threads, why = choose_threads(local_ranks, cfg.trainer.threads)
+    torch.set_num_threads(threads)
     printer = ProgressPrinter(cfg.trainer.steps, enabled=rank == 0 and not quiet)
     started = time.perf_counter()
     try:
@@ -62,7 +65,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         out_dir = Path(cfg.trainer.output_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
         metrics_path = write_metrics(history, out_dir)
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
-        write_run_config(cfg, [out_dir, *run_dirs])
+        write_run_config(cfg, [out_dir, *run_dirs], threads={"threads": threads, "why": why})
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
     return 0
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..collect import Profiler
+from ..collect.cpu_wait import since, thread_times
 from .actor import batched_log_probs, policy_update
 from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
@@ -178,6 +179,7 @@ class Trainer:
         self.timings = {}
         self.kept_groups = None
         t0 = time.perf_counter()
+        threads_at_start = thread_times()
         with self.prof.step(step):
             self.weight_sync(step)
             prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
@@ -205,7 +207,7 @@ class Trainer:
         metrics = {"step": step, "reward_mean": reward, "accuracy": acc, "response_length": length, "kl": kl,
                    "clip_frac": clip, "entropy": ent, "grad_norm": stats["grad_norm"], "pg_loss": stats["pg_loss"],
                    "micro_batches": stats["micro_batches"], "step_ms": (time.perf_counter() - t0) * 1e3,
-                   "stage_ms": dict(self.timings),
+                   "stage_ms": dict(self.timings), **since(threads_at_start),
                    # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
                    "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
         if self.kept_groups is not None:
@@ -246,13 +248,15 @@ def write_metrics(history: list[dict], out_dir: Path) -> Path:
     return path
 
 
-def write_run_config(cfg: TrainConfig, dirs) -> None:
-    """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh), as
-    `trainer_config.json` in each run directory that exists: the whole config and what it implies."""
+def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None) -> None:
+    """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh, how many threads
+    ran and why), as `trainer_config.json` in each run directory that exists: the whole config and what it
+    implies."""
     import dataclasses
 
     text = json.dumps({"framework": "rlprof", "config": dataclasses.asdict(cfg),
-                       "reference_pass": cfg.uses_reference(), "kl_coef": cfg.kl_coef()}, indent=1)
+                       "reference_pass": cfg.uses_reference(), "kl_coef": cfg.kl_coef(),
+                       "threads": threads}, indent=1)
     for d in dirs:
         if Path(d).is_dir():
             (Path(d) / "trainer_config.json").write_text(text)
