@@ -328,9 +328,10 @@ def _meta(header: bytes, tail: bytes) -> tuple[Meta, str | None]:
     """The top-level keys before the event array (`header`) and after it (`tail`, up to the document's closing
     brace), and what of them could not be read (None: all of it): keys that do not decode are damage (the rank,
     the device properties and the time base live there), said like any other."""
-    text = header.strip()
-    if not text.startswith(b"{"):
-        return Meta(), None
+    text = header.strip().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no damage
+    if not text.startswith(b"{"):  # the object's own brace is gone
+        return Meta(), ("the keys before the event array are damaged (near byte 0: no opening brace); all {n} events "
+                        "were kept") if text else None
     doc = text + b'"traceEvents":[]' + tail.strip()
     if not doc.endswith(b"}"):
         doc += b"}"
@@ -359,6 +360,9 @@ def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc, stream
     """A file in another writer's layout that did not decode at once: element by element (kineto_salvage). In an
     object, the text must go on past the array's "]" to the object's closing brace, then end."""
     got = salvage_events(data, bracket, sink.event_type)
+    if not got.events and not got.dropped and got.cut:
+        raise NotATrace(f"{path}: trace ends early at byte {len(data)}, before its first event "
+                        f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with traceEvents")
     if not got.events and not got.dropped:
         raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                         "with traceEvents, or an array of trace events")

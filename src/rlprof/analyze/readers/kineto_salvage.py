@@ -33,8 +33,10 @@ def decode_one(text: bytes, event_type=Event) -> tuple[object | None, str | None
             return msgspec.json.decode(without_args(text), type=event_type), DEEP_ARGS
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError, ValueError):
             return None, DAMAGED
-    except msgspec.ValidationError as exc:
-        return None, _wrong_type(str(exc))
+    except msgspec.ValidationError as exc:  # a value refused before the decoder saw the rest: is the rest JSON?
+        why = _not_json(text)
+        return None, why if why in (DAMAGED, NOT_OBJECT) else NOT_A_NUMBER if "out of range" in str(exc) else \
+            _wrong_type(str(exc))
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None, _not_json(text)
 
