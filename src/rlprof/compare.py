@@ -197,7 +197,7 @@ def compare_memory(base: dict, new: dict) -> list[dict]:
     return rows
 
 
-def side_summary(doc: dict, path, kind: str) -> dict:
+def side_summary(doc: dict, path, kind: str, side: str) -> dict:
     """One side of a comparison: what it is and, where some of its input was damaged, which files and why (each
     file's own warning), so every output can say that this side's numbers are lower bounds."""
     damaged = []
@@ -211,8 +211,8 @@ def side_summary(doc: dict, path, kind: str) -> dict:
     partial = bool(doc.get("partial")) or bool(damaged)
     note = None
     if partial:
-        note = (f"{len(damaged) or 'some'} of its {len(doc['inputs'])} input(s) damaged or cut; its numbers are lower "
-                "bounds of the whole input's")
+        note = (f"{side} {path} is partial: {len(damaged) or 'some'} of its {len(doc['inputs'])} input(s) damaged or "
+                "cut, so its numbers are lower bounds of the whole input's")
     return {"path": str(path), "kind": kind, "inputs": len(doc["inputs"]), "partial": partial,
             "partial_note": note, "partial_inputs": damaged}
 
@@ -224,7 +224,7 @@ def partial_lines(doc: dict) -> list[str]:
         s = doc[side]
         if not s.get("partial"):
             continue
-        out.append(f"{side} ({s['path']}) is partial: {s.get('partial_note') or 'some input was damaged'}")
+        out.append(s.get("partial_note") or f"{side} {s['path']} is partial")
         out += [f"  {side}: {d['why']}" for d in s.get("partial_inputs", [])]
     return out
 
@@ -260,7 +260,8 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
                  for side, mine, other in (("baseline", b, n), ("new", n, b)) for k in mine if k not in other]
     return {"schema_version": SCHEMA_VERSION, "matched_by": "trace" if matched == {(None,) * 3} else mode,
             "by_shape": by_shape,
-            "baseline": side_summary(base, base_path, base_kind), "new": side_summary(new, new_path, new_kind),
+            "baseline": side_summary(base, base_path, base_kind, "baseline"),
+            "new": side_summary(new, new_path, new_kind, "new"),
             "stages": compare_stages(b, n), "ops": ops, "collectives": colls, "memory": compare_memory(base, new),
             "unmatched": unmatched, "warnings": warnings}
 
