@@ -34,6 +34,19 @@ def _write(path, doc):
     return path
 
 
+ONE_LINE = "sglang_qwen3_8b_decode_mi300x.json.gz"  # TraceLens' real SGLang decode trace: one line, not Kineto's layout
+
+
+def _plain(name: str) -> bytes:
+    return gzip.decompress((REAL / name).read_bytes())
+
+
+def _before_first_device_event(data: bytes) -> int:
+    """Where the first event that is a device event or a runtime call starts (a cut there keeps none)."""
+    first = min(data.index(cat) for cat in (b'"cat": "kernel"', b'"cat": "cuda_runtime"', b'"cat": "gpu_memcpy"'))
+    return data.rfind(b'{"ph"', 0, first)
+
+
 KERNEL_VALUE = {"nan-literal": ("ts", "NaN"), "wrong-type-dur": ("dur", "[1]"), "ts-far-apart": ("ts", "-5"),
                 "day-long-dur": ("dur", "1e12")}
 
@@ -78,6 +91,12 @@ def build(case: str, tmp) -> list:
             '"@@DEEP@@"', '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 40, "dur": 2, '
             '"args": ' + "[" * 5000 + "]" * 5000 + "}"))
         return ["analyze", f, "--json"]
+    if case == "gzip-flipped-one-line":
+        data = bytearray((REAL / ONE_LINE).read_bytes())
+        data[len(data) // 5] ^= 0x55
+        gz = tmp / "t.json.gz"
+        gz.write_bytes(bytes(data))
+        return ["analyze", gz, "--json"]
     if case.startswith("gzip-flipped-"):
         data = bytearray((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
         data[{"trailer": -8, "block": len(data) // 2, "header": 3}[case.rsplit("-", 1)[1]]] ^= 0x55
@@ -88,6 +107,33 @@ def build(case: str, tmp) -> list:
         data = gzip.decompress((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
         f.write_bytes(data[:data.index(b'"cat": "kernel"')])
         return ["analyze", f, "--json"]
+    if case == "cut-at-an-event":  # just after an event's comma: the text ends where another element could start
+        data = _plain(ONE_LINE)
+        f.write_bytes(data[:data.index(b"}, {", len(data) // 2) + 3])
+        return ["analyze", f, "--json"]
+    if case == "cut-after-events":  # in the keys Kineto writes after its events (the time base)
+        data = _plain("rocm_mi250_train.json.gz")
+        f.write_bytes(data[:data.index(b'"baseTimeNanoseconds"') + 10])
+        return ["analyze", f, "--json"]
+    if case == "cut-gpu-one-line":
+        data = _plain(ONE_LINE)
+        f.write_bytes(data[:_before_first_device_event(data)])
+        return ["analyze", f, "--json"]
+    if case == "flipped-byte-plain":  # the quote before an event's phase, before the first runtime call
+        data = bytearray(_plain(ONE_LINE))
+        data[data.index(b'"ph": "X"', len(data) // 5) + 6] ^= 0x55
+        f.write_bytes(bytes(data))
+        return ["analyze", f, "--json"]
+    if case == "trailing-bytes":
+        f.write_bytes(_plain("rocm_mi250_train.json.gz") + b"garbage after the end")
+        return ["analyze", f, "--json"]
+    if case == "two-documents":
+        f.write_bytes(_plain(ONE_LINE) * 2)
+        return ["analyze", f, "--json"]
+    if case == "compare-partial-side":
+        data = _plain(ONE_LINE)
+        f.write_bytes(data[:len(data) // 2])
+        return ["compare", "-d", REAL / ONE_LINE, "-bp", f, "--json"]
     if case == "not-a-trace-array":
         f.write_text(json.dumps([{"file": "a.json", "batch_size": 4, "mode": "train"},
                                  {"file": "b.json", "batch_size": 8, "mode": "eval"}]))
@@ -180,7 +226,8 @@ def test_bad_input_row(tmp_path, row):
             raise AssertionError(f"non-finite number in the output: {constant}")
 
         doc = json.loads(proc.stdout, parse_constant=refuse)
-        assert any(row["says"] in w for w in doc["warnings"]), doc["warnings"]
+        said = doc["warnings"] + [doc[side].get("partial_note") or "" for side in ("baseline", "new") if side in doc]
+        assert any(row["says"] in w for w in said), said
 
 
 def test_truncated_db_case_really_is_damaged(tmp_path):

@@ -197,6 +197,38 @@ def compare_memory(base: dict, new: dict) -> list[dict]:
     return rows
 
 
+def side_summary(doc: dict, path, kind: str, side: str) -> dict:
+    """One side of a comparison: what it is and, where some of its input was damaged, which files and why (each
+    file's own warning), so every output can say that this side's numbers are lower bounds."""
+    damaged = []
+    for i in doc["inputs"]:
+        if not i.get("partial"):
+            continue
+        where = str(i.get("path", ""))
+        why = [w for w in doc["warnings"] if where and w.startswith(where)] or \
+            [w for w in doc["warnings"] if where and Path(where).name in w]
+        damaged.append({"path": where, "why": why[0] if why else i.get("error") or "marked partial by its reader"})
+    partial = bool(doc.get("partial")) or bool(damaged)
+    note = None
+    if partial:
+        note = (f"{side} {path} is partial: {len(damaged) or 'some'} of its {len(doc['inputs'])} input(s) damaged or "
+                "cut, so its numbers are lower bounds of the whole input's")
+    return {"path": str(path), "kind": kind, "inputs": len(doc["inputs"]), "partial": partial,
+            "partial_note": note, "partial_inputs": damaged}
+
+
+def partial_lines(doc: dict) -> list[str]:
+    """Per side, that it is partial and why: one line for the side, one per damaged input."""
+    out = []
+    for side in ("baseline", "new"):
+        s = doc[side]
+        if not s.get("partial"):
+            continue
+        out.append(s.get("partial_note") or f"{side} {s['path']} is partial")
+        out += [f"  {side}: {d['why']}" for d in s.get("partial_inputs", [])]
+    return out
+
+
 def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None,
             new_doc: dict | None = None, use_ray: bool = False) -> dict:
     """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
@@ -228,9 +260,8 @@ def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: i
                  for side, mine, other in (("baseline", b, n), ("new", n, b)) for k in mine if k not in other]
     return {"schema_version": SCHEMA_VERSION, "matched_by": "trace" if matched == {(None,) * 3} else mode,
             "by_shape": by_shape,
-            "baseline": {"path": str(base_path), "kind": base_kind, "inputs": len(base["inputs"]),
-                         "partial": base["partial"]},
-            "new": {"path": str(new_path), "kind": new_kind, "inputs": len(new["inputs"]), "partial": new["partial"]},
+            "baseline": side_summary(base, base_path, base_kind, "baseline"),
+            "new": side_summary(new, new_path, new_kind, "new"),
             "stages": compare_stages(b, n), "ops": ops, "collectives": colls, "memory": compare_memory(base, new),
             "unmatched": unmatched, "warnings": warnings}
 

@@ -65,5 +65,7 @@ def stage_rows_from_units(rows: list[dict]) -> list[dict]:
     for units in groups.values():
         first = {k: v for k, v in min(units, key=lambda r: r["start_us"] or 0).items() if k not in UNIT_ARGS}
         sums = {b: sum(r[b] for r in units) for b in BUCKETS}
+        if any("unknown_ms" in r for r in units):  # a damaged unit's time its file no longer says (per_file)
+            sums["unknown_ms"] = sum(r.get("unknown_ms", 0.0) for r in units)
         out.append({**first, "unit": None, "index": None, "file": None, "units_only": len(units), **sums})
     return out

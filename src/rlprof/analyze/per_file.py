@@ -37,6 +37,8 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     except NotATrace as exc:
         return failed(path, exc)
     if not len(trace.table):
+        if trace.partial:  # damage before the first event: said as such, never taken for an empty window
+            return {**failed(path, NotATrace(trace.warnings[0])), "warnings": trace.warnings}
         return {**failed(path, NotATrace(f"{path.name} holds no events (an empty collection window)")),
                 "input": {"path": str(path), "kind": "kineto", "events": 0, "partial": False, "rank": meta.get("rank")}}
     info = dict(trace.meta.rlprof or {})
@@ -45,6 +47,8 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     info["file"] = path.name
     device = trace.has_device
     rows = window_rows(trace.table, device, info)
+    if trace.partial:
+        unknown_time(rows)
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
            "stage": info.get("stage"), "file": path.name}
     groups, windows = stage_of_events(trace.table, rows)
@@ -70,6 +74,14 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
         "launch": launch,
         "memory": {**tag, **memory(trace.table, capacities=device_capacities(trace.meta.deviceProperties))},
     }
+
+
+def unknown_time(rows: list[dict]) -> None:
+    """A partial trace's windows: what the events kept leave uncovered is idle or the lost events' time, which
+    the file no longer says; so idle is its lower bound (0) and that time is `unknown_ms` (docs/bad_input.md).
+    Every other bucket is already a lower bound of the whole file's (the kept events' union)."""
+    for row in rows:
+        row["unknown_ms"], row["idle_ms"] = row["idle_ms"], 0.0
 
 
 def _tagged(records: list[dict], tag: dict, windows: list[dict]) -> list[dict]:

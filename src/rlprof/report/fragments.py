@@ -46,9 +46,17 @@ def signed_table(records: list[dict], columns: tuple[str, ...], signed: tuple[st
 
 def compare_html(doc: dict, top: int = 50) -> str:
     """A compare document as a self-contained <section> (no scripts, every name escaped) the report embeds."""
+    from ..compare import partial_lines
+
     parts = [
         '<section class="rlprof-compare">',
         f"<h2>Compare: {html.escape(doc['baseline']['path'])} &rarr; {html.escape(doc['new']['path'])}</h2>",
+    ]
+    lines = partial_lines(doc)
+    if lines:  # per side: partial, and each damaged file's own warning
+        parts.append('<ul class="partial">' + "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines)
+                     + "</ul>")
+    parts += [
         "<h3>Per stage (ms; bucket columns are the change)</h3>",
         signed_table(stage_pivot(doc), PIVOT_COLUMNS, SIGNED),
         "<h3>Operators and kernels that moved (ms per window)</h3>",

@@ -101,9 +101,14 @@ def print_cluster(result: dict) -> None:
 
 
 def print_compare(doc: dict, top: int = 20) -> None:
+    from ..compare import partial_lines
+
     console = _console(140)
-    table = Table(title=f"per stage: baseline {doc['baseline']['path']} -> new {doc['new']['path']} "
-                        "(ms; bucket columns are the change)")
+    for line in partial_lines(doc):  # first: a damaged side's numbers are lower bounds
+        console.print(line, highlight=False, markup=False)
+    marks = {side: " (partial)" if doc[side].get("partial") else "" for side in ("baseline", "new")}
+    table = Table(title=f"per stage: baseline {doc['baseline']['path']}{marks['baseline']} -> new "
+                        f"{doc['new']['path']}{marks['new']} (ms; bucket columns are the change)")
     for col in PIVOT_COLUMNS:
         table.add_column(col.replace("_ms", ""), justify="right")
     for line in stage_pivot(doc):

@@ -10,6 +10,7 @@ Damaged input keeps the events before the damage, with a warning naming the file
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,9 @@ class Part:
     warnings: list[str]
     partial: bool
     end: int  # byte offset just past the last event read
-    tail: bytes = b""  # after the array (the final part only): the trace's remaining top-level keys
+    tail: bytes = b""  # after the array (the part that read its "]"): the document's remaining top-level keys
+    closed: bool = False  # the event array's "]" was read here: nothing after this part is the trace's
+    damage: str | None = None  # what ended the reading ("{n}": the events kept, filled in with the table)
 
 
 def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: int = 1) -> Trace:
@@ -55,7 +58,7 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
             k = buf.find(ARRAY_KEY)
             if k >= 0 and buf.find(b"[", k) >= 0:
                 open_at = buf.find(b"[", k)
-                header, buf = bytes(buf[:k]), bytes(buf[open_at + 1:])
+                header, key, buf = bytes(buf[:k]), bytes(buf[k:open_at + 1]), bytes(buf[open_at + 1:])
                 break
             if not data:
                 return _read_whole(path, bytes(buf), chunks.error, sink)
@@ -64,7 +67,7 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
             rest = bytearray(buf)
             while data := chunks.more():
                 rest += data
-            return _read_whole(path, header + ARRAY_KEY + b":[" + rest, chunks.error, sink)
+            return _read_whole(path, header + key + rest, chunks.error, sink)
         if map_ranges is not None and parts > 1 and isinstance(f, _CutTolerantGzip):
             # a compressed stream cannot be entered mid-way: this process inflates it and hands out pieces
             return assemble(path, header, _pipelined(path, chunks, buf, open_at + 1, shapes, map_ranges))
@@ -101,7 +104,7 @@ def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: b
 
     for part in map_ranges(read_piece_job, pieces()):
         yield part
-        if part.partial:
+        if part.partial or part.closed:
             return
     yield _scan(chunks, *rest[0], _Sink(shapes), True, path, strict=True)
 
@@ -125,23 +128,23 @@ def read_range_job(job: tuple) -> Part:
 
 def assemble(path: Path, header: bytes, parts) -> Trace:
     """One trace from its parts in file order (any iterable: each is merged as it arrives, then let go).
-    Damage in a part ends the trace there, as it ends one reader."""
-    sink, warnings, partial, last = None, [], False, None
+    Damage in a part ends the trace there, as it ends one reader; so does the end of the event array (what
+    follows a document's end is no event of it)."""
+    sink, warnings, last = None, [], None
     for part in parts:
         if sink is None:
             sink = part.sink
         else:
             sink.absorb(part.sink)
         warnings += part.warnings
-        last, tail = part, part.tail
-        if part.partial:
-            partial = True
+        last = part
+        if part.partial or part.closed:
             break
-    else:
-        tail = last.tail
     if hasattr(parts, "close"):  # a generator over worker processes: let them go before the table is built
         parts.close()
-    return _trace(path, sink, _meta(header, tail), warnings, partial or sink.damaged, last.end)
+    meta, bad_keys = _meta(header, last.tail)
+    damage = last.damage or bad_keys
+    return _trace(path, sink, meta, warnings, last.partial or sink.damaged or bool(bad_keys), last.end, damage)
 
 
 def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path, strict: bool = False
@@ -174,6 +177,8 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
             rest = bytes(space[1:fill])
             if not final:  # a range ends on its last event's closing brace
                 if rest.strip() and not _decode_into(b"[" + rest + b"]", sink):
+                    if ARRAY_END.search(rest):  # the array ends in this range: a document, then more bytes
+                        return _scan_end(chunks, rest, offset, sink, path, warnings, strict)
                     stopped = each(rest, offset)
                     if stopped:
                         return stopped
@@ -182,8 +187,12 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
         space[cut + 1] = 0x5D  # "]"
         with memoryview(space) as view:
             decoded = _decode_into(view[:cut + 2], sink)
-        if not decoded and (stopped := each(bytes(space[1:cut + 1]), offset)):
-            return stopped
+        if not decoded:
+            space[cut + 1] = 0x2C  # ","
+            if ARRAY_END.search(space, 1, cut + 1):  # the array ends in this piece: the bytes after it are no events
+                return _scan_end(chunks, bytes(space[1:fill]), offset, sink, path, warnings, strict)
+            if stopped := each(bytes(space[1:cut + 1]), offset):
+                return stopped
         keep = cut + len(SEP) - 2  # the space before the next event's "{": becomes its "["
         space[:fill - keep] = space[keep:fill]
         space[0] = 0x5B
@@ -206,32 +215,69 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
                 stop = decode_each(buf[:end_at], sink, offset, stop_at_damage=strict)
                 if stop is not None:
                     return _damaged(path, warnings, sink, offset + stop)
-            tail = buf[buf.index(b"]", end_at) + 1:]
-            return _ended(chunks, Part(sink, warnings, False, offset + end_at, tail), path)
+            after = buf.index(b"]", end_at) + 1
+            return _ended(chunks, Part(sink, warnings, False, offset + end_at, buf[after:], True), offset + after)
         good = decode_each(buf, sink, offset, fragment_last=True, stop_at_damage=strict)
         good = len(buf) if good is None else good
-        warnings.append(f"{path}: trace ends early at byte {offset + good} of the decompressed stream "
-                        f"({_why(chunks.error) or 'no closing bracket'}); events before it were kept")
-        return Part(sink, warnings, True, offset + good)
+        return Part(sink, warnings, True, offset + good,
+                    damage=f"trace ends early at byte {offset + good} of the decompressed stream "
+                           f"({_why(chunks.error) or 'no closing bracket'}); the {{n}} events before it were kept")
     body, tail = buf[:close.start() + 4], buf[close.end():]
     end = offset + len(body)
     if body.strip() and not _decode_into(b"[" + body + b"]", sink):
         stop = decode_each(body, sink, offset, stop_at_damage=strict)
         if stop is not None:
             return _damaged(path, warnings, sink, offset + stop)
-    return _ended(chunks, Part(sink, warnings, False, end, tail), path)
+    return _ended(chunks, Part(sink, warnings, False, end, tail, True), offset + close.end())
 
 
 def _damaged(path: Path, warnings: list[str], sink: _Sink, at: int) -> Part:
-    warnings.append(f"{path}: damaged event near byte {at} of the decompressed stream; events before it were kept")
-    return Part(sink, warnings, True, at)
+    return Part(sink, warnings, True, at, damage=f"damaged event near byte {at} of the decompressed stream; the {{n}} "
+                                                 "events before it were kept")
 
 
-def _ended(chunks: _Chunks, part: Part, path: Path) -> Part:
-    if chunks.error is not None and not part.partial:  # the array closed, but the stream broke after it
+TAIL_MAX = 1 << 20  # the keys after the event array: Kineto writes a few hundred bytes there
+
+
+def _ended(chunks: _Chunks, part: Part, tail_at: int) -> Part:
+    """The document after its event array (`part.tail`, from byte `tail_at`): its remaining keys and closing
+    brace, then nothing. A stream that broke, a document cut in those keys, or bytes after its end (text, a
+    second document) are said, and the result is partial; `part.tail` keeps the first document's keys only."""
+    tail = part.tail
+    close = _document_end(tail)
+    while close is None and len(tail) < TAIL_MAX and (more := chunks.more()):
+        tail += more
+        close = _document_end(tail)
+    if close is not None and not tail[close:].strip():  # nothing more buffered: is there more in the stream?
+        while (more := chunks.more()) and not more.strip():
+            pass
+        tail += more
+    part.tail = tail[:close] if close is not None else b""
+    if chunks.error is not None:  # the array closed, but the stream broke after it
         part.partial = True
-        part.warnings.append(f"{path}: {_why(chunks.error)} at byte {part.end}; events before it were kept")
+        part.damage = f"{_why(chunks.error)} at byte {part.end}; all {{n}} events were kept"
+    elif close is None:
+        part.partial = True
+        part.damage = (f"trace ends early at byte {tail_at + len(tail)}, after its events (the keys that follow them "
+                       "are cut); all {n} events were kept")
+    elif extra := tail[close:].lstrip():
+        part.partial = True
+        part.damage = (f"bytes after the end of the JSON document, from byte {tail_at + len(tail) - len(extra)} "
+                       f"({_sample(extra)}: another document or text); the first document was read whole, its {{n}} "
+                       "events were kept, the rest was not read")
     return part
+
+
+def _sample(extra: bytes) -> str:
+    """The first bytes after a document's end, as the warning shows them."""
+    return repr(bytes(extra[:16]))[1:] + ("..." if len(extra) > 16 else "")
+
+
+def _document_end(tail: bytes) -> int | None:
+    """Just past the closing brace of the object whose event array ended where `tail` starts (the keys after the
+    array, then "}"), found without decoding; None when the text ends first (a cut)."""
+    end = value_end(b"{" + tail[:TAIL_MAX], 0)
+    return None if end is None else end - 1
 
 
 def _why(exc) -> str | None:
@@ -278,25 +324,45 @@ def _decode_into(data, sink: _Sink) -> bool:
         return False  # args nested past the decoder's depth: decode_each keeps the event without them
 
 
-def _meta(header: bytes, tail: bytes) -> Meta:
-    text = header.strip()
-    if not text.startswith(b"{"):
-        return Meta()
+def _meta(header: bytes, tail: bytes) -> tuple[Meta, str | None]:
+    """The top-level keys before the event array (`header`) and after it (`tail`, up to the document's closing
+    brace), and what of them could not be read (None: all of it): keys that do not decode are damage (the rank,
+    the device properties and the time base live there), said like any other."""
+    text = header.strip().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no damage
+    if not text.startswith(b"{"):  # the object's own brace is gone
+        return Meta(), ("the keys before the event array are damaged (near byte 0: no opening brace); all {n} events "
+                        "were kept") if text else None
     doc = text + b'"traceEvents":[]' + tail.strip()
     if not doc.endswith(b"}"):
         doc += b"}"
     try:
-        return _decode_meta(doc)
-    except (msgspec.DecodeError, RecursionError):
-        try:  # the tail may be cut: the header alone
-            return _decode_meta(text + b'"traceEvents":[]}')
-        except (msgspec.DecodeError, RecursionError):
-            return Meta()
+        return _decode_meta(doc), None
+    except (msgspec.DecodeError, RecursionError) as exc:  # a value of another type than torch writes is no damage
+        whole_exc = None if isinstance(exc, msgspec.ValidationError) else exc
+    try:  # the keys before the array alone
+        meta = _decode_meta(text + b'"traceEvents":[]}')
+    except msgspec.ValidationError:
+        return Meta(), None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        return Meta(), (f"the keys before the event array are damaged ({_where(exc, len(text))}: its rank, device "
+                        "properties and time base are not known); all {n} events were kept")
+    return meta, (f"the keys after the event array are damaged ({whole_exc}); all {{n}} events were kept"
+                  if whole_exc is not None and tail.strip() not in (b"", b"}") else None)
 
 
-def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Trace:
-    """A file in another writer's layout that did not decode at once: element by element (kineto_salvage)."""
+def _where(exc, limit: int) -> str:
+    """"near byte N" from a decode error that names its byte (within the first `limit` bytes), else less."""
+    m = re.search(r"\(byte (\d+)\)", str(exc))
+    return f"near byte {m.group(1)}" if m and int(m.group(1)) <= limit else f"in the first {limit} bytes"
+
+
+def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc, stream_error=None) -> Trace:
+    """A file in another writer's layout that did not decode at once: element by element (kineto_salvage). In an
+    object, the text must go on past the array's "]" to the object's closing brace, then end."""
     got = salvage_events(data, bracket, sink.event_type)
+    if not got.events and not got.dropped and got.cut:
+        raise NotATrace(f"{path}: trace ends early at byte {len(data)}, before its first event "
+                        f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with traceEvents")
     if not got.events and not got.dropped:
         raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                         "with traceEvents, or an array of trace events")
@@ -304,7 +370,47 @@ def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc) -> Tra
     for why, n in got.dropped.items():
         for _ in range(n):
             sink.count_bad(why, got.end)
-    return _trace(path, sink, Meta(), got.warnings(path, exc), not got.whole or sink.damaged, got.end)
+    damage, meta, bad_keys = got.damage(exc), Meta(), None
+    if damage is not None and stream_error is not None:  # a broken stream: what it inflated to ends there
+        damage = (f"trace ends early at byte {got.end} of the decompressed stream ({_why(stream_error)}); the {{n}} "
+                  "events before it were kept")
+    key = data.rfind(ARRAY_KEY, 0, bracket)
+    rest = data[got.close_at:] if got.close_at is not None else b""
+    if key >= 0:  # an object: {..., "traceEvents": [...], ...}
+        close = _document_end(rest) if got.close_at is not None else None
+        if damage is None and got.close_at is None:  # the text ended inside the array: a cut, not its end
+            damage = (f"trace ends early at byte {len(data)} ({_why(stream_error) or 'no closing bracket'}); the "
+                      "{n} events before it were kept")
+        elif damage is None and close is None:
+            damage = (f"trace ends early at byte {len(data)}, after its events (the keys that follow them are cut); "
+                      "all {n} events were kept")
+        meta, bad_keys = _meta(data[:key], rest[:close] if close is not None else b"")
+        rest = rest[close:] if close is not None else b""
+    if damage is None and (extra := rest.lstrip()):  # bytes after the document's end
+        damage = (f"bytes after the end of the JSON document, from byte {len(data) - len(extra)} ({_sample(extra)}: "
+                  "another document or text); the first document was read whole, its {n} events were kept, the rest "
+                  "was not read")
+    damage = damage or bad_keys
+    return _trace(path, sink, meta, got.warnings(path), damage is not None or sink.damaged, got.end, damage)
+
+
+TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def _first_document(data: bytes, decode, exc):
+    """A document followed by more bytes (text, a second document): the first, decoded whole, and where the
+    bytes after it start; (None, None) when that is not what the decoder refused."""
+    m = TRAILING.search(str(exc))
+    if m is None:
+        return None, None
+    at = int(m.group(1))
+    for end in (at - 1, at):  # the decoder names the byte after the first one that is not the document's
+        if 0 < end < len(data) and data[end:].strip():
+            try:
+                return decode(data[:end]), end + len(data[end:]) - len(data[end:].lstrip())
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                continue
+    return None, None
 
 
 def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
@@ -314,17 +420,25 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
                             "plain Chrome/Kineto trace")
         raise NotATrace(f"{path}: empty file; allowed: a Chrome/Kineto trace JSON object with traceEvents")
     decode = _decode_whole_shapes if sink.shapes else _decode_whole
+    extra_at = None
     try:
         doc = decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        doc, extra_at = _first_document(data, decode, exc)
         body = data.strip()
-        if body.startswith(b"["):  # the Trace Event Format lets the array form end without its "]"
+        if doc is not None:
+            pass
+        elif body.startswith(b"["):  # the Trace Event Format lets the array form end without its "]"
             try:
                 doc = decode(body.rstrip(b",") + b"]")
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                return _salvage_any(path, data, 0, sink, exc)
-        elif b"traceEvents" in data and b"[" in data:
-            return _salvage_any(path, data, data.index(b"[", data.index(b"traceEvents")), sink, exc)
+                return _salvage_any(path, data, data.index(b"["), sink, exc, stream_error)
+        elif (k := data.find(ARRAY_KEY)) >= 0 and (bracket := data.find(b"[", k)) >= 0:
+            return _salvage_any(path, data, bracket, sink, exc, stream_error)
+        elif body.startswith(b"{") and ("truncated" in str(exc) or stream_error is not None):
+            raise NotATrace(f"{path}: trace ends early at byte {len(data)}, before its first event "
+                            f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with "
+                            "traceEvents") from None
         else:
             raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
                             "with traceEvents, or an array of trace events") from None
@@ -336,19 +450,33 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
             raise NotATrace(f"{path}: JSON without traceEvents; allowed: a Chrome/Kineto trace")
         sink.add(doc.traceEvents)
         meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
-    warnings = [f"{path}: {_why(stream_error)}"] if stream_error is not None else []
-    return _trace(path, sink, meta, warnings, stream_error is not None, len(data))
+    damage = None
+    if extra_at is not None:
+        damage = (f"bytes after the end of the JSON document, from byte {extra_at} ({_sample(data[extra_at:])}: "
+                  "another document or text); the first document was read whole, its {n} events were kept, the rest "
+                  "was not read")
+    elif stream_error is not None:
+        damage = f"{_why(stream_error)} at byte {len(data)}; all {{n}} events were kept"
+    return _trace(path, sink, meta, [], damage is not None, len(data), damage)
 
 
-def _trace(path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int) -> Trace:
-    """The trace a sink read, with every drop counted in its warnings."""
+def _trace(path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int,
+           damage: str | None = None) -> Trace:
+    """The trace a sink read, with every drop counted in its warnings. `damage`: what ended the reading, the first
+    warning ("{n}": the events kept); where no device event was kept but the file says a device was there, that
+    line says so too (compute, communication and copies are then a lower bound: 0, never CPU-operator time)."""
     table = sink.build()
     no_phase = sink.dropped.get(NO_PHASE, 0)
     if not len(table) and not sink.complete and no_phase:
         raise NotATrace(f"{path}: JSON whose {no_phase} entries are no trace events (none has a ph); allowed: a "
                         "Chrome/Kineto trace, an object with traceEvents or an array of trace events")
-    trace = Trace(path, table, meta, warnings + sink.drop_warnings(path), partial, end, sink.device_seen)
-    if partial and trace.has_device and not table.mask(*DEVICE_KINDS).any():
-        trace.warnings.append(f"{path}: the part read holds no device activity, but this is a GPU trace: its compute "
-                              "counts kernels (none here), a lower bound of the whole file's")
+    lines = ([f"{path}: " + damage.replace("{n}", str(len(table)))] if damage else []) + sink.drop_warnings(path)
+    trace = Trace(path, table, meta, lines + warnings, partial, end, sink.device_seen)
+    if partial and not table.mask(*DEVICE_KINDS).any() and (sign := trace.device_sign()) is not None:
+        note = (f"the part read holds no device activity, but this is a GPU trace ({sign}): compute, communication "
+                "and copies count device events (none here), a lower bound of the whole file's")
+        if lines:
+            trace.warnings[0] += "; " + note
+        else:
+            trace.warnings.insert(0, f"{path}: {note}")
     return trace

@@ -22,6 +22,10 @@ SEP = b"},\n  {"
 ARRAY_KEY = b'"traceEvents"'
 ARRAY_END = re.compile(rb"\n  \}\s*\]")  # the last event's brace (indent 2), then the array's bracket
 LOOSE_END = re.compile(rb"\}\s*\]")  # any event's closing brace, then a bracket (checked by decoding)
+# A device was there (docs/bad_input.md): a collective backend that runs on accelerators, and host calls that only
+# a device trace holds (runtime calls written without their category, torch_npu's aclnn*/aclrt*, NCCL/HCCL ranges).
+DEVICE_BACKEND = re.compile(r"nccl|hccl|xccl", re.IGNORECASE)
+DEVICE_CALL = re.compile(r"(cuda|cu|hip|aclrt|aclnn)[A-Z]|(nccl|hccl):")
 
 class Args(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
@@ -108,10 +112,28 @@ class Trace:
     def has_device(self) -> bool:
         """A GPU trace: decided by what the file declares, not by what a cut left of it, so a partial trace's
         compute stays kernel time (a lower bound), never CPU-operator time."""
+        return self.device_sign() is not None
+
+    def device_sign(self) -> str | None:
+        """What says a device was there (None: a CPU trace): device events or runtime calls / launch flows read;
+        on a partial trace also its header (deviceProperties, a device collective backend) and the host calls
+        it kept (cudaLaunchKernel, hipMemcpyAsync, aclnn*, nccl:* ...). Looked up in the header and the distinct
+        names only: no pass over the events."""
         from ..table import DEVICE_KINDS
 
-        return bool(self.table.mask(*DEVICE_KINDS).any()) or self.device_seen or \
-            self.partial and bool(self.meta.deviceProperties)
+        if self.table.mask(*DEVICE_KINDS).any():
+            return "device events"
+        if self.device_seen:
+            return "runtime calls or launch flows"
+        if not self.partial:  # a whole trace without device activity is a CPU trace (CPU-only profiling)
+            return None
+        if self.meta.deviceProperties:
+            return "deviceProperties in its header"
+        backend = (self.meta.distributedInfo or {}).get("backend")
+        if isinstance(backend, str) and DEVICE_BACKEND.search(backend):
+            return f"distributedInfo backend {backend}"
+        call = next((n for n in (*self.table.names, *(self.table.runtime or {})) if DEVICE_CALL.match(n)), None)
+        return f"host calls such as {call}" if call else None
 
 
 class NotATrace(ValueError):

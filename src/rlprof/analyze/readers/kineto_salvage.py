@@ -33,8 +33,10 @@ def decode_one(text: bytes, event_type=Event) -> tuple[object | None, str | None
             return msgspec.json.decode(without_args(text), type=event_type), DEEP_ARGS
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError, ValueError):
             return None, DAMAGED
-    except msgspec.ValidationError as exc:
-        return None, _wrong_type(str(exc))
+    except msgspec.ValidationError as exc:  # a value refused before the decoder saw the rest: is the rest JSON?
+        why = _not_json(text)
+        return None, why if why in (DAMAGED, NOT_OBJECT) else NOT_A_NUMBER if "out of range" in str(exc) else \
+            _wrong_type(str(exc))
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None, _not_json(text)
 
@@ -107,10 +109,21 @@ class Salvaged:
     dropped: dict[str, int]  # elements that parsed but are no event, by why
     whole: bool  # the array's "]" (or the end of the text) was reached with nothing unread
     not_utf8: bool  # bytes that are not UTF-8 were read as U+FFFD
+    close_at: int | None = None  # just past the array's "]" (None: the text ended first)
+    cut: bool = False  # what stopped the reading runs to the end of the text: a cut, not damage inside it
 
-    def warnings(self, path, exc) -> list[str]:
-        out = [f"{path}: damaged event near byte {self.end} ({exc}); the {len(self.events)} events before it were "
-               "kept"] if not self.whole else []
+    def damage(self, exc) -> str | None:
+        """What stopped the reading ("{n}": the events kept, filled in with the table), None when nothing did."""
+        if self.whole:
+            return None
+        if self.cut:
+            return f"trace ends early at byte {self.end} (no closing bracket); the {{n}} events before it were kept"
+        return f"damaged event near byte {self.end} ({exc}); the {{n}} events before it were kept"
+
+    def warnings(self, path, exc=None) -> list[str]:
+        """The damage (with `exc`: what stopped the reading) and bytes that are not UTF-8, one line each."""
+        damage = self.damage(exc) if exc is not None else None
+        out = [f"{path}: " + damage.replace("{n}", str(len(self.events)))] if damage else []
         if self.not_utf8:
             out.append(f"{path}: bytes that are not UTF-8 were read as U+FFFD (names may differ from the writer's)")
         return out
@@ -126,12 +139,14 @@ def salvage_events(data: bytes, bracket: int, event_type=Event) -> Salvaged:
         text, not_utf8 = data.decode("utf-8", errors="replace"), True
     pos = len(data[:bracket + 1].decode("utf-8", errors="replace"))
     decoder, events, kept, dropped = json.JSONDecoder(), [], pos, {}
-    whole = False
+    whole, close_at, cut = False, None, False
     while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= len(text) or text[pos] == "]":
             whole = True
+            if pos < len(text):
+                close_at = pos + 1 if text.isascii() else len(text[:pos + 1].encode("utf-8"))
             break
         try:
             raw, end = decoder.raw_decode(text, pos)
@@ -147,6 +162,7 @@ def salvage_events(data: bytes, bracket: int, event_type=Event) -> Salvaged:
             pos = kept = end
             continue
         except ValueError:
+            cut = value_end(text, pos) is None  # the element runs to the end of the text
             break
         try:
             events.append(msgspec.json.decode(msgspec.json.encode(raw), type=event_type))
@@ -154,7 +170,7 @@ def salvage_events(data: bytes, bracket: int, event_type=Event) -> Salvaged:
             why = _why_not_event(raw)
             dropped[why] = dropped.get(why, 0) + 1
         pos = kept = end
-    return Salvaged(events, len(text[:kept].encode("utf-8")), dropped, whole, not_utf8)
+    return Salvaged(events, len(text[:kept].encode("utf-8")), dropped, whole, not_utf8, close_at, cut)
 
 
 def value_end(text, pos: int) -> int | None:
