@@ -50,6 +50,10 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     llm = engine(args.model, json.loads(args.profiler_config) if args.profiler_config else None)
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
+        out["runner_wrapped"] = llm.collective_rpc(
+            lambda w: {m: hasattr(getattr(w.worker.model_runner, m), "__wrapped__")
+                       for m in ("execute_model", "sample_tokens")})[0]
     step = None
     if args.driver:
         from rlprof.integrations.vllm_plugin import step

