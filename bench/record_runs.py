@@ -26,6 +26,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = ROOT / "tests" / "data" / "runs"
 SCENARIOS = ("skewed_lengths", "slow_reward", "kl_off_reference_on", "healthy")
+# 2 ranks under torchrun (gloo, FSDP2), step 2 profiled on every rank: one slowed, one even (test_compare_cluster)
+A = "actor_rollout_ref.actor.profiler"
+TWO_RANKS = {"slow_rank_2": ("trainer.debug.slow_rank=1", "trainer.debug.slow_ms=20"), "even_2": ()}
 KEEP = (".pt.trace.json.gz", ".timeline.json.gz", "manifest.jsonl", "trainer_config.json")
 
 
@@ -93,6 +96,24 @@ def main() -> None:
                    "(bench/diagnose.py)")
             record(dest, how, scored.get("expected"), scored["first_actionable"], load, commit)
             print(json.dumps({"name": name, **scored}), flush=True)
+        for name, extra in TWO_RANKS.items():
+            if args.only and name not in args.only:
+                continue
+            load = os.getloadavg()[0]
+            run = work / name
+            overrides = ["trainer.steps=3", f"trainer.output_dir={run}/train", "global_profiler.tool=torch",
+                         "global_profiler.steps=[2]", f"global_profiler.save_path={run}/profile", f"{A}.enable=true",
+                         f"{A}.all_ranks=true", *extra]
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+                   "rlprof.trainer", *overrides]
+            subprocess.run(cmd, check=True, capture_output=True, cwd=work,
+                           env={**os.environ, "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"})
+            dest = OUT / name
+            keep(run / "profile" / name, run / "train", dest)
+            record(dest, "torchrun --nproc_per_node 2 -m rlprof.trainer " + " ".join(
+                o for o in overrides if not o.startswith(("trainer.output_dir", "global_profiler.save_path"))),
+                "slow_rank" if extra else None, None, load, commit)
+            print(json.dumps({"name": name, "waits": waits(dest)}), flush=True)
         if not args.only or "markers" in args.only:
             load = os.getloadavg()[0]
             run = work / "markers"

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import REAL, plan_json, run_cli
+from conftest import REAL, ROOT, plan_json, run_cli
 from helpers import A, R, run
 
 from rlprof.cluster import cluster
@@ -156,9 +157,14 @@ def _torchrun_run(tmp_path, name, *overrides):
     return run_dir
 
 
-@pytest.mark.slow
+RUNS = ROOT / "tests" / "data" / "runs"  # runs the trainer recorded (bench/record_runs.py, SOURCES.md there)
+
+
 def test_cluster_names_the_slow_rank_and_only_then(tmp_path):
-    slow = _torchrun_run(tmp_path, "slow", "trainer.debug.slow_rank=1", "trainer.debug.slow_ms=20")
+    """On two recorded 2-rank runs (rank 1 computing 20 ms longer per update micro-batch, and an even one): the
+    slowed rank is named with its evidence, first among the findings, targeted by advise; the even run names none.
+    Exact, whatever the machine running the test is doing."""
+    slow = shutil.copytree(RUNS / "slow_rank_2", tmp_path / "slow")
     proc = run_cli("cluster", slow, "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -180,18 +186,18 @@ def test_cluster_names_the_slow_rank_and_only_then(tmp_path):
     target = json.loads((tmp_path / "next.advice.json").read_text())["target"]
     assert target["stage"] == "actor_update" and target["ranks"] == [1, 0]
     assert sorted(plan_json(tmp_path / "next.yaml")["roles"]["actor"]["ranks"]) == [0, 1]
+    even = json.loads(run_cli("cluster", shutil.copytree(RUNS / "even_2", tmp_path / "even"), "--json").stdout)
+    assert {r["rank"] for r in even["ranks"]} == {0, 1} and even["slow_ranks"] == []
 
-    # Two equal ranks. On a shared 2-core machine one core can be slowed for seconds (seen in CI: rank 0 computing
-    # 36% more in both profiled steps while it waited less), which the detector rightly reads as a straggler.
-    # What must hold is that it names none when nothing slows a rank: of two even runs, one names no rank.
-    named = []
-    for attempt in ("even", "even_again"):
-        result = json.loads(run_cli("cluster", _torchrun_run(tmp_path, attempt), "--json").stdout)
-        assert {r["rank"] for r in result["ranks"]} == {0, 1}
-        named.append([(f["rank"], f["stage"]) for f in result["slow_ranks"]])
-        if not named[-1]:
-            break
-    assert [] in named, f"a slow rank named in two even runs: {named}"
+
+@pytest.mark.slow
+def test_a_rank_slowed_by_a_wide_margin_is_named_live(tmp_path):
+    """Live, under torchrun: rank 1 computing 150 ms longer per update micro-batch (1.2 s a step, several times the
+    step itself) is named by `rlprof cluster` whatever else the machine runs; the windows of both ranks are there."""
+    slow = _torchrun_run(tmp_path, "slow", "trainer.debug.slow_rank=1", "trainer.debug.slow_ms=150")
+    result = json.loads(run_cli("cluster", slow, "--json").stdout)
+    assert {r["rank"] for r in result["ranks"]} == {0, 1}
+    assert [(f["rank"], f["stage"]) for f in result["slow_ranks"]] == [(1, "actor_update")]
 
 
 def _rows(role, stage, per_rank, replica=False):

@@ -236,3 +236,16 @@ def test_rollout_engine_vllm_needs_a_head_size_vllm_can_run(vllm_live, tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("rlprof: config error: model.hidden_size = 64 gives head "
                                                            "size 16")
+
+
+def test_the_npu_tool_on_a_machine_without_torch_npu_is_one_warning_and_generation_goes_on(vllm_live, tmp_path):
+    """The path vllm-ascend takes: the rollout plan's npu tool runs torch_npu's profiler in the worker. Here there is
+    no torch_npu: the worker says so once and vLLM generates every round in full."""
+    rounds = [SEED, SEED]
+    npu = plan(tmp_path / "profile", "[2]").replace("tool_config.torch.", "tool_config.npu.").replace(
+        "global_profiler.tool=torch", "global_profiler.tool=npu")
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path,
+                                   env={"RLPROF_PLAN": npu, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
+    assert len(said) == 1 and "torch_npu" in said[0] and "this worker is not profiled" in said[0], said

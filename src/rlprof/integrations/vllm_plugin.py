@@ -40,6 +40,7 @@ ENV_REPLICA = "RLPROF_REPLICA"
 ENV_STEPS = "RLPROF_VLLM_STEPS"
 STEP_SOURCES = ("auto", "profile_calls", "rounds", "driver")
 
+
 def _say(message: str, about: str | None = None) -> None:
     from ..collect.vllm_worker import say
 
