@@ -88,21 +88,20 @@ def verl_config(model: Path, save_path: Path, overrides: list[str]):
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.name=cpu_harness", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.param_offload=False",
         f"global_profiler.save_path={save_path}",
     ]
-    cfg = base
-    for item in harness + overrides:
-        key, _, value = item.partition("=")
-        add = key.startswith("+")
-        key = key.lstrip("+")
-        parsed = OmegaConf.create({"v": value}) if value else None
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        value = OverridesParser.create().parse_override(f"k={value}").value()
-        if add:
+    cfg, parser = base, OverridesParser.create()
+    OmegaConf.set_struct(cfg, True)  # as Hydra composes it: a key the YAML lacks needs `+`
+    for item in harness + overrides:
+        parsed = parser.parse_override(item)  # Hydra's own grammar, as main_ppo's command line is read
+        key, value = parsed.key_or_group, parsed.value()
+        if parsed.is_add():
+            if OmegaConf.select(cfg, key, default=None) is not None:  # Hydra: "Could not append to config"
+                raise SystemExit(f"+{key}: the config already holds this key (write {key}=... without +)")
             with open_dict(cfg):
                 OmegaConf.update(cfg, key, value, force_add=True)
         else:
-            OmegaConf.update(cfg, key, value)  # a key the YAML lacks raises, as Hydra's struct mode does
-        del parsed
+            OmegaConf.update(cfg, key, value)
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -140,8 +139,22 @@ def make_batch(tokenizer, step: int):
     return DataProto.from_single_dict(batch, meta_info={"temperature": 1.0})
 
 
+def legacy() -> bool:
+    """verl 0.7.x: fsdp_workers' ActorRolloutRefWorker (DataParallelPPOActor inside), DataProto in and out."""
+    import verl
+
+    return verl.__version__.startswith("0.7.")
+
+
 def as_verl_passes(batch, cfg):
-    """The TensorDicts verl's RayPPOTrainer hands each worker call (ray_trainer.py, 0.9.1)."""
+    """What verl's RayPPOTrainer hands each worker call: TensorDicts (ray_trainer.py, 0.9.1), or DataProto (0.7.x)."""
+    if legacy():
+        import copy
+
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()  # as fit() sets it
+        update = copy.deepcopy(batch)
+        update.meta_info.update(multi_turn=False, temperature=1.0)
+        return copy.deepcopy(batch), copy.deepcopy(batch), update
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
@@ -168,7 +181,10 @@ class InProcess:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(free_port()))
         import torch.distributed as dist
-        from verl.workers.engine_workers import ActorRolloutRefWorker
+        if legacy():
+            from verl.workers.fsdp_workers import ActorRolloutRefWorker
+        else:
+            from verl.workers.engine_workers import ActorRolloutRefWorker
 
         if not dist.is_initialized():  # harness: gloo alone (verl's "cpu:gloo,<device>:<backend>" names cpu twice)
             dist.init_process_group("gloo", rank=0, world_size=1)
@@ -199,6 +215,23 @@ class InRay:
         return getattr(self.group, name)(*args, **kwargs)
 
 
+def record_changed() -> list[str]:
+    """Files of the installed verl whose content no longer matches the hash pip recorded at install (RECORD)."""
+    import base64
+    import hashlib
+    from importlib.metadata import distribution
+
+    dist = distribution("verl")
+    changed = []
+    for f in dist.files or ():
+        if f.hash is None or f.hash.mode != "sha256":
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(f.locate().read_bytes()).digest()).rstrip(b"=").decode()
+        if digest != f.hash.value:
+            changed.append(str(f))
+    return changed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=Path)
@@ -206,6 +239,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="global steps 1..N, each profiled if verl's config lists it")
     ap.add_argument("--override", action="append", default=[], help="a verl key=value (Hydra style, + to add)")
     ap.add_argument("--time-log-prob", type=int, default=0, help="then time N compute_log_prob calls")
+    ap.add_argument("--pretend-release", help="make verl say it is this release (a release the plugin does not know)")
     args = ap.parse_args()
 
     env = cpu_environment()
@@ -216,6 +250,8 @@ def main() -> None:
     cfg = verl_config(model, save_path, args.override)
     import verl
 
+    if args.pretend_release:
+        verl.__version__ = args.pretend_release
     steps_profiled = set(cfg.global_profiler.steps or ())
     host = InRay(cfg, env) if args.mode == "ray" else InProcess(cfg)
     from transformers import AutoTokenizer
@@ -231,7 +267,8 @@ def main() -> None:
         host.call("compute_ref_log_prob", ref)
         host.call("update_actor", update)
         if profiled:
-            host.call("stop_profile", run_command=step == max(steps_profiled))
+            last = {} if legacy() else {"run_command": step == max(steps_profiled)}  # 0.7.x: no finish hook
+            host.call("stop_profile", **last)
         calls.append({"step": step, "profiled": profiled})
     timings = []
     if args.time_log_prob:
@@ -244,6 +281,7 @@ def main() -> None:
     files = sorted(str(p.relative_to(save_path)) for p in save_path.rglob("*") if p.is_file()) \
         if save_path.exists() else []
     print(json.dumps({"verl": verl.__version__, "mode": args.mode, "calls": calls, "files": files,
+                      "record_changed": record_changed(),
                       "log_prob_s": timings, "plugins_loaded": sorted(k for k in sys.modules
                                                                        if k.startswith(("rlprof", "verl_cpu_shim")))}))
 

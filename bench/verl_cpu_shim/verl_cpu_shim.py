@@ -3,8 +3,11 @@ profiler) runs on a machine without an accelerator, for rlprof's tests and bench
 
 Installed only in the side venvs bench/setup_verl.sh makes, through verl's `verl.plugins` entry-point group (verl
 0.9.1 and later load every entry point of that group on `import verl`); verl 0.7.x has no such group and gets it
-through VERL_USE_EXTERNAL_MODULES. Inert unless VERL_PLATFORM=cpu. It registers a platform in verl's
-PlatformRegistry (verl >= 0.9) and nothing else; torch's CPU device stands in for the accelerator, gloo for NCCL.
+through VERL_USE_EXTERNAL_MODULES. Inert unless VERL_PLATFORM=cpu. Then: a platform in verl's PlatformRegistry
+(verl >= 0.9; 0.7 falls back to the CPU itself) whose device is torch's CPU, with the memory queries verl makes
+answered by zeros; gloo alone for verl's process group; the reference model's FSDP2 offload unpinned (pinning needs an
+accelerator); a rollout named `cpu_harness` that holds nothing, so that ActorRolloutRefWorker(role=
+"actor_rollout_ref") builds its actor and reference parts as main_ppo has it, without an inference engine.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ def _register() -> None:
 
         device_name = property(lambda self: "cpu")
         vendor_name = property(lambda self: "cpu")
-        device_module = property(lambda self: _CpuDevice(torch))
+        device_module = property(lambda self: torch.cpu)
 
         def is_available(self) -> bool:
             return True
@@ -93,20 +96,21 @@ def _register() -> None:
             return None
 
 
-class _CpuDevice:
-    """torch.cpu, plus the memory queries verl makes of a device module (nothing is reserved on the host)."""
+def _cpu_device_module():
+    """torch.cpu as verl's device module, with the memory queries verl makes of one (nothing is reserved on the host):
+    verl 0.9 reaches it through the platform, 0.7 through getattr(torch, "cpu")."""
+    import torch
 
-    def __init__(self, torch):
-        self._cpu = torch.cpu
-
-    def __getattr__(self, name):
-        if name.startswith(("memory_", "max_memory_")) or name in ("reset_peak_memory_stats", "empty_cache"):
-            return lambda *a, **k: 0
-        if name == "mem_get_info":
-            return lambda *a, **k: (0, 0)
-        if name == "get_device_name":
-            return lambda *a, **k: "CPU"
-        return getattr(self._cpu, name)
+    zero = lambda *args, **kwargs: 0  # noqa: E731
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved",
+                 "reset_peak_memory_stats", "empty_cache"):
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, zero)
+    if not hasattr(torch.cpu, "mem_get_info"):
+        torch.cpu.mem_get_info = lambda *args, **kwargs: (0, 0)
+    if not hasattr(torch.cpu, "get_device_name"):
+        torch.cpu.get_device_name = lambda *args, **kwargs: "CPU"
+    return torch.cpu
 
 
 def _unpinned_offload() -> None:
@@ -144,7 +148,7 @@ def _null_rollout() -> None:
     nothing: the actor and reference parts of the worker are verl's own, untouched."""
     try:
         from verl.workers.rollout import base
-    except ImportError:  # verl 0.7.x: no such registry (its harness builds the actor and ref roles directly)
+    except ImportError:
         return
     base._ROLLOUT_REGISTRY[("cpu_harness", "async")] = "verl_cpu_shim.NullRollout"
 
@@ -169,6 +173,7 @@ def __getattr__(name):
 
 
 if os.environ.get("VERL_PLATFORM", "").lower() == "cpu":
+    _cpu_device_module()
     _register()
     _unpinned_offload()
     _gloo_only()

@@ -340,8 +340,11 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         if users:
             reader.warnings.append(f"tool {tool} ({', '.join(users)}) is {what}; rlprof resolves the plan but has "
                                    "nothing to record for it")
+    modules = get(data, verl.RUNTIME_ENV_VARS + "." + verl.EXTERNAL_MODULES_ENV)
+    modules = tuple(m.strip() for m in modules.split(",") if m.strip()) if isinstance(modules, str) else ()
     return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
-                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)))
+                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)),
+                       external_modules=modules)
 
 
 def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:

@@ -209,6 +209,7 @@ PLUGINS_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
 # variable to every worker). Its `actor_rollout_ref.model.external_lib` is imported only in the worker's init_model,
 # after the worker's __init__ has built its profiler's tool config, which refuses a key it lacks (`schedule`).
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+RUNTIME_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"  # main_ppo merges it into every worker's environment
 ENTRY_POINT_RELEASES = ("0.9", "0.10")  # major.minor whose `import verl` loads the group
 PLUGIN_RELEASES = ("0.7", "0.9", "0.10")  # major.minor whose layout the plugin knows (below)
 # What the plugin samples: micro-batches of the stages that run them, each stage call a window of its own.
@@ -234,8 +235,12 @@ DP_LAYOUTS = ({"module": "verl.workers.actor.dp_actor", "class": "DataParallelPP
 SCHEDULE_CLASSES = {"TorchProfilerScheduleConfig": ("unit",), "TorchProfilerToolConfig": ("schedule",),
                     "NPUToolConfig": ("schedule",)}
 # What verl alone does with `unit` in a schedule (hydra instantiates the dataclass with every key given).
-REFUSES_UNIT = ("verl alone refuses this key when it builds its workers (TorchProfilerScheduleConfig got an "
-                "unexpected keyword argument 'unit')")
+def refuses_unit(release: str) -> str:
+    """What verl alone does with rlprof's schedule key when it builds its workers (hydra instantiates the dataclass
+    with every key given): 0.7.x has no schedule at all."""
+    cls, key = (("TorchProfilerToolConfig", "schedule") if release.startswith("0.7.")
+                else ("TorchProfilerScheduleConfig", "unit"))
+    return f"verl alone refuses the key when it builds its workers ({cls} got an unexpected keyword argument '{key}')"
 # verl's torch trace stem (build_trace_basename, 0.9.1): what the plugin names its files when verl has no such helper.
 STEM_PART = re.compile(r"[^0-9A-Za-z.=+-]+")
 

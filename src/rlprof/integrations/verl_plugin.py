@@ -182,14 +182,12 @@ def _field(obj, key, default=None):
 
 def _take_over(prof, schedule) -> None:
     unit = _field(schedule, "unit")
-    if unit is None:
-        return
-    if unit != facts.PLUGIN_UNIT:
-        return  # mini_batch: verl's own meaning (its schedule over update mini-batches); others have no loop here
+    if unit is None or unit == facts.SCHEDULE_UNIT:
+        return  # nothing asks, or mini_batch: verl's own meaning (its schedule over update mini-batches)
     try:
         if not (prof.check_enable() and prof.check_this_rank()):
             return  # nothing is collected on this rank; verl's profiler stays as it is
-        sampler = MicroBatchSampler.build(prof)
+        sampler = MicroBatchSampler.build(prof)  # a unit that is no unit at all: rlprof's ConfigError
     except Exception as exc:
         from ..errors import ConfigError
 
@@ -218,21 +216,22 @@ def _release() -> str:
     return str(getattr(verl, "__version__", "unknown"))
 
 
-def _known_layout(release: str) -> str | None:
-    """Check (and patch, once per process) the micro-batch loop of this verl release. None: one warning said."""
+def _known_layout(release: str, instead: str) -> str | None:
+    """Check (and patch, once per process) the micro-batch loop of this verl release. None: one warning said, naming
+    what verl's own profiler collects instead."""
     if release in _layouts:
         return _layouts[release]
     major_minor = ".".join(release.split(".")[:2])
     layout = None
     if major_minor not in facts.PLUGIN_RELEASES:
         _say(("release", release), f"rlprof: verl {release} is not a release the verl plugin knows "
-             f"({', '.join(facts.PLUGIN_RELEASES)}.x); no patching: verl's own profiler collects instead, each stage "
-             "in full")
+             f"({', '.join(facts.PLUGIN_RELEASES)}.x): no patching, no micro-batch sampled; verl's own profiler "
+             f"collects instead: {instead}")
     else:
         missing = _patch_dp() if major_minor == "0.7" else _patch_engine()
         if missing:
             _say(("layout", release), f"rlprof: verl {release}'s micro-batch loop is not where the verl plugin looks "
-                 f"({missing}); no patching: verl's own profiler collects instead, each stage in full")
+                 f"({missing}): no patching, no micro-batch sampled; verl's own profiler collects instead: {instead}")
         else:
             layout = "dp" if major_minor == "0.7" else "engine"
     _layouts[release] = layout
@@ -420,11 +419,19 @@ class MicroBatchSampler:
     @classmethod
     def build(cls, prof) -> "MicroBatchSampler | None":
         plan = _plan(prof)  # a bad value: rlprof's ConfigError (key, value, what is allowed)
+        if plan.schedule is None or plan.schedule.unit != facts.PLUGIN_UNIT:
+            unit = plan.schedule.unit if plan.schedule else None
+            _say(("unit", unit), f"rlprof: unit {unit} is not sampled inside verl's workers (the verl plugin samples "
+                 f"{facts.PLUGIN_UNIT}); verl goes on, {_instead(prof)}")
+            return None
         if plan.tool not in ("torch", "npu"):
             _say(("tool", plan.tool), f"rlprof: tool {plan.tool} cannot sample micro-batches (torch and npu can); "
                  f"verl goes on, {_instead(prof)}")
             return None
-        layout = _known_layout(_release())
+        from ..config.describe import verl_alone
+
+        release = _release()
+        layout = _known_layout(release, verl_alone(plan, release).split(": ", 1)[-1])
         return None if layout is None else cls(prof, plan, layout)
 
     # verl's backend interface -------------------------------------------------------------------------------
