@@ -271,13 +271,11 @@ def main() -> None:
             host.call("stop_profile", **last)
         calls.append({"step": step, "profiled": profiled})
     timings = []
-    if args.time_log_prob:
-        old, _, _ = as_verl_passes(make_batch(tokenizer, 0), cfg)
-        for _ in range(args.time_log_prob):
-            batch = old.clone() if hasattr(old, "clone") else old
-            t0 = time.perf_counter()
-            host.call("compute_log_prob", batch)
-            timings.append(time.perf_counter() - t0)
+    for _ in range(args.time_log_prob):
+        batch, _, _ = as_verl_passes(make_batch(tokenizer, 0), cfg)  # a fresh pass each call, as fit() makes it
+        t0 = time.perf_counter()
+        host.call("compute_log_prob", batch)
+        timings.append(time.perf_counter() - t0)
     files = sorted(str(p.relative_to(save_path)) for p in save_path.rglob("*") if p.is_file()) \
         if save_path.exists() else []
     print(json.dumps({"verl": verl.__version__, "mode": args.mode, "calls": calls, "files": files,

@@ -294,3 +294,21 @@ def test_verl_0_7_1_imports_external_lib_after_its_worker_refused_the_schedule(v
                          env={"VERL_USE_EXTERNAL_MODULES": "verl_cpu_shim"}, check=False)
     assert "TorchProfilerToolConfig.__init__() got an unexpected keyword argument 'schedule'" in result.stderr
     assert not (tmp_path / "profile").exists() or not list((tmp_path / "profile").iterdir())
+
+
+def test_the_readmes_two_lines_are_these():
+    """README "rlprof inside verl": its main_ppo commands' overrides keep the micro-batches it says they keep."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## rlprof inside verl", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
+    commands = [shlex.split(line.split("   #")[0]) for b in blocks for line in b.splitlines() if "main_ppo" in line]
+    current, legacy = ([a for a in c if "=" in a] for c in commands)
+    assert [a for a in current if "schedule" in a] == [TWO_LINES[0], TWO_LINES[2]]  # the two lines
+    plan = plan_json(FSDP, *current)
+    assert plan["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
+    assert plan["roles"]["ref"]["verl_plugin"]["micro_batches"] == [0]
+    assert f"+{facts.RUNTIME_ENV_VARS}.{facts.EXTERNAL_MODULES_ENV}={facts.PLUGIN_MODULE}" in legacy
+    old = plan_json(*PROFILE, "global_profiler.steps=[1]", *legacy)
+    assert old["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
