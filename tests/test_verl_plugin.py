@@ -312,3 +312,16 @@ def test_the_readmes_two_lines_are_these():
     assert f"+{facts.RUNTIME_ENV_VARS}.{facts.EXTERNAL_MODULES_ENV}={facts.PLUGIN_MODULE}" in legacy
     old = plan_json(*PROFILE, "global_profiler.steps=[1]", *legacy)
     assert old["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
+
+
+def test_overhead_bench_prints_documented_json(verl091):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "verl_plugin_overhead.py"), "--pairs", "1",
+                           "--calls", "3"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["plugin_loaded"] == {"verl_alone": False, "plugin_installed_inactive": True}
+    assert set(figures["median_ms"]) == {"verl_alone", "plugin_installed_inactive"}
+    assert figures["difference_ms"] == pytest.approx(figures["median_ms"]["plugin_installed_inactive"]
+                                                     - figures["median_ms"]["verl_alone"], abs=2e-3)
+    recorded = json.loads((ROOT / "bench" / "results" / "verl_plugin_overhead_cpu.json").read_text())
+    assert set(recorded) >= set(figures)
