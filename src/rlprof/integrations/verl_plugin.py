@@ -496,7 +496,6 @@ class _Window:
     unit k is taken at the head of unit k+1, so nothing after a stage's last micro-batch opens a new cycle)."""
 
     def __init__(self, sampler: MicroBatchSampler, stage: str):
-        import os
         from pathlib import Path
 
         from ..collect.backends import WindowSpec, backend_class
@@ -519,7 +518,6 @@ class _Window:
         cls = _torch_backend_class() if plan.tool == "torch" else backend_class(plan.tool)
         self.backend = cls(spec)
         self.backend.start()
-        self.pid = os.getpid()
 
     def unit_begins(self, describe) -> None:
         if self.failed or self.closed:
