@@ -112,6 +112,31 @@ def vllm_live(tmp_path_factory):
     return side
 
 
+def _verl_side(release: str):
+    """verl `release` in a side venv under bench/ (bench/verl_side.py; made on first use by bench/setup_verl.sh)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import verl_side as side
+
+    try:
+        return side.Side(release).ensure()
+    except side.Unavailable as exc:
+        if os.environ.get("RLPROF_REQUIRE_VERL"):  # CI: verl's own code must run, not skip
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def verl091():
+    """verl 0.9.1 (the registry's release) able to run its own training code on this CPU."""
+    return _verl_side("0.9.1")
+
+
+@pytest.fixture(scope="session")
+def verl071():
+    """verl 0.7.1 (the dp_actor layout, before verl.plugins) able to run its own training code on this CPU."""
+    return _verl_side("0.7.1")
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300):
     """Run `rlprof ...` as a user would; returns CompletedProcess with text output."""
     full_env = dict(os.environ, KINETO_LOG_LEVEL="5", **(env or {}))

@@ -123,4 +123,50 @@ def machine_warnings(plan: ProfilePlan, device: str | None = None) -> list[str]:
         warnings.append("warning: tool nsys needs CUDA, which this machine lacks; collection here would fail")
     if "torch_memory" in tools and device != "cuda":
         warnings.append("warning: tool torch_memory needs CUDA; on this machine it only prints a notice")
-    return [w if w.startswith(("warning:", "note:")) else "warning: " + w for w in plan.warnings] + warnings
+    return [w if w.startswith(("warning:", "note:")) else "warning: " + w for w in plan.warnings] + warnings \
+        + verl_plugin_warnings(plan)
+
+
+def verl_plugin_warnings(plan: ProfilePlan, environ=None) -> list[str]:
+    """Whether the verl installed here would run rlprof's verl plugin for a plan that samples micro-batches in verl's
+    workers: one line, a note when it would, a warning naming what verl collects instead when it would not. Nothing
+    where verl is not installed here (the plan may be for rlprof's own trainer), and verl is never imported."""
+    from .describe import plugin_stages, verl_alone
+
+    sampling = [r for r in plan.roles if plugin_stages(plan, r)]
+    if not sampling or importlib.util.find_spec("verl") is None:
+        return []
+    import importlib.metadata as md
+
+    environ = os.environ if environ is None else environ
+    try:
+        release = md.version("verl")
+    except md.PackageNotFoundError:
+        release = "unknown"
+    instead = "; ".join(verl_alone(r, release) for r in sampling)
+    major_minor = ".".join(release.split(".")[:2])
+    if major_minor not in verl.PLUGIN_RELEASES:
+        return [f"warning: verl {release} here is not a release rlprof's verl plugin knows "
+                f"({', '.join(verl.PLUGIN_RELEASES)}.x): it will sample no micro-batch (one warning in each worker), "
+                f"and verl collects instead: {instead}"]
+    listed = ",".join((environ.get(verl.EXTERNAL_MODULES_ENV, ""), *plan.external_modules))
+    if verl.PLUGIN_MODULE in [m.strip() for m in listed.split(",")]:
+        return [f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin "
+                f"({verl.EXTERNAL_MODULES_ENV} imports it; verl {release} here)"]
+    if major_minor not in verl.ENTRY_POINT_RELEASES:
+        return [f"warning: verl {release} here loads no entry-point plugins: set {verl.EXTERNAL_MODULES_ENV}="
+                f"{verl.PLUGIN_MODULE} in the workers' environment (+ray_kwargs.ray_init.runtime_env.env_vars."
+                f"{verl.EXTERNAL_MODULES_ENV}=...; actor_rollout_ref.model.external_lib is imported too late). "
+                f"Without it {verl.refuses_unit(release)}; without the key verl collects instead: {instead}"]
+    found = [ep for ep in md.entry_points(group=verl.PLUGIN_GROUP) if ep.value == verl.PLUGIN_MODULE]
+    policy = environ.get(verl.PLUGINS_POLICY_ENV, "auto").strip().lower()
+    allowed = policy == "auto" or (policy != "none" and any(ep.name in {p.strip() for p in policy.split(",")}
+                                                            for ep in found))
+    if not found or not allowed:
+        why = (f"rlprof's entry point ({verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}) is not installed in this environment"
+               if not found else f"{verl.PLUGINS_POLICY_ENV}={environ.get(verl.PLUGINS_POLICY_ENV)} keeps verl from "
+                                 "loading it")
+        return [f"warning: rlprof's verl plugin will not run in verl's workers: {why}. Without it {verl.refuses_unit(release)}; "
+                f"without the key verl collects instead: {instead}"]
+    return [f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin (entry point "
+            f"{verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}; verl {release} here)"]

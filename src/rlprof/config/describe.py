@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .plan import ProfilePlan, RolePlan
+from ..frameworks import verl
+from .plan import ProfilePlan, RolePlan, Schedule
 
 
 def role_json(plan: ProfilePlan, role: RolePlan, rank: int) -> dict:
@@ -33,6 +34,7 @@ def role_json(plan: ProfilePlan, role: RolePlan, rank: int) -> dict:
             "cmd": role.finish_hook.cmd, "all_ranks": role.finish_hook.all_ranks,
             "ranks": list(role.finish_hook.ranks), "runs_on_rank": role.finish_hook.runs_on(rank, role.collects_on(rank))},
         "relocate_results": role.relocate_results,
+        "verl_plugin": verl_plugin_json(plan, role),
     }
 
 
@@ -47,6 +49,75 @@ def plan_json(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings
         "roles": {r.role: role_json(plan, r, rank) for r in plan.roles},
         "warnings": list(warnings),
     }
+
+
+# ---- micro-batches sampled inside verl's workers (integrations/verl_plugin.py) ------------------------------------
+def plugin_stages(plan: ProfilePlan, role: RolePlan) -> tuple[str, ...]:
+    """The stages whose micro-batches rlprof's verl plugin samples for this role (empty: the plugin has no part)."""
+    if plan.dialect != "global_role" or not role.enabled or role.schedule is None or role.tool not in ("torch", "npu"):
+        return ()
+    if role.schedule.unit != verl.PLUGIN_UNIT:
+        return ()
+    return tuple(s for s in role.stages if s in verl.MICRO_BATCH_STAGES)
+
+
+def kept_units(s: Schedule, shown: int = 6) -> tuple[list[int], bool]:
+    """The unit indices (0-based from the stage's start) the schedule keeps: the first `shown` at most, and whether
+    more follow (repeat 0: until the stage ends)."""
+    first = s.skip_first + s.wait + s.warmup
+    kept, cycle = [], 0
+    while len(kept) < shown and (s.repeat == 0 or cycle < s.repeat):
+        start = first + cycle * s.cycle()
+        kept += list(range(start, start + s.active))
+        cycle += 1
+    more = s.repeat == 0 or len(kept) < s.repeat * s.active
+    return kept[:shown], more
+
+
+def _indices(kept: list[int], more: bool) -> str:
+    if len(kept) == 1 and not more:
+        return f"micro-batch {kept[0]}"
+    if not more and kept == list(range(kept[0], kept[-1] + 1)):
+        return f"micro-batches {kept[0]}-{kept[-1]}"
+    return "micro-batches " + ", ".join(map(str, kept)) + (", ... (until the stage ends)" if more else "")
+
+
+def verl_plugin_json(plan: ProfilePlan, role: RolePlan) -> dict | None:
+    stages = plugin_stages(plan, role)
+    if not stages:
+        return None
+    kept, more = kept_units(role.schedule)
+    return {"stages": list(stages), "micro_batches": kept, "more": more, "module": verl.PLUGIN_MODULE,
+            "files": "one per stage call and schedule cycle, in save_path, named as verl names its traces"}
+
+
+def verl_plugin_line(plan: ProfilePlan, role: RolePlan) -> str | None:
+    """What rlprof's verl plugin keeps inside verl's workers, in words."""
+    stages = plugin_stages(plan, role)
+    if not stages:
+        return None
+    kept, more = kept_units(role.schedule)
+    whole = "" if role.mode == "discrete" else "; its windows replace verl's whole-step trace"
+    return (f"in verl's workers (rlprof's verl plugin): {_indices(kept, more)} of each call of {', '.join(stages)} "
+            f"(counted from the stage's start, across its mini-batches), each call a file of its own in "
+            f"{role.save_path}/ named as verl names its traces{whole}")
+
+
+def verl_alone(role: RolePlan, release: str | None = None) -> str:
+    """What verl's own profiler collects for this role once `unit` is dropped: its meaning of the same counts (update
+    mini-batches; verl 0.7.x and its npu tool have no schedule)."""
+    s = role.schedule
+    legacy = release is not None and release.startswith("0.7.")
+    if s is None or s.active == 0 or role.tool != "torch" or legacy:
+        return f"{role.role}: each stage in full"
+    before = s.skip_first + s.wait + s.warmup
+    if role.role not in verl.UPDATE_STAGE_OF_ROLE:  # the reference runs no update: no mini-batch of its own
+        return (f"{role.role}: not kept (its stage runs before the update's sampled mini-batches)"
+                if before and role.mode == "e2e" else f"{role.role}: each stage in full")
+    rest = ("the stages before that window, the log-prob passes included, are not kept" if before and role.mode == "e2e"
+            else "the log-prob stages in full")
+    return (f"{role.role}: update mini-batches by the schedule (skip_first {s.skip_first}, wait {s.wait}, warmup "
+            f"{s.warmup}, active {s.active}); {rest}")
 
 
 def windows_per_process(plan: ProfilePlan, role: RolePlan) -> int:
@@ -150,6 +221,9 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
             detail.append(sched.removeprefix("; "))
         if detail:
             lines.append("           " + "; ".join(detail))
+        in_verl = verl_plugin_line(plan, role)
+        if in_verl:
+            lines.append("           " + in_verl)
         hook = role.finish_hook
         if hook is not None:
             who = ("all ranks" if hook.all_ranks else "ranks " + ", ".join(map(str, hook.ranks)) if hook.ranks

@@ -76,6 +76,8 @@ class _Reader:
         counts = {k: c.integer(f"{key}.{k}", raw[k], minimum=0) for k in SCHEDULE_KEYS[:5] if k in raw}
         if "unit" in raw:  # rlprof's extension: any unit, rlprof's defaults (active 1, repeat 1)
             unit = c.choice(f"{key}.unit", raw["unit"], UNITS)
+            if counts.get("repeat") == 0 and mode == "e2e":
+                counts["repeat"] = 1  # verl's meaning of repeat 0 in e2e mode: one schedule window (per stage call)
             schedule = Schedule(unit=unit, **counts)
             if schedule.active < 1:
                 raise c.ConfigError(f"{key}.active", schedule.active, "an integer >= 1 (units recorded per cycle)")
@@ -338,8 +340,11 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         if users:
             reader.warnings.append(f"tool {tool} ({', '.join(users)}) is {what}; rlprof resolves the plan but has "
                                    "nothing to record for it")
+    modules = get(data, verl.RUNTIME_ENV_VARS + "." + verl.EXTERNAL_MODULES_ENV)
+    modules = tuple(m.strip() for m in modules.split(",") if m.strip()) if isinstance(modules, str) else ()
     return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
-                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)))
+                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)),
+                       external_modules=modules)
 
 
 def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:

@@ -105,6 +105,8 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     async_rollout: bool = False
     framework: str | None = None  # whose meaning the dialect was read with, e.g. "verl 0.9.1"
     warnings: tuple[str, ...] = ()  # what resolved but deserves a line (one each)
+    # verl: the modules its workers import on `import verl` (VERL_USE_EXTERNAL_MODULES in Ray's runtime_env)
+    external_modules: tuple[str, ...] = ()
 
     def role(self, name: str) -> RolePlan:
         for plan in self.roles:

@@ -197,3 +197,60 @@ TIMING_STAGES = {"gen": "rollout_generate", "reward": "reward_compute", "old_log
                  "update_critic": "critic_update", "update_actor": "actor_update", "update_weights": "weight_sync"}
 TIMING_PREFIX = "timing_s/"
 RESPONSE_LENGTH_KEY = "response_length/mean"
+
+# ---- rlprof inside verl's workers (integrations/verl_plugin.py; `rlprof plan` says when it is what collects) ---------
+# verl imports, on `import verl` in every process, each entry point of this group (verl/__init__.py, 0.9.0 on; errors
+# hidden at debug log level), unless VERL_USE_EXTERNAL_PLUGINS is "none" or a list of names without rlprof's.
+PLUGIN_GROUP = "verl.plugins"
+PLUGIN_NAME = "rlprof"
+PLUGIN_MODULE = "rlprof.integrations.verl_plugin"
+PLUGINS_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
+# verl 0.7.x has no plugin group; it imports the modules listed here on `import verl` (Ray's runtime_env carries the
+# variable to every worker). Its `actor_rollout_ref.model.external_lib` is imported only in the worker's init_model,
+# after the worker's __init__ has built its profiler's tool config, which refuses a key it lacks (`schedule`).
+EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+RUNTIME_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"  # main_ppo merges it into every worker's environment
+ENTRY_POINT_RELEASES = ("0.9", "0.10")  # major.minor whose `import verl` loads the group
+PLUGIN_RELEASES = ("0.7", "0.9", "0.10")  # major.minor whose layout the plugin knows (below)
+# What the plugin samples: micro-batches of the stages that run them, each stage call a window of its own.
+PLUGIN_UNIT = "micro_batch"
+MICRO_BATCH_STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update", "critic_compute_values",
+                      "critic_update")
+MICRO_BATCH_RANGE = re.compile(r"^micro_batch(\d+)$")  # FSDPEngine.forward_backward_batch's record_function (0.9.1 on)
+# Where the micro-batch loops live. verl 0.9.x and head (1dda039): FSDPEngine.forward_backward_batch iterates what
+# the module's prepare_micro_batches returns (one `micro_batch{k}` range per item: forward, then its backward),
+# called once per log-prob pass and once per update mini-batch. verl 0.7.x: DataParallelPPOActor / -Critic call
+# _forward_micro_batch once per micro-batch (the backward follows in the loop) and _optimizer_step after a
+# mini-batch's last. tests/data/verl/layout.json records these facts for 0.9.1 and head.
+ENGINE_LAYOUT = {"module": "verl.workers.engine.fsdp.transformer_impl", "class": "FSDPEngine",
+                 "method": "forward_backward_batch", "source": "prepare_micro_batches"}
+DP_LAYOUTS = ({"module": "verl.workers.actor.dp_actor", "class": "DataParallelPPOActor",
+               "forward": "_forward_micro_batch", "stages": ("compute_log_prob", "update_policy"),
+               "boundary": "_optimizer_step"},
+              {"module": "verl.workers.critic.dp_critic", "class": "DataParallelPPOCritic",
+               "forward": "_forward_micro_batch", "stages": ("compute_values", "update_critic"),
+               "boundary": "_optimizer_step"})
+# The classes of verl's profiler config the plugin teaches rlprof's keys (verl.utils.profiler.config): the
+# schedule's `unit`, and a `schedule` for tools whose verl config has none (torch before 0.9, npu).
+SCHEDULE_CLASSES = {"TorchProfilerScheduleConfig": ("unit",), "TorchProfilerToolConfig": ("schedule",),
+                    "NPUToolConfig": ("schedule",)}
+# What verl alone does with `unit` in a schedule (hydra instantiates the dataclass with every key given).
+def refuses_unit(release: str) -> str:
+    """What verl alone does with rlprof's schedule key when it builds its workers (hydra instantiates the dataclass
+    with every key given): 0.7.x has no schedule at all."""
+    cls, key = (("TorchProfilerToolConfig", "schedule") if release.startswith("0.7.")
+                else ("TorchProfilerScheduleConfig", "unit"))
+    return f"verl alone refuses the key when it builds its workers ({cls} got an unexpected keyword argument '{key}')"
+# verl's torch trace stem (build_trace_basename, 0.9.1): what the plugin names its files when verl has no such helper.
+STEM_PART = re.compile(r"[^0-9A-Za-z.=+-]+")
+
+
+def trace_stem(rank: int, scope: str | None, prefix: str | None, step: int | None, world_size: int | None,
+               pid: int, timestamp: str) -> str:
+    """`{prefix}_{scope}_step{N}_rank{R}-of-{W}_pid{P}_{timestamp}`, each label made file-name safe as verl does."""
+    clean = lambda text: STEM_PART.sub("-", str(text)).strip("-")  # noqa: E731
+    parts = [clean(p) for p in (prefix, scope) if p]
+    if step is not None:
+        parts.append(f"step{clean(step)}")
+    parts.append(f"rank{rank}" + (f"-of-{world_size}" if world_size else ""))
+    return "_".join(parts + [f"pid{pid}", timestamp])

@@ -28,6 +28,7 @@ def _activities(torch, contents: tuple[str, ...]):
 
 class TorchBackend(Backend):
     tool = "torch"
+    record_steps = True  # torch's `ProfilerStep#<n>` range at each step() (n counts schedule units, not RL steps)
 
     def __init__(self, spec):
         super().__init__(spec)
@@ -51,6 +52,7 @@ class TorchBackend(Backend):
                                                          active=s.active, repeat=s.repeat)
             kwargs["on_trace_ready"] = self._on_ready
         self._prof = torch.profiler.profile(**kwargs)
+        self._prof.record_steps = self.record_steps
         self._cycle_start = time.time_ns()
         self._prof.start()
 
