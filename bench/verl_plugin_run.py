@@ -50,24 +50,9 @@ def cpu_environment() -> dict[str, str]:
 
 def build_checkpoint(path: Path) -> Path:
     """A tiny Qwen2 (hidden 64, 2 layers) and a character tokenizer, saved as a local Hugging Face checkpoint."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from rlprof.trainer.model import build_char_checkpoint
 
-    if (path / "config.json").exists():
-        return path
-    vocab = {tok: i for i, tok in enumerate(CHARS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(CHARS), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         pad_token_id=vocab["<pad>"], bos_token_id=vocab["<bos>"], eos_token_id=vocab["<eos>"],
-                         tie_word_embeddings=True)
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_char_checkpoint(path, CHARS)
 
 
 def verl_config(model: Path, save_path: Path, overrides: list[str]):

@@ -7,8 +7,8 @@ on a tiny Qwen2 built locally, timings and what came back as one JSON object on 
 A round is one `llm.generate` of one request per entry (prompt i: tokens [1, 5+i, 7, 9]), each entry the
 request's max_tokens, with ignore_eos so that a request generates exactly that many. Options:
 `--profile-rounds 2 3` calls vLLM's own `llm.start_profile()` / `stop_profile()` around those rounds (1-based),
-`--profiler-config JSON` starts the engine with that ProfilerConfig, `--driver` says each round's step to rlprof's
-plugin (`rlprof.integrations.vllm_plugin.step`). The environment decides the rest: RLPROF_PLAN (the plugin),
+`--profiler-config JSON` starts the engine with that ProfilerConfig, `--driver-steps 5 6 7` says each round's step
+to rlprof's plugin (`rlprof.integrations.vllm_plugin.step`: round k is the k-th step listed). The environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
 """
@@ -55,7 +55,7 @@ def run(args) -> dict:
             lambda w: {m: hasattr(getattr(w.worker.model_runner, m), "__wrapped__")
                        for m in ("execute_model", "sample_tokens")})[0]
     step = None
-    if args.driver:
+    if args.driver_steps:
         from rlprof.integrations.vllm_plugin import step
     for k, lengths in enumerate(json.loads(args.rounds), start=1):
         prompts = [TokensPrompt(prompt_token_ids=[1, 5 + i % 50, 7, 9]) for i in range(len(lengths))]
@@ -65,7 +65,7 @@ def run(args) -> dict:
             llm.start_profile()
         t = time.perf_counter()
         if step is not None:
-            with step(llm, k):
+            with step(llm, args.driver_steps[k - 1]):
                 results = llm.generate(prompts, params, use_tqdm=False)
         else:
             results = llm.generate(prompts, params, use_tqdm=False)
@@ -88,7 +88,7 @@ def main() -> None:
     r.add_argument("--rounds", required=True, help="JSON list of rounds, each a list of max_tokens per request")
     r.add_argument("--profile-rounds", type=int, nargs="*", default=[])
     r.add_argument("--profiler-config")
-    r.add_argument("--driver", action="store_true")
+    r.add_argument("--driver-steps", type=int, nargs="*", default=[])
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

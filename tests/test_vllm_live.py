@@ -153,6 +153,19 @@ def test_vllm_start_and_stop_profile_drive_the_window(vllm_live, tmp_path):
     assert len(said) == 1 and "start_profile/stop_profile open and close rlprof's windows" in said[0]
 
 
+def test_the_host_says_the_step(vllm_live, tmp_path):
+    """`with vllm_plugin.step(llm, n):` around each generate call: the host's step numbers (5, 6, 7 here), not the
+    engine's rounds, decide which window is kept."""
+    rounds = [SEED, SEED, SEED]
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, driver_steps=[5, 6, 7], env={
+        "RLPROF_PLAN": plan(tmp_path / "profile", "[6]"), "RLPROF_RUN_ID": "driver",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    (row,) = manifest(tmp_path / "profile" / "driver")
+    assert row["step"] == 6
+    check_seed_window(tmp_path / "profile" / "driver" / row["path"])
+
+
 def test_vllm_own_profiler_output_is_read_and_the_argument_builder_is_what_it_records(vllm_live, tmp_path):
     """vLLM's own profiler, set up by rlprof's argument builder from the seed's window (delay_iterations 31:
     vLLM starts on the delay-th iteration it counts; max_iterations 30), records iterations 30..59 (its own annotations say how many rows each held), and

@@ -203,40 +203,29 @@ class _Rounds:
         self.busy = True
         self.count += 1
         if self.settings.selected(self.count):
-            self.core.model_executor.collective_rpc(_round_began, args=(self.count,))
+            self.core.model_executor.collective_rpc(_began, args=(self.count, "rounds"))
 
     def end(self) -> None:
         self.busy = False
         if self.settings.selected(self.count):
-            self.core.model_executor.collective_rpc(_round_ended)
+            self.core.model_executor.collective_rpc(_ended, args=("rounds",))
 
 
 def _session(worker_wrapper):
     return getattr(worker_wrapper, "_rlprof_session", None)
 
 
-def _round_began(worker_wrapper, step: int) -> None:
+def _began(worker_wrapper, step: int, source: str) -> None:
+    """In a worker (vLLM's collective_rpc): step `step` begins, said by `source` (rounds, driver)."""
     session = _session(worker_wrapper)
     if session is not None:
-        session.begin(step, "rounds")
+        session.begin(step, source)
 
 
-def _round_ended(worker_wrapper) -> None:
+def _ended(worker_wrapper, source: str) -> None:
     session = _session(worker_wrapper)
     if session is not None:
-        session.end("rounds")
-
-
-def _driver_began(worker_wrapper, step: int) -> None:
-    session = _session(worker_wrapper)
-    if session is not None:
-        session.begin(step, "driver")
-
-
-def _driver_ended(worker_wrapper) -> None:
-    session = _session(worker_wrapper)
-    if session is not None:
-        session.end("driver")
+        session.end(source)
 
 
 @contextmanager
@@ -247,8 +236,8 @@ def step(llm, n: int):
     if rpc is None or not os.environ.get(ENV_PLAN):
         yield
         return
-    rpc(_driver_began, args=(n,))
+    rpc(_began, args=(n, "driver"))
     try:
         yield
     finally:
-        rpc(_driver_ended)
+        rpc(_ended, args=("driver",))

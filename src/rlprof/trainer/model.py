@@ -52,3 +52,29 @@ class HFTokenizerAdapter:
         if self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
         return self.tok.decode(ids, skip_special_tokens=True).strip()
+
+
+def build_char_checkpoint(path, chars: list[str], seed: int = 0):
+    """A tiny Qwen2 (hidden 64, 2 layers) and a character-level fast tokenizer over `chars` (which must end with
+    <pad>, <bos>, <eos>), saved as a local Hugging Face checkpoint: what other frameworks load (TRL's reference model,
+    verl's workers) where they take a model path. Built once; an existing checkpoint is left as it is."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    vocab = {tok: i for i, tok in enumerate(chars)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(chars), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         pad_token_id=vocab["<pad>"], bos_token_id=vocab["<bos>"], eos_token_id=vocab["<eos>"],
+                         tie_word_embeddings=True)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
