@@ -3,7 +3,6 @@ scheduler statistics); a window whose threads waited for a core a large share of
 finding and is left out of what ranks causes; the trainer chooses its threads from the cores that are free."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,9 +10,10 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from rlprof.analyze.findings import THRESHOLDS, findings
-from rlprof.analyze.step_metrics import BUSY_WAIT_SHARE, diagnose_steps
-from rlprof.collect.cpu_wait import since, thread_times
+from rlprof.analyze.findings import findings
+from rlprof.analyze.load import EXTERNAL_SHARE, WAIT_SHARE, machine_load
+from rlprof.analyze.step_metrics import diagnose_steps, read_step_metrics
+from rlprof.collect.cpu_wait import sample, since
 from rlprof.trainer.threads import affinity, choose_threads, free_cores
 
 RUNS = ROOT / "tests" / "data" / "runs"
@@ -25,20 +25,36 @@ def _row(file: str, stage: str, wall: float, step: int = 2) -> dict:
             "memcpy_ms": 0.0, "idle_ms": 0.0}
 
 
-def _doc(inputs: list[tuple[str, float, float]], rows: list[dict]) -> dict:
-    return {"inputs": [{"path": f"/run/{f}", "cpu_ms": cpu, "run_wait_ms": wait, "step": 2} for f, cpu, wait in inputs],
+def _load(cpu: float, wait: float, external: float, span: float = 1000.0, cpus: int = 2) -> dict:
+    """The collector's load fields for a window: its threads ran `cpu` and waited `wait` ms; other processes used
+    `external` of the host's CPU capacity over `span` ms (the job itself used `cpu`)."""
+    return {"cpu_ms": cpu, "run_wait_ms": wait, "span_ms": span, "host_cpus": cpus, "job_cpu_ms": cpu,
+            "host_busy_ms": cpu + external * span * cpus}
+
+
+def _doc(inputs: list[tuple[str, dict]], rows: list[dict]) -> dict:
+    return {"inputs": [{"path": f"/run/{f}", "step": 2, **load} for f, load in inputs],
             "rows": rows, "collectives": [], "launch": [], "memory": [], "run_config": None}
 
 
-def test_the_busy_threshold_fires_just_above_and_not_below():
-    share = THRESHOLDS["busy_wait_share"]
+def test_the_busy_rule_needs_both_a_wait_and_a_neighbour():
+    """Busy: the threads waited for a core >= WAIT_SHARE of their runnable time and other processes used >=
+    EXTERNAL_SHARE of the host's CPUs. Each condition alone is not enough: two ranks on two cores wait on each other
+    (gloo's threads) with nothing else running, and a neighbour on idle cores takes nothing from this process."""
     wait = 100.0
-    cpu_at = lambda s: wait * (1 - s) / s  # noqa: E731  cpu for a wait share s
-    above = findings(_doc([("a.json.gz", cpu_at(share + 0.01), wait)], [_row("a.json.gz", "actor_update", 10)]))
-    below = findings(_doc([("a.json.gz", cpu_at(share - 0.01), wait)], [_row("a.json.gz", "actor_update", 10)]))
+    cpu_at = lambda s: wait * (1 - s) / s  # noqa: E731  the cpu that gives a wait share s
+    judge = lambda w, e: machine_load(_load(cpu_at(w), wait, e))["busy"]  # noqa: E731
+    assert judge(WAIT_SHARE + 0.01, EXTERNAL_SHARE + 0.01)
+    assert not judge(WAIT_SHARE - 0.01, EXTERNAL_SHARE + 0.01)
+    assert not judge(WAIT_SHARE + 0.01, EXTERNAL_SHARE - 0.01)
+    assert not machine_load(_load(1.0, 3.0, 0.9))["busy"]  # a wait of 3 ms is timer noise
+    assert machine_load({"cpu_ms": 1.0, "run_wait_ms": 1.0}) is None  # other tools' traces are not judged
+    rows = [_row("a.json.gz", "actor_update", 10)]
+    above = findings(_doc([("a.json.gz", _load(cpu_at(WAIT_SHARE + 0.01), wait, 0.5))], rows))
     assert above[0]["kind"] == "busy_machine" and "every window was" in above[0]["text"]
+    assert "other processes used 50% of its CPUs" in above[0]["text"]
+    below = findings(_doc([("a.json.gz", _load(cpu_at(WAIT_SHARE + 0.01), wait, 0.0))], rows))
     assert not any(f["kind"] == "busy_machine" for f in below)
-    assert not any(f["kind"] == "busy_machine" for f in findings(_doc([("a.json.gz", 1.0, 3.0)], [])))  # < busy_wait_ms
 
 
 def test_a_busy_window_is_left_out_of_what_ranks():
@@ -46,7 +62,7 @@ def test_a_busy_window_is_left_out_of_what_ranks():
     the quiet one alone, and the busy one is said first."""
     rows = [_row("busy.json.gz", "reward_compute", 900, step=2), _row("busy.json.gz", "actor_update", 100, step=2),
             _row("quiet.json.gz", "reward_compute", 10, step=3), _row("quiet.json.gz", "actor_update", 100, step=3)]
-    doc = _doc([("busy.json.gz", 400.0, 600.0), ("quiet.json.gz", 900.0, 10.0)], rows)
+    doc = _doc([("busy.json.gz", _load(400.0, 600.0, 0.5)), ("quiet.json.gz", _load(900.0, 10.0, 0.0))], rows)
     out = findings(doc)
     assert [f["kind"] for f in out][0] == "busy_machine" and "busy.json.gz" in out[0]["text"]
     assert "left out of the causes" in out[0]["text"]
@@ -57,24 +73,30 @@ def test_a_busy_window_is_left_out_of_what_ranks():
     assert reward["value"] == pytest.approx(10 / 110)
 
 
-def test_busy_steps_are_said_and_left_out_of_metrics_first_advice():
-    records = [{"step": k, "stages": {"actor_update": 1.0}, "step_s": 1.0, "response_length": 4,
-                "run_wait_share": 0.0} for k in range(1, 9)]
-    records[4].update(step_s=6.0, run_wait_share=BUSY_WAIT_SHARE + 0.1, stages={"actor_update": 6.0})
+def test_busy_steps_are_said_and_left_out_of_metrics_first_advice(tmp_path):
+    quiet, busy = _load(900.0, 10.0, 0.0), _load(400.0, 600.0, 0.5)
+    lines = [{"step": k, "stage_ms": {"actor_update": 1000.0}, "step_ms": 1000.0, "response_length": 4, **quiet}
+             for k in range(1, 9)]
+    lines[4].update(step_ms=6000.0, stage_ms={"actor_update": 6000.0}, **busy)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, records = read_step_metrics(path)
     out = diagnose_steps(records)
-    assert out["busy"] == [{"step": 5, "run_wait_share": BUSY_WAIT_SHARE + 0.1}]
+    assert [b["step"] for b in out["busy"]] == [5] and out["busy"][0]["external_share"] == pytest.approx(0.5)
     assert out["outliers"] == []  # the slow step is the neighbour's, not the program's
 
 
-def test_thread_times_count_this_process():
-    start = thread_times()
+def test_the_counters_count_this_process_and_the_host():
+    start = sample()
     if start is None:
         pytest.skip("no /proc/self/task/*/schedstat here")
     x = 0
-    for i in range(2_000_000):
+    for i in range(3_000_000):
         x += i
     got = since(start)
-    assert got["cpu_ms"] > 0 and got["run_wait_ms"] >= 0
+    assert got["cpu_ms"] > 0 and got["run_wait_ms"] >= 0 and got["span_ms"] > 0
+    assert got["host_cpus"] >= 1 and got["host_busy_ms"] >= got["job_cpu_ms"] - 20  # clock ticks: 10 ms each
+    assert got["job_cpu_ms"] > 0  # this process alone (not under torchrun)
 
 
 def test_the_trainer_takes_the_threads_it_is_given_or_the_free_cores():
@@ -111,7 +133,7 @@ def test_a_window_recorded_under_load_carries_the_finding(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = (tmp_path / "p").iterdir()
     (row,) = [json.loads(line) for line in (run_dir / "manifest.jsonl").read_text().splitlines()]
-    assert row["run_wait_ms"] / (row["cpu_ms"] + row["run_wait_ms"]) >= THRESHOLDS["busy_wait_share"]
+    assert machine_load(row)["busy"], row
     doc = json.loads(run_cli("analyze", run_dir, "--json").stdout)
     assert doc["findings"][0]["kind"] == "busy_machine"
     quiet = shutil.copytree(RUNS / "healthy", tmp_path / "healthy")

@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from ..frameworks.levers import CAUSES, levers
 from .breakdown import order_key
+from .load import EXTERNAL_SHARE, WAIT_SHARE, machine_load
 from .measures import measures
 from .ranks import per_rank, slow_ranks
 
@@ -39,8 +40,6 @@ THRESHOLDS = {
     "weight_sync_share": 0.15,  # weight sync, at least this share of the step
     "launch_bound_share": 0.25,  # device idle waiting on launches, at least this share of a stage
     "memory_use_low": 0.50,  # peak allocated below this share of the device's memory: room left
-    "busy_wait_share": 0.25,  # a window's threads waited for a core at least this share of their runnable time
-    "busy_wait_ms": 5.0,  # and at least this long
 }
 UNIT_WORDS = {"micro_batch": "micro-batches", "mini_batch": "mini-batches", "decode_step": "decode steps"}
 ORDER = ("busy_machine", "slow_rank", "dominant_stage", "exposed_comm", "idle", "memcpy", "variance", "truncated", "repeating_units")
@@ -80,43 +79,41 @@ def findings(doc: dict) -> list[dict]:
     """Ranked findings for one analysis document (and its `measures`). Windows recorded while the machine was busy
     (their threads waited for a core) are said first and, where quieter windows exist, left out of what ranks."""
     busy, quiet_left = busy_windows(doc)
-    said = [_busy_finding(i, share, quiet_left) for i, share in busy]
+    said = [_busy_finding(i, load, quiet_left) for i, load in busy]
     ranked_doc = _without(doc, {_name(i["path"]) for i, _ in busy}) if busy and quiet_left else doc
     ranked = findings_of(ranked_doc)
     doc["measures"] = ranked_doc["measures"]
     return said + ranked
 
 
-def busy_windows(doc: dict) -> tuple[list[tuple[dict, float]], bool]:
-    """([(input, run-queue wait share)] of the windows recorded on a busy machine, whether any window with that
-    record was quiet): share = run_wait / (cpu + run_wait), what the window's threads spent waiting for a core out
-    of the time they were ready to run (rlprof's collector records both, from the kernel's per-thread statistics)."""
-    t = THRESHOLDS
+def busy_windows(doc: dict) -> tuple[list[tuple[dict, dict]], bool]:
+    """([(input, its load)] of the windows recorded on a busy machine, whether any window with that record was
+    quiet). The rule is analyze/load.py's: the window's threads waited for a core a quarter of their runnable time
+    while other processes (not the job's own ranks) used a fifth of the host's CPUs."""
     busy, quiet = [], False
     for i in doc.get("inputs", []):
-        cpu, wait = i.get("cpu_ms"), i.get("run_wait_ms")
-        if cpu is None or wait is None or cpu + wait <= 0:
+        load = machine_load(i)
+        if load is None:
             continue
-        share = wait / (cpu + wait)
-        if share >= t["busy_wait_share"] and wait >= t["busy_wait_ms"]:
-            busy.append((i, share))
+        if load["busy"]:
+            busy.append((i, load))
         else:
             quiet = True
     return busy, quiet
 
 
-def _busy_finding(i: dict, share: float, quiet_left: bool) -> dict:
+def _busy_finding(i: dict, load: dict, quiet_left: bool) -> dict:
     step = f" (step {i['step']})" if i.get("step") is not None else ""
     rest = ("it is left out of the causes and measures, which come from the quieter windows" if quiet_left else
             "every window was, so the causes below rank timings that are not the program's own: profile again on "
             "a quieter machine, or with fewer threads (rlprof's trainer: trainer.threads)")
     return {**_finding("busy_machine", i["run_wait_ms"],
-                    f"the machine was busy while {_name(i['path'])}{step} was recorded: its threads waited for a "
-                    f"core {share:.0%} of the time they were ready to run ({i['run_wait_ms']:.0f} of "
-                    f"{i['cpu_ms'] + i['run_wait_ms']:.0f} ms; another process held the cores), so its timings are "
-                    f"not the program's own; {rest}",
-                    {"path": i["path"], "run_wait_ms": i["run_wait_ms"], "cpu_ms": i["cpu_ms"], "wait_share": share,
-                     "threshold": THRESHOLDS["busy_wait_share"]}),
+                       f"the machine was busy while {_name(i['path'])}{step} was recorded: other processes used "
+                       f"{load['external_share']:.0%} of its CPUs and this process's threads waited for a core "
+                       f"{load['wait_share']:.0%} of the time they were ready to run ({i['run_wait_ms']:.0f} of "
+                       f"{i['cpu_ms'] + i['run_wait_ms']:.0f} ms), so its timings are not the program's own; {rest}",
+                       {"path": i["path"], "run_wait_ms": i["run_wait_ms"], "cpu_ms": i["cpu_ms"], **load,
+                        "thresholds": {"wait_share": WAIT_SHARE, "external_share": EXTERNAL_SHARE}}),
             "cause": None, "levers": {}, "actionable": False, "levers_text": ""}
 
 

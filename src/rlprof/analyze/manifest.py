@@ -7,13 +7,14 @@ from pathlib import Path
 import msgspec
 
 
-META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes", "cpu_ms", "run_wait_ms")
+META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes")
+LOAD_KEYS = ("cpu_ms", "run_wait_ms", "span_ms", "host_busy_ms", "job_cpu_ms", "host_cpus")  # the machine's load
 
 
 def row_meta(row: dict) -> dict:
     """What analysis takes from a window's manifest row (the background analysis uses the same, so that its
     per-window tables can stand in for a fresh read)."""
-    return {k: row.get(k) for k in META_KEYS}
+    return {k: row.get(k) for k in META_KEYS + LOAD_KEYS}
 
 
 def manifest_inputs(path: Path) -> list[tuple[Path, dict]]:

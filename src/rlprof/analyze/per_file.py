@@ -12,6 +12,7 @@ from ..errors import AnalyzeError
 from ..where import this_process
 from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
 from .document import SCHEMA_VERSION
+from .manifest import LOAD_KEYS
 from .ops import (LaunchGaps, collectives, device_capacities, launch_overhead, memory, top_ops,
                   unit_signatures)
 from .readers.kineto import NotATrace, read_kineto, stream_size
@@ -66,7 +67,7 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
                   "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read,
                   "window_status": meta.get("status"), "window_bytes": meta.get("bytes"), "tool": info.get("tool"),
-                  "step": info.get("step"), "cpu_ms": info.get("cpu_ms"), "run_wait_ms": info.get("run_wait_ms")},
+                  "step": info.get("step"), **{k: info.get(k) for k in LOAD_KEYS}},
         "warnings": trace.warnings,
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import AnalyzeError
 from ..frameworks import verl
+from .load import machine_load
 
 CONSOLE_STEP = re.compile(r"step:(\d+)\s+-\s+(.*)$")
 CONSOLE_PAIR = re.compile(r"([\w/@.\-]+):((?:np\.\w+\()?[-+0-9.eE]+|nan|inf)\)?")
@@ -24,7 +25,6 @@ OUTLIER_FACTOR = 1.5  # a step taking this many times the median step is an outl
 TREND_R = 0.7  # correlation of a stage's time with response length (or the step index) that makes a trend
 MIN_TREND_STEPS = 5
 DOMINANT_SHARE = 0.35  # as findings.THRESHOLDS["dominant_share"]
-BUSY_WAIT_SHARE = 0.25  # as findings.THRESHOLDS["busy_wait_share"]: a step whose threads waited this much for a core
 
 
 def _number(text: str) -> float | None:
@@ -79,7 +79,7 @@ def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
                                                        if isinstance(v, (int, float))},
                        "step_s": obj["step_ms"] / 1e3 if isinstance(obj.get("step_ms"), (int, float)) else None,
                        "response_length": obj.get("response_length"), "profiled": bool(obj.get("profiled")),
-                       "run_wait_share": _wait_share(obj)}
+                       "load": machine_load(obj)}
                 kind = "rlprof metrics"
         elif (m := CONSOLE_STEP.search(line)) is not None:
             pairs = {k: _number(v) for k, v in CONSOLE_PAIR.findall(m.group(2))}
@@ -100,21 +100,13 @@ def _pearson(x: list[float], y: list[float]) -> float | None:
     return statistics.correlation(x, y)
 
 
-def _wait_share(obj: dict) -> float | None:
-    """The step's run-queue wait over its threads' runnable time (rlprof's trainer records both per step)."""
-    cpu, wait = obj.get("cpu_ms"), obj.get("run_wait_ms")
-    if not isinstance(cpu, (int, float)) or not isinstance(wait, (int, float)) or cpu + wait <= 0:
-        return None
-    return wait / (cpu + wait)
-
-
 def diagnose_steps(records: list[dict]) -> dict:
     """The stage that dominates, the outlier steps and the stages that trend, from per-step timings. The first
     step is left out of means (it pays compilation, allocation and cache warm-up) where there are others; so are
-    the steps whose threads waited for a core (`busy`: a neighbour's timings, not the program's), where others
-    remain."""
+    the steps recorded on a busy machine (`busy`, analyze/load.py: a neighbour's timings, not the program's), where
+    others remain."""
     unprofiled = [r for r in records if not r.get("profiled")] or records  # the profiler's own cost is no outlier
-    busy = [r for r in unprofiled if (r.get("run_wait_share") or 0.0) >= BUSY_WAIT_SHARE]
+    busy = [r for r in unprofiled if (r.get("load") or {}).get("busy")]
     unprofiled = [r for r in unprofiled if r not in busy] or unprofiled
     steady = unprofiled[1:] if len(unprofiled) > 1 else unprofiled
     total = lambda r: r["step_s"] if r["step_s"] is not None else sum(r["stages"].values())  # noqa: E731
@@ -129,7 +121,7 @@ def diagnose_steps(records: list[dict]) -> dict:
            "dominant": {"stage": dominant, "share": shares[dominant]}
            if dominant and shares[dominant] >= DOMINANT_SHARE else None,
            "outliers": [], "trends": [],
-           "busy": [{"step": r["step"], "run_wait_share": r["run_wait_share"]} for r in busy]}
+           "busy": [{"step": r["step"], **r["load"]} for r in busy]}
     median_step = statistics.median(total(r) for r in steady)
     if len(steady) >= 4:
         for r in steady:

@@ -26,7 +26,7 @@ from ..config.plan import ProfilePlan, RolePlan
 from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..errors import CollectError, ConfigError
 from .backends import Backend, Output, WindowSpec, backend_class
-from .cpu_wait import since, thread_times
+from .cpu_wait import sample, since
 from .manifest import append_row, written_where
 from .naming import shared_run_id, window_name
 from .tracefile import finalize_trace
@@ -65,7 +65,7 @@ class Window:
         self.failed = False
         self.closed = False
         self.start_ns = time.time_ns()
-        self.threads_at_start = thread_times()  # the machine's load on this window: cpu_wait.since at its close
+        self.threads_at_start = sample()  # the machine's load on this window: cpu_wait.since at its close
         self.cpu: dict = {}
 
     @property

@@ -149,9 +149,10 @@ def print_advice(result: dict, plan_text: str) -> None:
         for s in metrics["stages"][:6]:
             console.print(f"  {s['stage']:<24} {s['mean_s']:9.3f} s  {s['share']:5.0%}", highlight=False, markup=False)
         if metrics.get("busy"):
-            console.print("  busy machine: step(s) " + ", ".join(f"{b['step']} ({b['run_wait_share']:.0%} of runnable "
-                          "time waiting for a core)" for b in metrics["busy"]) + " left out: another process held the "
-                          "cores", highlight=False, markup=False)
+            console.print("  busy machine: step(s) " + ", ".join(
+                f"{b['step']} (other processes used {b['external_share']:.0%} of the CPUs; {b['wait_share']:.0%} of "
+                "runnable time waiting for a core)" for b in metrics["busy"]) + " left out of the means and outliers",
+                highlight=False, markup=False)
         for o in metrics["outliers"]:
             where = (f"{o['stage']} +{o['stage_extra_s']:.3f} s" if o["stage"] else
                      "most of the extra time is outside the timed stages")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..collect import Profiler
-from ..collect.cpu_wait import since, thread_times
+from ..collect.cpu_wait import sample, since
 from .actor import batched_log_probs, policy_update
 from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
@@ -179,7 +179,7 @@ class Trainer:
         self.timings = {}
         self.kept_groups = None
         t0 = time.perf_counter()
-        threads_at_start = thread_times()
+        threads_at_start = sample()
         with self.prof.step(step):
             self.weight_sync(step)
             prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
