@@ -65,9 +65,22 @@ def _job_pids() -> list:
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
     if not run_id:
         return ["self"]
-    parent, me = os.getppid(), os.getpid()
-    pids = ["self"]
+    key = (os.getppid(), os.getpid(), run_id)
+    found = _SIBLINGS.get(key)
+    if found is None:
+        found = _siblings(*key)
+        if len(found) + 1 >= int(os.environ.get("LOCAL_WORLD_SIZE", 1)):  # all there: kept for the job's life
+            _SIBLINGS[key] = found
+    return ["self", *found]
+
+
+_SIBLINGS: dict = {}  # (parent, pid, run id) -> the other ranks' pids: one scan of /proc per process
+
+
+def _siblings(parent: int, me: int, run_id: str) -> tuple:
+    """The parent's other children carrying the same TORCHELASTIC_RUN_ID (a scan of /proc)."""
     marker = f"TORCHELASTIC_RUN_ID={run_id}".encode()
+    found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
@@ -78,10 +91,10 @@ def _job_pids() -> list:
                 continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 if marker in f.read().split(b"\0"):
-                    pids.append(name)
+                    found.append(name)
         except (OSError, ValueError, IndexError):
             continue
-    return pids
+    return tuple(found)
 
 
 def _job_ticks(pids: list) -> dict:
