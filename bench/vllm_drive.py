@@ -52,7 +52,7 @@ def run(args) -> dict:
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
         out["runner_wrapped"] = llm.collective_rpc(
-            lambda w: {m: hasattr(getattr(w.worker.model_runner, m), "__wrapped__")
+            lambda w: {m: getattr(getattr(w.worker.model_runner, m), "rlprof_wrapper", False)
                        for m in ("execute_model", "sample_tokens")})[0]
     step = None
     if args.driver_steps:

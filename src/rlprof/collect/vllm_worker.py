@@ -71,6 +71,7 @@ class Iterations:
                 self._close_unit()
             return out
 
+        execute_model.rlprof_wrapper = True  # what is on vLLM's iteration path, for a probe to see
         return execute_model
 
     def wrap_sample(self, original):
@@ -82,6 +83,7 @@ class Iterations:
                 if self.unit is not None:
                     self._close_unit()
 
+        sample_tokens.rlprof_wrapper = True
         return sample_tokens
 
     def _open_unit(self, scheduler_output) -> None:
