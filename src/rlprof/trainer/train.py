@@ -22,7 +22,7 @@ from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
 from .data import PromptBatch, SumMod10Task
 from .model import build_model, build_tokenizer
-from .reward import exact_match, verify
+from .reward import close_pools, exact_match, verify
 from .rollout import Rollout, generate
 
 SYNC_ROLES = ("actor", "rollout", "ref", "reward")
@@ -220,6 +220,7 @@ class Trainer:
 
     def close(self) -> dict | None:
         replica_steps = self.engine.close() if self.engine is not None else None
+        close_pools()
         self.prof.close()
         return replica_steps
 
