@@ -468,7 +468,7 @@ def _fix_sizes(ctx, same: list[dict], dialect: str, cause) -> tuple[dict | None,
         size = next(iter(pred["setting"]["micro_batch_size"].values()))
         overrides[key] = size
         texts.append(lv.text())
-        for s, ms in pred["parts_ms"].items():
+        for s, ms in pred["profiled_ms"].items():
             parts[s] = parts.get(s, 0.0) + ms
         words.append(pred["assumption"].split("; scaled")[0].split("; times of")[0])
     if dialect == "rlprof" and "actor.micro_batch_size" in overrides and "actor.log_prob_micro_batch_size" not in overrides:

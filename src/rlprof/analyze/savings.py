@@ -37,11 +37,13 @@ def predicted(run: "Run", parts: dict[str, float], assumption: str, setting: dic
     """A prediction from what each stage saves in the profiled step (`parts`), scaled stage by stage to the run's
     unprofiled steps where the run left them (the profiler's own cost per operator taken out), as ms per step and
     share of the step."""
-    saving = sum(ms * run.scale(stage) for stage, ms in parts.items())
+    by_stage = {stage: float(ms * run.scale(stage)) for stage, ms in parts.items()}
+    saving = sum(by_stage.values())
     basis = run.step_basis()
     return {"status": "predicted", "saving_ms": float(saving), "saving_share": saving / basis if basis > 0 else None,
             "assumption": assumption + "; " + run.basis_words(), "setting": setting or {},
-            "parts_ms": {k: float(v) for k, v in parts.items()}, "step_ms": basis, **detail}
+            "by_stage_ms": by_stage, "profiled_ms": {k: float(v) for k, v in parts.items()}, "step_ms": basis,
+            **detail}
 
 
 def not_predictable(why: str, setting: dict | None = None) -> dict:
@@ -354,29 +356,24 @@ def _tail_cap(steps: list[dict], limit: float) -> int:
 
 
 def _shorter_responses(run: Run, cap: int) -> tuple[dict[str, float], str]:
-    """Per-token time of the response columns past `cap` in the micro-batch passes whose micro-batch cost was
-    fitted (where it was not, the per-token time is not known: not counted)."""
+    """The per-token time of the response columns past `cap` in every micro-batch pass (each micro-batch's width
+    less the prompt's is its longest response)."""
     rows = _rows_of(run)
     if rows is None:
         return {}, ("the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
                     "not known here): a lower bound")
     _, width = rows
-    parts, unfitted = {}, []
+    parts, how = {}, []
     for stage in run.micro_stages():
         cost = Cost(run, stage)
-        if not cost.fitted:
-            unfitted.append(stage)
-            continue
         saved = 0.0
         for u in cost.units:
             resp = max(0.0, u["tokens"] / u["seqs"] - width) if u.get("seqs") else 0.0
             saved += cost.per_token * u["seqs"] * max(0.0, resp - cap) / cost.passes
         parts[stage] = saved
-    words = (f"the log-prob and update passes then compute at most {cap} response tokens a row: "
-             + (", ".join(f"{s} {v:.1f} ms less at its fitted per-token time" for s, v in parts.items()) or "")
-             + (("; " if parts else "") + f"not counted in {', '.join(unfitted)} (no fixed part could be fitted, so "
-                "its per-token time is not known): a lower bound" if unfitted else ""))
-    return parts, words
+        how.append(f"{stage} {saved:.1f} ms ({cost.words()})")
+    return parts, (f"the log-prob and update passes then compute at most {cap} response tokens a row, the columns past "
+                   f"it saved at their per-token time: {'; '.join(how)}")
 
 
 def padding(run: Run, f: dict, dialect: str | None = None) -> dict:
@@ -411,7 +408,10 @@ def padding_budget(run: Run) -> dict:
     lengths, width = rows
     costs = {s: Cost(run, s) for s in run.micro_stages()}
     costs = {s: c for s, c in costs.items() if c.count}
-    before = {s: _fixed_size_time(c, max(1, int(round(c.seqs_now))), rows) for s, c in costs.items()}
+    # now: the log-prob passes as measured (their rows in batch order); the update's random mini-batches modelled as
+    # the budget's are, each an even spread of the batch's lengths, so that the two compare like with like
+    before = {s: (_fixed_size_time(c, max(1, int(round(c.seqs_now))), rows, spread=True) if c.has_minis else c.now())
+              for s, c in costs.items()}
     ceiling = max(u["tokens"] for c in costs.values() for u in c.units)  # no micro-batch larger than now
     floor = width + max(lengths)
     best = None
@@ -434,7 +434,7 @@ def padding_budget(run: Run) -> dict:
     return predicted(run, parts, (
         f"micro-batches of rows of like length under a budget of {budget} tokens (no micro-batch larger than the "
         f"largest now), formed from this run's response lengths and a prompt of {width:.1f} tokens, each padded to its "
-        f"longest row, against micro-batches of rows in random order of length now; {words}"),
+        f"longest row; {words}"),
         {"max_token_len": budget})
 
 
@@ -493,11 +493,14 @@ def _sizes(m0: int, limit: int) -> list[int]:
     return sorted(x for x in out if x > m0)
 
 
-def _fixed_size_time(c: Cost, m: int, rows) -> float:
+def _fixed_size_time(c: Cost, m: int, rows, spread: bool = False) -> float:
+    """Predicted time of the stage's micro-batches at m rows each; `spread`: each mini-batch's rows an even spread
+    of the batch's lengths (as _budget_groups packs them, so that the two compare like with like), else drawn at
+    random from the batch."""
     per_mini = _size_limit(c)
     if rows:
         lengths, width = rows
-        g, t = fixed_groups(lengths, width, per_mini, m)
+        g, t = fixed_groups(_stratified(lengths, per_mini) if spread else lengths, width, per_mini, m)
     else:
         g, t = math.ceil(per_mini / m), c.tokens / c.minis
     return c.time(g * c.minis, t * c.minis)
