@@ -9,9 +9,11 @@ torch tool, as bench/diagnose.py does), on one intra-op thread per rank (trainer
 would shorten step after step as the policy learns (HOLD), the policy is held still (actor.lr=1e-9) so that every
 step draws from the profiled step's length distribution and a median over steps measures what the fix does to
 that step. Step time: from the trainer's own metrics.jsonl, the median over the steady unprofiled steps (after
-the profiled ones) of step_ms less the run-queue wait the trainer records (run_wait_ms: the time its threads
-waited for a core another process held; with 2 ranks, run_wait_ranks_ms: summed over the ranks, each of which
-holds the others up at the next collective); the plain wall time and each stage's median are kept beside.
+the profiled ones) of step_ms less the run-queue wait the trainer records (run_wait_train_ms: the time its
+training thread waited for a core another process held, summed over the ranks, each of which holds the others up
+at the next collective); the measured saving is the median of the "before" runs' steps less the median of the
+"after" runs' steps, pooled, and the spread the range of the per-pair differences; the plain wall time and each
+stage's median are kept beside.
 The cause's measure: `rlprof analyze` of the profiled steps. 2-rank scenarios run under torchrun.
 
     python3 bench/levers.py                        # all -> bench/results/levers_cpu.json
@@ -77,9 +79,10 @@ def train(name: str, work: Path, nproc: int, overrides: list[str], config: Path 
 
 
 def _wait(m: dict) -> float:
-    """The step's run-queue wait: of every rank where the trainer summed it (2+ ranks hold each other up at every
-    collective), else of its process."""
-    return m.get("run_wait_ranks_ms", m.get("run_wait_ms")) or 0.0
+    """The step's run-queue wait: of the training thread, summed over the ranks (each holds the others up at the
+    next collective; other threads, the reward's workers among them, wait side by side with it), else of the
+    process's threads."""
+    return m.get("run_wait_train_ms", m.get("run_wait_ms")) or 0.0
 
 
 def step_times(metrics: list[dict]) -> dict:
@@ -179,15 +182,21 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     times = {side: [step_times(r["metrics"]) for r in rs] for side, rs in runs.items()}
     pair_savings = [b["quiet_ms"] - a["quiet_ms"] for b, a in zip(times["before"], times["after"])]
     wall_savings = [b["wall_ms"] - a["wall_ms"] for b, a in zip(times["before"], times["after"])]
-    measured = statistics.median(pair_savings)
-    before_ms = statistics.median(t["quiet_ms"] for t in times["before"])
+    pooled = {side: [m["step_ms"] - _wait(m) for r in rs for m in r["metrics"]
+                     if m["step"] > max(PROFILED) and not m.get("profiled")] for side, rs in runs.items()}
+    before_ms = statistics.median(pooled["before"])
+    measured = before_ms - statistics.median(pooled["after"])
     spread = max(pair_savings) - min(pair_savings) if len(pair_savings) > 1 else 0.0
     measures = {side: [cause_measure(r["doc"], cause, stages) for r in rs] for side, rs in runs.items()}
     predicted = pred.get("saving_ms")
     rel = abs(measured - predicted) / abs(predicted) if predicted else None
     threshold = measures["after"][0]["threshold"]
-    below = all(not m["fired"] and (threshold is None or m["value"] < threshold or MEASURE[cause][0] == "fixed_cost")
-                for m in measures["after"])
+    after_value = statistics.median(m["value"] for m in measures["after"])
+    fired = sum(m["fired"] for m in measures["after"])
+    # below: the median after-run's measure under its threshold and the cause found in a minority of them (micro-
+    # batches too small: gone when they are too few to merge, whatever their fixed share)
+    below = 2 * fired < len(measures["after"]) and (threshold is None or after_value < threshold
+                                                     or cause == "small_units")
     slower = measured < 0 and -measured > max(spread, 0.0)
     within = rel is not None and rel <= CRITERION
     return {"name": name, "cause": cause, "nproc": nproc, "what": case["what"], "overrides": list(case["overrides"]),
@@ -224,13 +233,42 @@ def control(case: dict, work: Path, steps: int) -> dict:
             "passed": not fix["written"] and "nothing written" in fix["stdout"]}
 
 
+def table(path: str) -> str:
+    """The recorded results as a markdown table (bench/README.md)."""
+    data = json.loads(Path(path).read_text())
+    lines = ["| scenario | fix written | predicted ms (% of step) | measured ms (% of step), pairs | within 30% | "
+             "measure before -> after (threshold) | passed |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["cases"]:
+        if r.get("fix") is None:
+            lines.append(f"| {r['name']} | none: {r.get('why', '')} | - | - | - | - | no |")
+            continue
+        p, m = r["predicted"], r["measured"]
+        fix = " ".join(f"`{k}={json.dumps(v)}`" for k, v in r["fix"].items())
+        meas = r["measure"]
+        fmt = (lambda x: f"{x:.2f}") if meas["before"][0]["measure"] != "ref_ms" else (lambda x: f"{x:.1f} ms")
+        before = "/".join(fmt(x["value"]) for x in meas["before"])
+        after = "/".join(fmt(x["value"]) for x in meas["after"])
+        thr = meas["before"][0]["threshold"]
+        pairs = ", ".join(f"{x:.0f}" for x in m["pair_savings_ms"])
+        lines.append(f"| {r['name']} | {fix} | {p['saving_ms']:.1f} ({p['saving_share']:.0%}) | "
+                     f"{m['saving_ms']:.1f} ({m['saving_share']:.0%}); {pairs} | "
+                     f"{'yes' if r['within_30'] else 'no'} ({r['relative_error']:.0%} off) | "
+                     f"{before} -> {after} ({thr if thr is not None else 'finding gone'}) | "
+                     f"{'yes' if r['passed'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", action="store_true", help="print the recorded results (--out) as a markdown table")
     ap.add_argument("--only", nargs="*", help="scenario or control names")
     ap.add_argument("--pairs", type=int, default=3, help="interleaved before/after pairs per scenario")
     ap.add_argument("--steps", type=int, default=10, help="training steps per run")
     ap.add_argument("--out", default=str(HERE / "results" / "levers_cpu.json"))
     args = ap.parse_args()
+    if args.table:
+        print(table(args.out))
+        return
     results, controls = [], []
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,6 +9,8 @@ import json
 import math
 import shutil
 import statistics
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -421,3 +423,40 @@ def test_fix_applied_to_the_trainer_acts_on_its_cause(name, tmp_path):
     m = levers.cause_measure(after_doc, case["cause"], [stage])
     assert not m["fired"] and (m["threshold"] is None or m["value"] < m["threshold"]), m
     assert levers.cause_measure(doc, case["cause"], [stage])["fired"]
+
+
+def test_report_page_shows_the_saving(recorded):
+    from rlprof.report.page import page_for
+
+    run, doc = recorded("slow_reward")
+    html = page_for(run, doc=doc)
+    f = doc["findings"][0]
+    assert f'data-saving-ms="{f["saving_ms"]:.3f}"' in html and "rlprof advise RUN --fix" in html
+
+
+def test_levers_bench_results_as_a_table():
+    """bench/levers.py's recorded results: every scenario of bench/diagnose.py, each with predicted and measured
+    saving, and the controls wrote no fix."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "levers.py"), "--table"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    diagnose = _bench("diagnose")
+    for case in diagnose.SCENARIOS:
+        assert f"| {case['name']} |" in proc.stdout
+    data = json.loads((ROOT / "bench" / "results" / "levers_cpu.json").read_text())
+    assert data["summary"]["controls_clean"] == data["summary"]["controls"] == 2
+
+
+def test_slow_rank_saves_the_smaller_of_its_excess_and_the_others_wait():
+    rows = []
+    for step in (2, 3):
+        for rank, (compute, comm) in {0: (50.0, 40.0), 1: (85.0, 5.0)}.items():
+            r = _row("actor_update", "actor", 100.0, step=step, rank=rank)
+            r.update(compute_ms=compute, comm_ms=comm, idle_ms=100.0 - compute - comm)
+            rows += [r, _row("rollout_generate", "rollout", 20.0, step=step, rank=rank)]
+    doc = {"rows": rows, "inputs": [], "collectives": [], "memory": []}
+    f = findings(doc)[0]
+    assert f["kind"] == "slow_rank"
+    ev = f["evidence"]
+    assert f["saving"]["saving_ms"] == pytest.approx(min(ev["excess_ms"], ev["others_wait_ms"] - ev["wait_ms"]))
+    assert f["saving"]["saving_ms"] == pytest.approx(35.0)  # it computes 35 ms more; the others wait 35 ms more

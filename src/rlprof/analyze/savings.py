@@ -300,15 +300,20 @@ def _samples(run: Run) -> int | None:
 def unused_reference(run: Run, f: dict) -> dict:
     """ref_ms: the reference pass is skipped whole."""
     return predicted(run, {"ref_compute_log_prob": f["evidence"]["ref_ms"]},
-                     "the reference pass is skipped whole; nothing else changes (its KL term had coefficient 0)")
+                     "the reference pass is skipped whole (its KL term had coefficient 0); the update's KL term, a few "
+                     "elementwise operations a token, is no longer computed either, not counted")
 
 
 def slow_rank(run: Run, f: dict) -> dict:
-    """others_wait - wait: the other ranks stop waiting for the slow one in collectives."""
+    """min(excess, others_wait - wait): when the slow rank keeps pace the others stop waiting for it; they lose no
+    more than they waited, and it holds them up by no more than its excess compute."""
     ev = f["evidence"]
-    return predicted(run, {f["stage"]: ev["others_wait_ms"] - ev["wait_ms"]},
-                     f"rank {f['rank']} keeps pace with the others: the time they waited for it in collectives "
-                     f"({f['stage']}) is saved; its excess compute ({ev['excess_ms']:.1f} ms) is what makes them wait")
+    wait = ev["others_wait_ms"] - ev["wait_ms"]
+    saved = min(ev["excess_ms"], wait)
+    return predicted(run, {f["stage"]: saved},
+                     f"rank {f['rank']} keeps pace with the others: the smaller of its excess compute "
+                     f"({ev['excess_ms']:.1f} ms) and the others' extra wait for it in collectives ({wait:.1f} ms) in "
+                     f"{f['stage']} is saved")
 
 
 def rollout_tail(run: Run, f: dict) -> dict:
@@ -542,8 +547,6 @@ def keep_gathered(run: Run) -> dict:
     backward reshards them, so the re-gathers are saved: the rollout's after its first decode step (when it runs on
     the actor's shards), the log-prob pass's (all of them after such a rollout, else all but its first
     micro-batch's), and the update's backward ones (half of its all-gathers)."""
-    if max([v.get("ranks") or 1 for v in run.means.values()] or [1]) < 2:
-        return not_predictable("one rank: nothing is gathered")
     parts, words = {}, []
     shared = run.stage_mean("rollout_generate", "comm_ms") > 0 and run.stage_ms("weight_sync") <= 0
     for stage in ACTOR_FORWARD_STAGES:

@@ -214,8 +214,8 @@ class Trainer:
                    "stage_ms": dict(self.timings), **waits,
                    # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
                    "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
-        if self.distributed and own_wait is not None:  # each rank's main thread's wait holds the others up
-            metrics["run_wait_ranks_ms"] = wait_mean * self.world_size
+        if own_wait is not None:  # the training thread's wait, summed over the ranks: each holds the others up
+            metrics["run_wait_train_ms"] = wait_mean * self.world_size
         if self.kept_groups is not None:
             metrics["informative_groups"] = self.kept_groups
         if rollout.engine_log_probs is not None:  # the engine's sampling against the trainer's recompute of it
