@@ -156,7 +156,9 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
             if len(tries) == DIAGNOSE_TRIES:
                 return {"name": name, "cause": cause, "nproc": nproc, "fix": None, "tries": tries,
                         "passed": False, "why": f"the cause was not found in {len(tries)} runs: advise --fix wrote "
-                                                "nothing"}
+                                                "nothing",
+                        "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"),
+                                     "load_average": round(os.getloadavg()[0], 2)}}
     runs["before"].append(b)
     keys = set(fix["fix"]["overrides"])
     after_overrides = [o for o in before_overrides if _key(o) not in keys]
@@ -211,6 +213,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
                          "before": times["before"], "after": times["after"]},
             "measure": measures, "relative_error": rel, "within_30": within, "measure_below_threshold": below,
             "slower_beyond_spread": slower, "passed": bool(within and below and not slower),
+            "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2)},
             "train_s": sum(r["train_s"] for rs in runs.values() for r in rs)}
 
 

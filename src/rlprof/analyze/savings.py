@@ -99,7 +99,8 @@ class Run:
         return default if node is None else node
 
     def micro_stages(self) -> list[str]:
-        return sorted({s for (_, s) in self.micro if self.micro[(_, s)]})
+        """The stages whose micro-batches say what they hold."""
+        return sorted({stage for (_, stage), units in self.micro.items() if any(u.get("tokens") for u in units)})
 
     def units(self, stage) -> list[dict]:
         return [u for (_, s), us in self.micro.items() if s == stage for u in us if u.get("tokens")]

@@ -118,13 +118,16 @@ def steady_steps(records: list[dict]) -> list[dict]:
 
 
 def unprofiled_times(path: str | Path) -> dict | None:
-    """The median step and stage times (ms) of a run's steady unprofiled steps (steady_steps), from its rlprof
-    metrics.jsonl; None where the file is absent, unreadable or holds no unprofiled step."""
+    """The median step and stage times (ms) of a run's steady unprofiled steps, from its rlprof metrics.jsonl: the
+    unprofiled steps after the first, those not busy where any is not; None where the file is absent, unreadable or
+    holds no unprofiled step."""
     try:
         _, records = read_step_metrics(path)
     except AnalyzeError:
         return None
-    steady = [r for r in steady_steps(records) if not r.get("profiled")]
+    unprofiled = [r for r in records if not r.get("profiled")]
+    later = unprofiled[1:] or unprofiled  # the first step pays one-time costs: never the basis where others exist
+    steady = [r for r in later if (r.get("run_wait_share") or 0.0) < BUSY_WAIT_SHARE] or later
     if not steady:
         return None
     stages = sorted({s for r in steady for s in r["stages"]})
