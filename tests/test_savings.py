@@ -52,10 +52,11 @@ def _metrics(run) -> list[dict]:
 
 
 def _steady_median(run, key=None, stage=None) -> float:
-    """The median over the run's steady unprofiled steps, read straight from metrics.jsonl: not profiled, not busy
-    (a quarter of the threads' runnable time waiting for a core), after the first."""
-    rows = [m for m in _metrics(run) if not m["profiled"]
-            and m["run_wait_ms"] / (m["cpu_ms"] + m["run_wait_ms"]) < THRESHOLDS["busy_wait_share"]][1:]
+    """The median over the run's steady steps, read straight from metrics.jsonl: unprofiled, after the first, not
+    busy (a quarter of the threads' runnable time waiting for a core)."""
+    later = [m for m in _metrics(run) if not m["profiled"]][1:]
+    rows = [m for m in later if m["run_wait_ms"] / (m["cpu_ms"] + m["run_wait_ms"]) < THRESHOLDS["busy_wait_share"]]
+    assert rows  # the recorded runs have quiet steady steps
     return statistics.median(m["stage_ms"].get(stage, 0.0) if stage else m[key] for m in rows)
 
 
@@ -460,3 +461,31 @@ def test_slow_rank_saves_the_smaller_of_its_excess_and_the_others_wait():
     ev = f["evidence"]
     assert f["saving"]["saving_ms"] == pytest.approx(min(ev["excess_ms"], ev["others_wait_ms"] - ev["wait_ms"]))
     assert f["saving"]["saving_ms"] == pytest.approx(35.0)  # it computes 35 ms more; the others wait 35 ms more
+
+
+def test_kept_gathers_are_the_re_gathers_of_each_actor_stage():
+    rows, colls = [], []
+    for rank in (0, 1):
+        for stage, role, wall, comm in (("rollout_generate", "rollout", 20.0, 10.0),
+                                        ("actor_compute_log_prob", "actor", 12.0, 6.0),
+                                        ("actor_update", "actor", 40.0, 8.0)):
+            r = _row(stage, role, wall, rank=rank)
+            r.update(comm_ms=comm, compute_ms=wall - comm)
+            rows.append(r)
+        rows += [_row("rollout_generate", "rollout", 2.0, "decode_step", k, rank=rank, seqs=4, active=4)
+                 for k in range(4)]
+        rows += [_row(s, "actor", 4.0, "micro_batch", k, rank=rank, seqs=2, tokens=20, real_tokens=20)
+                 for s in ("actor_compute_log_prob", "actor_update") for k in range(2)]
+        colls += [{"role": "actor", "stage": "actor_update", "rank": rank, "name": "FSDP::all_gather", "total_ms": 6.0},
+                  {"role": "actor", "stage": "actor_update", "rank": rank, "name": "c10d::_reduce_scatter_base_",
+                   "total_ms": 2.0}]
+    doc = {"rows": rows, "inputs": [], "collectives": colls, "memory": []}
+    run = prediction_context({**doc, "findings": []})
+    kept = savings.keep_gathered(run)
+    # the rollout runs on the actor's shards (it communicates, no weight sync): 3 of its 4 decode steps' gathers,
+    # all of the log-prob pass's, and of the update's all-gathers (3/4 of its communication) 3 of 4 (u = 2)
+    assert kept["by_stage_ms"] == {"rollout_generate": pytest.approx(7.5), "actor_compute_log_prob": pytest.approx(6.0),
+                                   "actor_update": pytest.approx(8.0 * 0.75 * 3 / 4)}
+    # verl's prefetch: the stage's exposed communication at best
+    f = {"kind": "exposed_comm", "stage": "actor_update", "evidence": {"bucket_ms": 8.0}}
+    assert savings.predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)

@@ -547,7 +547,8 @@ def keep_gathered(run: Run) -> dict:
     """rlprof's actor.reshard_after_forward=false: the actor's weights stay gathered after a forward until a
     backward reshards them, so the re-gathers are saved: the rollout's after its first decode step (when it runs on
     the actor's shards), the log-prob pass's (all of them after such a rollout, else all but its first
-    micro-batch's), and the update's backward ones (half of its all-gathers)."""
+    micro-batch's), and of the update's 2u all-gathers over u micro-batches (a forward's and the backward's again)
+    u + 1: every backward's, and the first forward's, which finds the weights the log-prob pass left gathered."""
     parts, words = {}, []
     shared = run.stage_mean("rollout_generate", "comm_ms") > 0 and run.stage_ms("weight_sync") <= 0
     for stage in ACTOR_FORWARD_STAGES:
@@ -559,7 +560,10 @@ def keep_gathered(run: Run) -> dict:
             k = (sum(len(p) for p in passes) / len(passes)) if passes else 1
             part = comm * (k - 1) / k
         elif stage == "actor_update":
-            part = comm * _gather_share(run.doc, stage) / 2
+            # u micro-batches: 2u gathers now (forward, and backward again); kept, the first forward uses the
+            # weights the log-prob pass left gathered and each backward those of its forward: u - 1 remain
+            u = max(1.0, Cost(run, stage).count)
+            part = comm * _gather_share(run.doc, stage) * (u + 1) / (2 * u)
         else:
             n = Cost(run, stage).count or 1
             part = comm if shared else comm * (n - 1) / n
@@ -570,7 +574,8 @@ def keep_gathered(run: Run) -> dict:
     return predicted(run, parts, (
         "the actor's gathered weights are kept from a forward until a backward reshards them, so the re-gathers are "
         f"saved ({'; '.join(words)} exposed in the profiled step: the rollout's decode steps after the first, the "
-        "log-prob pass's forwards, the update's backward, half of its all-gathers); more memory held"))
+        "log-prob pass's forwards, the update's (u + 1) of its 2u all-gathers over u micro-batches: every backward's "
+        "and the first forward's); more memory held"))
 
 
 def _gather_share(doc: dict, stage: str) -> float:
