@@ -49,10 +49,15 @@ def cpu_environment() -> dict[str, str]:
 
 
 def build_checkpoint(path: Path) -> Path:
-    """A tiny Qwen2 (hidden 64, 2 layers) and a character tokenizer, saved as a local Hugging Face checkpoint."""
-    from rlprof.trainer.model import build_char_checkpoint
+    """A tiny Qwen2 (hidden 64, 2 layers) and a character tokenizer, saved as a local Hugging Face checkpoint.
+    Built in a child process: this one reports which rlprof modules verl's plugin loading brought in, and rlprof's
+    trainer (where the builder lives) must not be among them by the harness's doing."""
+    import subprocess
 
-    return build_char_checkpoint(path, CHARS)
+    code = ("import sys, pathlib; from rlprof.trainer.model import build_char_checkpoint; "
+            "build_char_checkpoint(pathlib.Path(sys.argv[1]), sys.argv[2:])")
+    subprocess.run([sys.executable, "-c", code, str(path), *CHARS], check=True)
+    return path
 
 
 def verl_config(model: Path, save_path: Path, overrides: list[str]):

@@ -224,8 +224,13 @@ def advise(
     check: Optional[str] = typer.Option(None, "--check", help="a run made with the advice: predicted vs actual"),
     advice_file: Optional[str] = typer.Option(None, "--advice",
                                               help="with --check: the advice JSON written beside -o (NEXT.advice.json)"),
+    fix: bool = typer.Option(False, "--fix", help="write the overrides that apply the first cause's first lever, "
+                                                  "with values from the run, instead of the next profiling config"),
+    cause: Optional[str] = typer.Option(None, "--cause", help="with --fix: the cause to fix (default: the first "
+                                                              "the findings rank), e.g. slow_reward"),
 ):
-    """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget."""
+    """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget. With
+    --fix: the next training config, the overrides that act on the first cause."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
@@ -233,8 +238,31 @@ def advise(
     from . import advise as adv
     from .config import resolve_plan
     from .config.describe import plan_words
-    from .report.terminal import print_advice, print_check
+    from .report.terminal import print_advice, print_check, print_fix
 
+    if cause and not fix:
+        fail("--cause goes with --fix (the cause whose lever to write)")
+    if fix:
+        if check:
+            fail("--fix and --check are separate: --fix writes the next training config, --check compares a run "
+                 "with the next profiling config")
+        if run is None:
+            fail("advise --fix needs RUN (a profiled run)")
+        result = adv.fix_for_run(run, dialect, cause)
+        print_fix(result)
+        if result["fix"] is None:
+            typer.echo("nothing written" + (f" ({out} not created)" if out else ""))
+            return
+        text = adv.fix_text(result)
+        if out:
+            Path(out).write_text(text)
+            sidecar = Path(out).with_suffix(".fix.json")
+            sidecar.write_text(json.dumps(result, indent=1, default=str))
+            how = f"rlprof train {out}" if dialect == "rlprof" else "merge it into the run's config, or pass the line above"
+            typer.echo(f"wrote {out} (and {sidecar}); apply it: {how}")
+        else:
+            typer.echo("---\n" + text)
+        return
     if check:
         if not advice_file:
             fail("--check needs --advice NEXT.advice.json (written beside the config by `rlprof advise -o NEXT.yaml`)")

@@ -3,10 +3,12 @@
 Each finding is one sentence with its numbers, the evidence it rests on and the threshold that let it fire
 (documented in docs/analysis_schema.md). Nothing fires below its threshold. A finding with a cause (from the RL
 measures: a rollout tail, padding, micro-batches too small, an unused reference pass, a slow reward, weight
-sync, exposed communication, a launch-bound device, memory left unused, a slow rank) carries `cause` and
-`levers`: the config keys that act on it in verl, MindSpeed-RL and rlprof's trainer (frameworks/levers.py).
-Those come first, a slow rank before the rest (it holds every other rank up), then by the time they cost per
-step; then the descriptive ones: the dominant stage, idle and copies inside a stage, step-to-step variance, cut
+sync, exposed communication, a launch-bound device, memory left unused, a slow rank) carries `cause`, `levers`:
+the config keys that act on it in verl, MindSpeed-RL and rlprof's trainer (frameworks/levers.py), and `saving`:
+what turning its first lever is predicted to save per step (analyze/savings.py). Those come first, a slow rank
+before the rest (the others' stage times include their wait for it, so their own predictions are not the
+program's own until it keeps pace), then by predicted saving, then the causes whose saving the data cannot
+predict, by the time they cost; then the descriptive ones: the dominant stage, idle and copies inside a stage, step-to-step variance, cut
 windows, and units that repeat (where sampling one is enough).
 """
 
@@ -20,6 +22,7 @@ from .breakdown import order_key
 from .load import EXTERNAL_SHARE, WAIT_SHARE, machine_load
 from .measures import measures
 from .ranks import per_rank, slow_ranks
+from .savings import attach as attach_savings
 
 THRESHOLDS = {
     "dominant_share": 0.35,  # a stage holding at least this share of the step (with 2+ stages marked)
@@ -80,10 +83,29 @@ def findings(doc: dict) -> list[dict]:
     (their threads waited for a core) are said first and, where quieter windows exist, left out of what ranks."""
     busy, quiet_left = busy_windows(doc)
     said = [_busy_finding(i, load, quiet_left) for i, load in busy]
-    ranked_doc = _without(doc, {_name(i["path"]) for i, _ in busy}) if busy and quiet_left else doc
+    ranked_doc = ranked_document(doc, busy, quiet_left)
     ranked = findings_of(ranked_doc)
     doc["measures"] = ranked_doc["measures"]
     return said + ranked
+
+
+def ranked_document(doc: dict, busy=None, quiet_left=None) -> dict:
+    """The document the causes are ranked on: without the windows recorded on a busy machine where quieter ones
+    exist."""
+    if busy is None:
+        busy, quiet_left = busy_windows(doc)
+    return _without(doc, {_name(i["path"]) for i, _ in busy}) if busy and quiet_left else doc
+
+
+def prediction_context(doc: dict):
+    """What analyze/savings.py predicts from for this document (its ranked windows): savings.Run."""
+    from .savings import Run
+
+    ranked = ranked_document(doc)
+    means = stage_means(ranked)
+    step_total = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
+    ranked.setdefault("measures", doc.get("measures") or measures(ranked, means))
+    return Run(ranked, means, step_total, THRESHOLDS)
 
 
 def busy_windows(doc: dict) -> tuple[list[tuple[dict, dict]], bool]:
@@ -195,15 +217,19 @@ def findings_of(doc: dict) -> list[dict]:
         f["levers"] = levers(cause, f.get("stage")) if cause else {}
         f["actionable"] = bool(f["levers"])
         f["levers_text"] = "; ".join(f"{d}: " + ", ".join(lv["text"] for lv in lvs) for d, lvs in f["levers"].items())
+    attach_savings(doc, out, means, step_total, t)
     out.sort(key=_rank)
     return out
 
 
 def _rank(f: dict):
-    """Causes first (a slow rank before the rest, then by time per step), then the descriptive findings (a busy
-    machine is said before both, by findings())."""
+    """Causes first: a slow rank before the rest (the other ranks' stage times hold their wait for it, so what the
+    other causes are predicted to save there is not yet the program's own), then by predicted saving per step, then
+    those whose saving the data cannot predict, by the time they cost; then the descriptive findings (a busy machine
+    is said before all, by findings())."""
     if f["actionable"]:
-        return (0, f["kind"] != "slow_rank", -f["impact_ms"])
+        saving = f.get("saving_ms")
+        return (0, f["kind"] != "slow_rank", saving is None, -(saving if saving is not None else f["impact_ms"]))
     return (1, ORDER.index(f["kind"]) if f["kind"] in ORDER else len(ORDER), -f["impact_ms"])
 
 

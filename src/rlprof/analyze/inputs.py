@@ -103,7 +103,10 @@ def directory_warnings(path) -> list[str]:
 
 def run_config(path) -> dict | None:
     """The settings of the run that wrote `path`, where it left them beside its traces (rlprof's trainer:
-    trainer_config.json in the run directory): {"source", "reference_pass", "kl_coef"}; None where absent."""
+    trainer_config.json in the run directory): {"source", "framework", "reference_pass", "kl_coef", "config",
+    "unprofiled"} (`config`: the trainer's whole config, which `rlprof advise --fix` reads the current values from;
+    `unprofiled`: the median step and stage times of the run's steady unprofiled steps, from the metrics.jsonl the
+    trainer leaves beside it, which predicted savings are scaled to); None where absent."""
     import json
 
     path = Path(path)
@@ -113,7 +116,17 @@ def run_config(path) -> dict | None:
             try:
                 data = json.loads(f.read_text())
                 return {"source": str(f), "framework": data.get("framework"),
-                        "reference_pass": bool(data["reference_pass"]), "kl_coef": float(data["kl_coef"])}
+                        "reference_pass": bool(data["reference_pass"]), "kl_coef": float(data["kl_coef"]),
+                        "config": data.get("config") if isinstance(data.get("config"), dict) else None,
+                        "unprofiled": _unprofiled(d / "metrics.jsonl")}
             except (ValueError, KeyError, TypeError):
                 return None
     return None
+
+
+def _unprofiled(metrics) -> dict | None:
+    if not Path(metrics).is_file():
+        return None
+    from .step_metrics import unprofiled_times
+
+    return unprofiled_times(metrics)

@@ -100,15 +100,48 @@ def _pearson(x: list[float], y: list[float]) -> float | None:
     return statistics.correlation(x, y)
 
 
+def _busy(record: dict) -> bool:
+    """Whether the step ran on a busy machine (analyze/load.py's rule over the trainer's per-step host fields)."""
+    return bool((record.get("load") or {}).get("busy"))
+
+
+def steady_steps(records: list[dict]) -> list[dict]:
+    """The steps a run's own timings are read from: unprofiled (the profiler's own cost left out), not busy (a
+    neighbour's timings left out) where others remain, and after the first (compilation, allocation, warm-up)."""
+    unprofiled = [r for r in records if not r.get("profiled")] or records
+    busy = [r for r in unprofiled if _busy(r)]
+    unprofiled = [r for r in unprofiled if r not in busy] or unprofiled
+    return unprofiled[1:] if len(unprofiled) > 1 else unprofiled
+
+
+def unprofiled_times(path: str | Path) -> dict | None:
+    """The median step and stage times (ms) of a run's steady unprofiled steps, from its rlprof metrics.jsonl: the
+    unprofiled steps after the first, those not busy where any is not; None where the file is absent, unreadable or
+    holds no unprofiled step."""
+    try:
+        _, records = read_step_metrics(path)
+    except AnalyzeError:
+        return None
+    unprofiled = [r for r in records if not r.get("profiled")]
+    later = unprofiled[1:] or unprofiled  # the first step pays one-time costs: never the basis where others exist
+    steady = [r for r in later if not _busy(r)] or later
+    if not steady:
+        return None
+    stages = sorted({s for r in steady for s in r["stages"]})
+    steps = [r["step_s"] for r in steady if r["step_s"] is not None]
+    return {"source": str(path), "steps": [r["step"] for r in steady],
+            "step_ms": statistics.median(steps) * 1e3 if steps else None,
+            "stage_ms": {s: statistics.median(r["stages"].get(s, 0.0) for r in steady) * 1e3 for s in stages}}
+
+
 def diagnose_steps(records: list[dict]) -> dict:
     """The stage that dominates, the outlier steps and the stages that trend, from per-step timings. The first
     step is left out of means (it pays compilation, allocation and cache warm-up) where there are others; so are
     the steps recorded on a busy machine (`busy`, analyze/load.py: a neighbour's timings, not the program's), where
     others remain."""
     unprofiled = [r for r in records if not r.get("profiled")] or records  # the profiler's own cost is no outlier
-    busy = [r for r in unprofiled if (r.get("load") or {}).get("busy")]
-    unprofiled = [r for r in unprofiled if r not in busy] or unprofiled
-    steady = unprofiled[1:] if len(unprofiled) > 1 else unprofiled
+    busy = [r for r in unprofiled if _busy(r)]
+    steady = steady_steps(records)
     total = lambda r: r["step_s"] if r["step_s"] is not None else sum(r["stages"].values())  # noqa: E731
     stages = sorted({s for r in steady for s in r["stages"]})
     mean_step = statistics.fmean(total(r) for r in steady)

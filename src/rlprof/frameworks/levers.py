@@ -6,6 +6,9 @@ YAML at 1dda039, MindSpeed-RL's config classes at 05a90d7, rlprof's TrainConfig.
 a cause has no key known to act on it; a finding says so rather than invent one.
 
 `stages` restricts a lever to the stages it acts on (a log-prob micro-batch size does nothing for the update).
+`value` names the setting the run's own measures give a "raise"/"lower" lever (analyze/savings.py computes it:
+the cap, the size, the workers), so that `rlprof advise --fix` writes a value, not a direction; `also` are keys
+written with it (a token budget beside the switch that uses it), each a literal or a `{setting}`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ class Lever:
     set: str  # the value to set, or a direction: "raise", "lower"
     why: str
     stages: tuple[str, ...] = ()  # empty: every stage the cause is found in
+    value: str | None = None  # the setting (analyze/savings.py) a "raise"/"lower" lever is set to by --fix
+    also: tuple[tuple[str, str], ...] = ()  # (key, literal or "{setting}") written with it by --fix
 
     def text(self) -> str:
         turn = f"{self.key}={self.set}" if self.set not in ("raise", "lower") else f"{self.set} {self.key}"
@@ -44,12 +49,14 @@ VA = "actor_rollout_ref."
 
 CAUSES = {c.name: c for c in (
     Cause("rollout_tail", "long-tail responses: most of the batch has finished and the engine decodes for a few", {
-        "verl": (Lever("data.max_response_length", "lower", "caps the longest response the batch waits for"),),
+        "verl": (Lever("data.max_response_length", "lower", "caps the longest response the batch waits for",
+                       value="max_new_tokens"),),
         "mindspeed": (Lever("generate_config.sampling_config.max_tokens", "lower",
-                            "caps the longest response the batch waits for"),
+                            "caps the longest response the batch waits for", value="max_new_tokens"),
                       Lever("rl_config.partial_rollout_max_split", "raise",
                             "partial rollout: a long response is continued in the next step instead of held for")),
-        "rlprof": (Lever("rollout.max_new_tokens", "lower", "caps the longest response the batch waits for"),),
+        "rlprof": (Lever("rollout.max_new_tokens", "lower", "caps the longest response the batch waits for",
+                          value="max_new_tokens"),),
     }),
     Cause("padding", "padding: micro-batches compute pad tokens that carry no data", {
         "verl": (Lever(VA + "model.use_remove_padding", "True", "packs the real tokens, no pad computed"),
@@ -59,25 +66,28 @@ CAUSES = {c.name: c for c in (
                       Lever("rl_config.use_dynamic_bsz", "true",
                             "micro-batches by token budget (max_packing_token_size)")),
         "rlprof": (Lever("actor.use_dynamic_bsz", "true",
-                         "micro-batches by token budget (actor.max_token_len), rows of like length together"),),
+                         "micro-batches by token budget (actor.max_token_len), rows of like length together",
+                         also=(("actor.max_token_len", "{max_token_len}"),)),),
     }),
     Cause("small_units", "micro-batches too small: a fixed cost per micro-batch (launches, Python) dominates", {
         "verl": (Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "fewer, fuller update passes",
-                       UPDATE),
+                       UPDATE, value="micro_batch_size"),
                  Lever(VA + "rollout.log_prob_micro_batch_size_per_gpu", "raise",
-                       "fewer, fuller old-log-prob passes", OLD_LOG_PROB),
+                       "fewer, fuller old-log-prob passes", OLD_LOG_PROB, value="micro_batch_size"),
                  Lever(VA + "ref.log_prob_micro_batch_size_per_gpu", "raise", "fewer, fuller reference passes",
-                       REF_LOG_PROB),
+                       REF_LOG_PROB, value="micro_batch_size"),
                  Lever(VA + "actor.use_dynamic_bsz", "True", "micro-batches filled to a token budget instead")),
-        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE),
+        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE,
+                            value="micro_batch_size"),
                       Lever("rl_config.actor_forward_micro_batch_size", "raise", "fewer, fuller old-log-prob passes",
-                            OLD_LOG_PROB),
+                            OLD_LOG_PROB, value="micro_batch_size"),
                       Lever("rl_config.ref_forward_micro_batch_size", "raise", "fewer, fuller reference passes",
-                            REF_LOG_PROB),
+                            REF_LOG_PROB, value="micro_batch_size"),
                       Lever("rl_config.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
-        "rlprof": (Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE),
+        "rlprof": (Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE,
+                         value="micro_batch_size"),
                    Lever("actor.log_prob_micro_batch_size", "raise", "fewer, fuller log-prob passes",
-                         OLD_LOG_PROB + REF_LOG_PROB),
+                         OLD_LOG_PROB + REF_LOG_PROB, value="micro_batch_size"),
                    Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
     }),
     Cause("unused_reference", "the reference forward runs but its KL term has coefficient 0: no gradient uses it", {
@@ -87,9 +97,11 @@ CAUSES = {c.name: c for c in (
         "rlprof": (Lever("actor.use_kl_loss", "false", "the reference pass is skipped"),),
     }),
     Cause("slow_reward", "the reward function runs on the critical path: every device waits while it scores", {
-        "verl": (Lever("reward.num_workers", "raise", "scores the batch in that many reward-loop workers at once"),),
-        "mindspeed": (Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel"),),
-        "rlprof": (Lever("reward.workers", "raise", "scores the batch in that many threads at once"),),
+        "verl": (Lever("reward.num_workers", "raise", "scores the batch in that many reward-loop workers at once",
+                       value="workers"),),
+        "mindspeed": (Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel",
+                            value="workers"),),
+        "rlprof": (Lever("reward.workers", "raise", "scores the batch in that many threads at once", value="workers"),),
     }),
     Cause("weight_sync", "weight sync: the full weights are gathered and copied to the rollout every step", {
         "verl": (Lever(VA + "rollout.checkpoint_engine.update_weights_bucket_megabytes", "raise",

@@ -99,6 +99,11 @@ def findings_html(found: list[dict]) -> str:
         if f.get("cause"):
             body += (f'<div class="cause"><b>cause:</b> {esc(f["cause"])}</div>'
                      f'<div class="evidence"><b>evidence:</b> {esc(_evidence_text(f.get("evidence") or {}))}</div>')
+            if f.get("saving_text"):
+                ms = f.get("saving_ms")
+                body += (f'<div class="saving" data-saving-ms="{"" if ms is None else f"{ms:.3f}"}"><b>saving:</b> '
+                         f'{esc(f["saving_text"])} (the fix with its values: <code>rlprof advise RUN --fix '
+                         '[--dialect verl|mindspeed|rlprof]</code>)</div>')
             rows = "".join(f'<tr><td>{esc(DIALECT_NAMES.get(d, d))}</td><td><code>{esc(lv["key"])}</code></td>'
                            f'<td>{esc(lv["set"])}</td><td>{esc(lv["why"])}</td></tr>'
                            for d, levers in f.get("levers", {}).items() for lv in levers)

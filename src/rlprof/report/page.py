@@ -24,7 +24,7 @@ td,th{border-bottom:1px solid #eee;padding:3px 10px;text-align:right}td:nth-chil
 border-left:4px solid #e45756;padding:8px 12px;margin:8px 0}.ok{background:#f3fbf4;border-left:4px solid #54a24b;
 padding:8px 12px}.chart{min-height:240px}.warn{color:#8a5300}.next{background:#f3f7fd;border-left:4px solid
 #4c78a8;padding:8px 12px;margin:8px 0}pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}
-.finding:not(.cause-finding){background:#f7f7f7;border-left-color:#aaa}.cause,.evidence{font-size:13px;margin-top:4px}
+.finding:not(.cause-finding){background:#f7f7f7;border-left-color:#aaa}.cause,.evidence,.saving{font-size:13px;margin-top:4px}
 table.levers td{text-align:left}table.levers code{font-size:12px}
 """
 

@@ -46,17 +46,31 @@ def print_findings(console: Console, found: list[dict], limit: int = 6, measures
     if not found:
         console.print("[bold]findings:[/] none above their thresholds (docs/analysis_schema.md)")
         return
-    console.print("[bold]findings[/] (causes first, ranked by time per step; thresholds in docs/analysis_schema.md):")
+    console.print("[bold]findings[/] (causes first, ranked by predicted saving per step; thresholds and formulas in "
+                  "docs/analysis_schema.md):")
     for k, f in enumerate(found[:limit], 1):
         console.print(f"  {k}. {f['text']}", highlight=False, soft_wrap=True, markup=False)
         if f.get("cause"):
             console.print(f"     cause: {f['cause']}", highlight=False, soft_wrap=True, markup=False)
+            if f.get("saving_text"):
+                console.print(f"     saving: {_short_saving(f)}", highlight=False, soft_wrap=True, markup=False)
             for dialect in ("rlprof", "verl", "mindspeed"):
                 for lv in f.get("levers", {}).get(dialect, []):
                     console.print(f"     lever ({dialect}): {lv['text']}", highlight=False, soft_wrap=True,
                                   markup=False)
     if len(found) > limit:
         console.print(f"  ... and {len(found) - limit} more in analysis.json (findings)")
+
+
+def _short_saving(f: dict) -> str:
+    """The predicted saving in a few words (its assumption in full: analysis.json, `rlprof advise --fix`)."""
+    s = f["saving"]
+    if s["status"] != "predicted":
+        return f"not predictable from this data: {s['why']}"
+    share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
+    setting = ", ".join(f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in s["setting"].items())
+    return (f"{s['saving_ms']:.1f} ms per step{share}" + (f" with {setting}" if setting else "")
+            + f" [{s['dialect']}'s first lever; assumes: {s['assumption'].split('; ')[0]}]")
 
 
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
@@ -183,3 +197,24 @@ def print_check(result: dict) -> None:
                       f"({w['status']})", highlight=False, markup=False)
     for note in result["notes"]:
         console.print(f"-> {note}", highlight=False, soft_wrap=True, markup=False)
+
+
+def print_fix(result: dict) -> None:
+    """`rlprof advise --fix`: the cause, the lever with its value, the predicted saving and what it assumes."""
+    console = _console()
+    for line in result.get("skipped", []):
+        console.print(f"passed over: {line}", highlight=False, soft_wrap=True, markup=False)
+    fx = result["fix"]
+    if fx is None:
+        console.print(f"no fix: {result['reason']}", highlight=False, soft_wrap=True, markup=False)
+        return
+    from ..analyze.savings import saving_text
+
+    console.print(f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
+                  highlight=False, soft_wrap=True, markup=False)
+    for text in fx["levers"]:
+        console.print(f"lever ({fx['dialect']}): {text}", highlight=False, soft_wrap=True, markup=False)
+    from ..advise import overrides_line
+
+    console.print(f"fix: {overrides_line(fx['overrides'])}", highlight=False, soft_wrap=True, markup=False)
+    console.print(saving_text(fx["saving"]), highlight=False, soft_wrap=True, markup=False)

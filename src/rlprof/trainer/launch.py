@@ -66,6 +66,9 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         metrics_path = write_metrics(history, out_dir)
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
         write_run_config(cfg, [out_dir, *run_dirs], threads={"threads": threads, "why": why})
+        for run_dir in run_dirs:  # beside the traces too: the run's unprofiled timings, which predictions scale to
+            if run_dir.is_dir():
+                write_metrics(history, run_dir)
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
     return 0
 

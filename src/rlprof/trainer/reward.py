@@ -25,13 +25,28 @@ def score(ids: list[int], answer: str, tokenizer, cost_ms: float = 0.0) -> float
     return 0.1
 
 
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The reward workers, kept from step to step as a reward loop's workers are (a new pool per batch would pay
+    its threads' start every step)."""
+    if workers not in _POOLS:
+        _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="rlprof-reward")
+    return _POOLS[workers]
+
+
+def close_pools() -> None:
+    while _POOLS:
+        _POOLS.popitem()[1].shutdown(wait=True)
+
+
 def verify(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer, *,
            cost_ms: float = 0.0, workers: int = 1) -> torch.Tensor:
     """Rewards of a batch, scored by `workers` threads at once."""
     samples = [(response_ids[i][response_mask[i].bool()].tolist(), a) for i, a in enumerate(answers)]
     if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            scores = list(pool.map(lambda s: score(*s, tokenizer, cost_ms), samples))
+        scores = list(_pool(workers).map(lambda s: score(*s, tokenizer, cost_ms), samples))
     else:
         scores = [score(ids, a, tokenizer, cost_ms) for ids, a in samples]
     return torch.tensor(scores, dtype=torch.float32)

@@ -22,7 +22,7 @@ from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
 from .data import PromptBatch, SumMod10Task
 from .model import build_model, build_tokenizer
-from .reward import exact_match, verify
+from .reward import close_pools, exact_match, verify
 from .rollout import Rollout, generate
 
 SYNC_ROLES = ("actor", "rollout", "ref", "reward")
@@ -180,6 +180,7 @@ class Trainer:
         self.kept_groups = None
         t0 = time.perf_counter()
         threads_at_start = sample()
+        own_wait_at_start = _own_wait_ms()
         with self.prof.step(step):
             self.weight_sync(step)
             prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
@@ -202,14 +203,19 @@ class Trainer:
                                       micro_batch=self.unit("micro_batch"), slow_ms=self.slow_ms)
         lengths = rollout.response_mask.sum(1).float()
         acc = exact_match(rollout.response_ids.cpu(), rollout.response_mask.cpu(), answers, self.tok)
-        reward, acc, length, kl, clip, ent = self._mean_across_ranks(
-            [float(rewards.mean()), acc, float(lengths.mean()), stats["kl"], stats["clip_frac"], stats["entropy"]])
+        waits = since(threads_at_start)
+        own_wait = _own_wait_ms() - own_wait_at_start if own_wait_at_start is not None else None
+        reward, acc, length, kl, clip, ent, wait_mean = self._mean_across_ranks(
+            [float(rewards.mean()), acc, float(lengths.mean()), stats["kl"], stats["clip_frac"], stats["entropy"],
+             own_wait or 0.0])
         metrics = {"step": step, "reward_mean": reward, "accuracy": acc, "response_length": length, "kl": kl,
                    "clip_frac": clip, "entropy": ent, "grad_norm": stats["grad_norm"], "pg_loss": stats["pg_loss"],
                    "micro_batches": stats["micro_batches"], "step_ms": (time.perf_counter() - t0) * 1e3,
-                   "stage_ms": dict(self.timings), **since(threads_at_start),
+                   "stage_ms": dict(self.timings), **waits,
                    # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
                    "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
+        if own_wait is not None:  # the training thread's wait, summed over the ranks: each holds the others up
+            metrics["run_wait_train_ms"] = wait_mean * self.world_size
         if self.kept_groups is not None:
             metrics["informative_groups"] = self.kept_groups
         if rollout.engine_log_probs is not None:  # the engine's sampling against the trainer's recompute of it
@@ -220,8 +226,18 @@ class Trainer:
 
     def close(self) -> dict | None:
         replica_steps = self.engine.close() if self.engine is not None else None
+        close_pools()
         self.prof.close()
         return replica_steps
+
+
+def _own_wait_ms() -> float | None:
+    """The run-queue wait of the thread that trains (the one that runs every stage), in ms; None off Linux."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_training(cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None,
