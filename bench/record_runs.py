@@ -44,10 +44,18 @@ def keep(run_dir: Path, train_dir: Path, dest: Path) -> None:
 
 
 def waits(dest: Path) -> str:
+    """Each window's run-queue wait and other processes' share of the CPUs, and whether analyze/load.py calls it
+    busy (the analysis leaves a busy window out of the causes: a recording must have none)."""
+    from rlprof.analyze.load import machine_load
+
     rows = [json.loads(line) for line in (dest / "manifest.jsonl").read_text().splitlines()]
-    parts = [f"step {r['step']} {r['run_wait_ms'] / (r['cpu_ms'] + r['run_wait_ms']):.0%}" for r in rows
-             if r.get("cpu_ms") is not None]
-    return ", ".join(parts) or "not recorded"
+    parts = []
+    for r in rows:
+        load = machine_load(r)
+        if load is not None:
+            parts.append(f"step {r['step']} rank {r.get('rank', 0)}: wait {load['wait_share']:.0%}, others "
+                         f"{load['external_share']:.0%}{' BUSY' if load['busy'] else ''}")
+    return "; ".join(parts) or "not recorded"
 
 
 def record(dest: Path, how: str, expected, found, load: float, commit: str) -> None:
@@ -68,7 +76,7 @@ def write_sources() -> None:
         "metrics.jsonl), for the diagnosis and advice tests: they read these instead of training, so their answer "
         "does not move with the machine's load. Made by this repository's own code (`python3 bench/record_runs.py`; "
         "each run's `recorded.json` says how); Apache-2.0 like it.\n\n"
-        "| run | how | injected cause | first cause found | load average | run-queue wait per window | made |\n"
+        "| run | how | injected cause | first cause found | load average | per window: run-queue wait, other processes' CPU share | made |\n"
         "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n")
 
 
