@@ -462,6 +462,12 @@ def test_slow_rank_saves_the_smaller_of_its_excess_and_the_others_wait():
     ev = f["evidence"]
     assert f["saving"]["saving_ms"] == pytest.approx(min(ev["excess_ms"], ev["others_wait_ms"] - ev["wait_ms"]))
     assert f["saving"]["saving_ms"] == pytest.approx(35.0)  # it computes 35 ms more; the others wait 35 ms more
+    # unprofiled steps where the update takes half its profiled time: a difference between ranks profiled alike
+    # holds none of the profiler's cost, so it is not scaled; its share is of the unprofiled step
+    doc["run_config"] = {"unprofiled": {"steps": [4, 5], "step_ms": 70.0, "stage_ms": {"actor_update": 50.0}}}
+    s = findings(doc)[0]["saving"]
+    assert s["saving_ms"] == pytest.approx(35.0) and s["saving_share"] == pytest.approx(0.5)
+    assert "not scaled" in s["assumption"]
 
 
 def test_kept_gathers_are_the_re_gathers_of_each_actor_stage():

@@ -33,15 +33,21 @@ LOG_PROB_STAGES = ("ref_compute_log_prob", "actor_compute_log_prob", "critic_com
 ACTOR_FORWARD_STAGES = ("rollout_generate", "actor_compute_log_prob", "actor_update")
 
 
-def predicted(run: "Run", parts: dict[str, float], assumption: str, setting: dict | None = None, **detail) -> dict:
-    """A prediction from what each stage saves in the profiled step (`parts`), scaled stage by stage to the run's
-    unprofiled steps where the run left them (the profiler's own cost per operator taken out), as ms per step and
-    share of the step."""
-    by_stage = {stage: float(ms * run.scale(stage)) for stage, ms in parts.items()}
+def predicted(run: "Run", parts: dict[str, float], assumption: str, setting: dict | None = None,
+              scaled: bool = True, **detail) -> dict:
+    """A prediction from what each stage saves in the profiled step (`parts`), as ms per step and share of the step.
+    `scaled`: the parts are operators' time, inflated by the profiler's own cost per operator, and are scaled stage
+    by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
+    operators holds none of that cost and is taken as it is."""
+    by_stage = {stage: float(ms * (run.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
     saving = sum(by_stage.values())
     basis = run.step_basis()
+    words = run.basis_words() if scaled else (
+        "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
+        f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
+        + ("the unprofiled steps' median)" if run.unprofiled().get("step_ms") else "the profiled step)"))
     return {"status": "predicted", "saving_ms": float(saving), "saving_share": saving / basis if basis > 0 else None,
-            "assumption": assumption + "; " + run.basis_words(), "setting": setting or {},
+            "assumption": assumption + "; " + words, "setting": setting or {},
             "by_stage_ms": by_stage, "profiled_ms": {k: float(v) for k, v in parts.items()}, "step_ms": basis,
             **detail}
 
@@ -307,14 +313,16 @@ def unused_reference(run: Run, f: dict) -> dict:
 
 def slow_rank(run: Run, f: dict) -> dict:
     """min(excess, others_wait - wait): when the slow rank keeps pace the others stop waiting for it; they lose no
-    more than they waited, and it holds them up by no more than its excess compute."""
+    more than they waited, and it holds them up by no more than its excess compute. Not scaled to the unprofiled
+    steps: both are differences between ranks profiled alike (every rank of the stage runs the same operators under
+    the same profiler), so the profiler's per-operator cost is not in them."""
     ev = f["evidence"]
     wait = ev["others_wait_ms"] - ev["wait_ms"]
     saved = min(ev["excess_ms"], wait)
     return predicted(run, {f["stage"]: saved},
                      f"rank {f['rank']} keeps pace with the others: the smaller of its excess compute "
                      f"({ev['excess_ms']:.1f} ms) and the others' extra wait for it in collectives ({wait:.1f} ms) in "
-                     f"{f['stage']} is saved")
+                     f"{f['stage']} is saved", scaled=False)
 
 
 def rollout_tail(run: Run, f: dict) -> dict:
