@@ -106,27 +106,25 @@ def _busy(record: dict) -> bool:
 
 
 def steady_steps(records: list[dict]) -> list[dict]:
-    """The steps a run's own timings are read from: unprofiled (the profiler's own cost left out), not busy (a
-    neighbour's timings left out) where others remain, and after the first (compilation, allocation, warm-up)."""
+    """The steps a run's own timings are read from: unprofiled (the profiler's own cost left out) where any is,
+    after the first of those (compilation, allocation, warm-up) where others remain, and not busy (a neighbour's
+    timings left out) where any is not."""
     unprofiled = [r for r in records if not r.get("profiled")] or records
-    busy = [r for r in unprofiled if _busy(r)]
-    unprofiled = [r for r in unprofiled if r not in busy] or unprofiled
-    return unprofiled[1:] if len(unprofiled) > 1 else unprofiled
+    later = unprofiled[1:] or unprofiled
+    return [r for r in later if not _busy(r)] or later
 
 
 def unprofiled_times(path: str | Path) -> dict | None:
-    """The median step and stage times (ms) of a run's steady unprofiled steps, from its rlprof metrics.jsonl: the
-    unprofiled steps after the first, those not busy where any is not; None where the file is absent, unreadable or
-    holds no unprofiled step."""
+    """The median step and stage times (ms) of a run's steady unprofiled steps (steady_steps), from its rlprof
+    metrics.jsonl; None where the file is absent, unreadable or holds no unprofiled step."""
     try:
         _, records = read_step_metrics(path)
     except AnalyzeError:
         return None
     unprofiled = [r for r in records if not r.get("profiled")]
-    later = unprofiled[1:] or unprofiled  # the first step pays one-time costs: never the basis where others exist
-    steady = [r for r in later if not _busy(r)] or later
-    if not steady:
+    if not unprofiled:
         return None
+    steady = steady_steps(unprofiled)
     stages = sorted({s for r in steady for s in r["stages"]})
     steps = [r["step_s"] for r in steady if r["step_s"] is not None]
     return {"source": str(path), "steps": [r["step"] for r in steady],

@@ -41,6 +41,15 @@ def thread_times() -> tuple[int, int] | None:
     return (ran, waited) if seen else None
 
 
+def current_thread_wait_ms() -> float | None:
+    """The calling thread's run-queue wait so far, in ms; None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _host_busy_ticks() -> int | None:
     try:
         with open("/proc/stat", "rb") as f:

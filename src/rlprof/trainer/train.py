@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..collect import Profiler
-from ..collect.cpu_wait import sample, since
+from ..collect.cpu_wait import current_thread_wait_ms, sample, since
 from .actor import batched_log_probs, policy_update
 from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
@@ -180,7 +180,7 @@ class Trainer:
         self.kept_groups = None
         t0 = time.perf_counter()
         threads_at_start = sample()
-        own_wait_at_start = _own_wait_ms()
+        own_wait_at_start = current_thread_wait_ms()  # the training thread: it runs every stage
         with self.prof.step(step):
             self.weight_sync(step)
             prompts = self.task.sample(cfg.data.prompts_per_step // self.world_size)
@@ -204,7 +204,7 @@ class Trainer:
         lengths = rollout.response_mask.sum(1).float()
         acc = exact_match(rollout.response_ids.cpu(), rollout.response_mask.cpu(), answers, self.tok)
         waits = since(threads_at_start)
-        own_wait = _own_wait_ms() - own_wait_at_start if own_wait_at_start is not None else None
+        own_wait = current_thread_wait_ms() - own_wait_at_start if own_wait_at_start is not None else None
         reward, acc, length, kl, clip, ent, wait_mean = self._mean_across_ranks(
             [float(rewards.mean()), acc, float(lengths.mean()), stats["kl"], stats["clip_frac"], stats["entropy"],
              own_wait or 0.0])
@@ -229,15 +229,6 @@ class Trainer:
         close_pools()
         self.prof.close()
         return replica_steps
-
-
-def _own_wait_ms() -> float | None:
-    """The run-queue wait of the thread that trains (the one that runs every stage), in ms; None off Linux."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def run_training(cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None,
