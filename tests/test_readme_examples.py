@@ -1,5 +1,5 @@
-"""Every training command the README shows collects what it promises: resolved as `rlprof train` resolves it
-(its default profile where no profiling key is given), no plan collects nothing."""
+"""Every training command the README and the guides in docs/ show collects what it promises: resolved as
+`rlprof train` resolves it (its default profile where no profiling key is given), no plan collects nothing."""
 
 import re
 import shlex
@@ -11,9 +11,9 @@ from rlprof.config import load_config, resolve_plan, with_default_profile
 
 
 def readme_training_commands() -> list[list[str]]:
-    """The arguments after `rlprof train` / `-m rlprof.trainer` of each such command in README.md (code blocks and
-    inline code), config files resolved from the repository root."""
-    text = (ROOT / "README.md").read_text()
+    """The arguments after `rlprof train` / `-m rlprof.trainer` of each such command in README.md and docs/*.md
+    (code blocks and inline code), config files resolved from the repository root."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     chunks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", text, re.S)]
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     chunks += [m.replace("\n", " ") for m in re.findall(r"`([^`]*rlprof\.trainer[^`]*)`", prose)]

@@ -297,10 +297,10 @@ def test_verl_0_7_1_imports_external_lib_after_its_worker_refused_the_schedule(v
 
 
 def test_the_readmes_two_lines_are_these():
-    """README "rlprof inside verl": its main_ppo commands' overrides keep the micro-batches it says they keep."""
+    """docs/verl.md "rlprof inside verl": its main_ppo commands' overrides keep the micro-batches it says they keep."""
     import shlex
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "verl.md").read_text()
     section = text.split("## rlprof inside verl", 1)[1].split("\n## ", 1)[0]
     blocks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
     commands = [shlex.split(line.split("   #")[0]) for b in blocks for line in b.splitlines() if "main_ppo" in line]
