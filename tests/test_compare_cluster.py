@@ -1,4 +1,4 @@
-"""`rlprof compare` and `rlprof cluster` (SPEC §4) on real traces, trainer runs and bad input."""
+"""`rlprof compare` and `rlprof cluster` on real traces, trainer runs and bad input."""
 
 import gzip
 import json

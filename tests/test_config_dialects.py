@@ -1,4 +1,4 @@
-"""Every example of SPEC §1, as YAML and as overrides, resolves through `rlprof plan --json`."""
+"""Every example of the three dialects, as YAML and as overrides, resolves through `rlprof plan --json`."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """Damaged copies of the real public traces (tests/data/real, issue #34): a cut anywhere, a flipped byte, bytes after
 the document, a GPU trace cut before its first device event. Each damage is said in one warning naming the file,
-where it is and what was kept; what is read is a lower bound of the undamaged file's numbers (SPEC §3: never a
+where it is and what was kept; what is read is a lower bound of the undamaged file's numbers (never a
 different quantity), and a GPU trace stays one whatever the damage left of it."""
 
 import gzip

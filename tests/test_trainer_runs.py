@@ -87,7 +87,7 @@ def test_config_errors_are_found_without_importing_torch_or_transformers():
     assert out.strip().splitlines()[-1] == "False False"
 
 
-# SPEC §1 examples through `rlprof train`, with the windows their comments describe.
+# The dialects' examples through `rlprof train`, with the windows their comments describe.
 def test_global_role_example_e2e_steps(tmp_path):
     train(tmp_path, "trainer.steps=5", "global_profiler.tool=torch", "global_profiler.steps=[1,2,5]",
           f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true", f"{A}.ranks=[0]")

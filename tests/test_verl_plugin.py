@@ -1,5 +1,5 @@
 """rlprof inside verl's own workers: micro-batch sampling by verl's profiler config, no source edits, proven on verl's
-code (SPEC §7; src/rlprof/integrations/verl_plugin.py).
+code (src/rlprof/integrations/verl_plugin.py).
 
 The live tests run verl's own training code on this CPU, in side venvs made on first use by bench/setup_verl.sh
 (fixtures verl091 / verl071 in conftest.py; skipped where they cannot be made, required in CI by RLPROF_REQUIRE_VERL):

@@ -1,4 +1,4 @@
-"""`rlprof advise`: the next profiling config, from what a run showed (SPEC §4b).
+"""`rlprof advise`: the next profiling config, from what a run showed.
 
 The loop people run by hand (markers first, then the bottleneck stage, then the suspect ranks, sampled inside
 the stage so the data stays small), as one command: the findings say which stage, step and ranks; the size

@@ -1,4 +1,4 @@
-"""`rlprof compare`: what got slower between two runs, in which stage, and why (SPEC §4).
+"""`rlprof compare`: what got slower between two runs, in which stage, and why.
 
 Both sides become analysis documents (traces are read once, streamed); everything here is matching
 of aggregates: windows by (step, role, stage), operators by name (or name + input shape), collectives

@@ -1,6 +1,6 @@
 """A small, real RL-shaped loop instrumented with rlprof (the host used by tests and `rlprof demo`).
 
-Every stage of SPEC §1d runs real torch work on a tiny policy: token-by-token sampling (one
+Every stage of an RL step runs real torch work on a tiny policy: token-by-token sampling (one
 decode_step per token), reward, reference and old log-probs over micro-batches, advantages, and
 an update over mini- and micro-batches with gradient accumulation; under torchrun, gradients are
 all-reduced over gloo so collectives appear in the traces.

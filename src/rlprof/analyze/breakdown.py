@@ -1,4 +1,4 @@
-"""Where the time went, per window: wall, compute, comm, overlap, memcpy, idle (SPEC §3).
+"""Where the time went, per window: wall, compute, comm, overlap, memcpy, idle.
 
 compute = covered by compute; comm = communication not overlapped with compute; overlap = both;
 memcpy = copies/sets overlapped by neither; idle = the rest of the span. They add up to wall.

@@ -1,4 +1,4 @@
-"""Findings: the answer before the tables. Pure functions over an analysis document (SPEC §4b).
+"""Findings: the answer before the tables. Pure functions over an analysis document.
 
 Each finding is one sentence with its numbers, the evidence it rests on and the threshold that let it fire
 (documented in docs/analysis_schema.md). Nothing fires below its threshold. A finding with a cause (from the RL

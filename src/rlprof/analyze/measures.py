@@ -1,4 +1,4 @@
-"""RL measures: numbers about an RL step that say why it is slow, computed from the analysis rows (SPEC §4b).
+"""RL measures: numbers about an RL step that say why it is slow, computed from the analysis rows.
 
 Each measure is one function over the document, returning records {measure, role, stage, value, status, ...}
 with the inputs of its formula (docs/analysis_schema.md gives each formula). Where the data cannot give the

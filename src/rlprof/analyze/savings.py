@@ -1,5 +1,5 @@
 """Predicted saving per cause: what turning a cause's first lever saves per step, from the measures it was
-diagnosed from (SPEC §4b; each formula in docs/analysis_schema.md, "savings").
+diagnosed from (each formula in docs/analysis_schema.md, "savings").
 
 Pure functions over the analysis document (rows, measures, run_config). One function per cause, each returning
 {status: "predicted", saving_ms, saving_share, assumption, setting, lever} or {status: "not predictable", why}.

@@ -1,4 +1,4 @@
-"""Run ids and window file names (SPEC §2 output layout)."""
+"""Run ids and window file names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The collection runtime (SPEC §2): one Profiler per process, driven by step/stage/tick/mark.
+"""The collection runtime: one Profiler per process, driven by step/stage/tick/mark.
 
 Hot-path rule: a stage boundary, tick or mark that nothing selected does one dict lookup and
 returns a shared no-op context whose enter/exit are C builtins: no formatting, no allocation,

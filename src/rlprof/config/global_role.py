@@ -1,4 +1,4 @@
-"""Dialect "global + role" (SPEC §1a): verl 0.9's profiler config, key for key and with verl's meaning.
+"""Dialect "global + role": verl 0.9's profiler config, key for key and with verl's meaning.
 
 A whole verl trainer YAML loads (its non-profiler keys are not looked at; `_target_` keys are ignored and
 OmegaConf interpolations were resolved by the loader). verl's meaning: the torch `schedule` samples update

@@ -1,4 +1,4 @@
-"""Dialect "integrated" (SPEC §1c, MindSpeed-RL style): one profiler_config.integrated block.
+"""Dialect "integrated" (MindSpeed-RL style): one profiler_config.integrated block.
 
 With MindSpeed-RL's meaning: `stage: all` opens ONE profiler per process over steps [start, end)
 (`schedule(skip_first=start, active=end-start)`): one window spanning those steps, every stage inside it.

@@ -1,4 +1,4 @@
-"""Dialect "legacy trainer" (SPEC §1b): trainer.profile_steps + per-group profiler + NPU block.
+"""Dialect "legacy trainer": trainer.profile_steps + per-group profiler + NPU block.
 
 Seed-era verl (v0.4.1: one `profiler: {discrete, all_ranks, ranks}` block per role; v0.5: one for the
 actor_rollout_ref group, `trainer.npu_profile.options` for Ascend) chose the tool from the machine: NVTX

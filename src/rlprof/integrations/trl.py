@@ -1,4 +1,4 @@
-"""Profile TRL's `GRPOTrainer` with an rlprof plan, without editing TRL (SPEC §7).
+"""Profile TRL's `GRPOTrainer` with an rlprof plan, without editing TRL.
 
     import rlprof.integrations.trl as rltrl
     trainer = GRPOTrainer(...)

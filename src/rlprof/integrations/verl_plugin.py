@@ -1,4 +1,4 @@
-"""rlprof inside verl's own worker processes (SPEC §7): micro-batch sampling of verl's log-prob and update stages,
+"""rlprof inside verl's own worker processes: micro-batch sampling of verl's log-prob and update stages,
 asked for in verl's profiler config, with no edit to verl's source.
 
 How it gets there: verl imports this module in every process that imports verl, through the `verl.plugins` entry

@@ -1,4 +1,4 @@
-"""HTML report, local viewer and trace slicing (SPEC §5). Reads files only: no torch, no trainer."""
+"""HTML report, local viewer and trace slicing. Reads files only: no torch, no trainer."""
 
 from __future__ import annotations
 
