@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -47,6 +48,12 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
 
 
 @torch.no_grad()
+def kv_cache_keyword(model) -> str:
+    """The KV cache's argument (and output field) name: transformers 5.2x renamed `past_key_values` to `cache` and
+    warns at every call that uses the old one."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
              pad_id: int, temperature: float = 1.0, top_p: float = 1.0, ignore_eos: bool = False,
              generator: torch.Generator | None = None, decode_step=lambda **_: nullcontext(), use_cache: bool = True
@@ -60,15 +67,16 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     tokens, masks = [], []
     cache = None
+    cache_keyword = kv_cache_keyword(model)
     logits = None
-    for t in range(max_new_tokens):
+    for _ in range(max_new_tokens):
         with decode_step(active=batch - int(finished.sum()), seqs=batch):
             if use_cache:
                 step_ids = seqs if cache is None else seqs[:, -1:]
                 pos = positions(attn) if cache is None else positions(attn)[:, -1:]
-                out = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                            use_cache=True)
-                cache = out.past_key_values
+                out = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                            **{cache_keyword: cache})
+                cache = getattr(out, cache_keyword)
             else:  # the reference path: recompute the whole sequence every token
                 out = model(input_ids=seqs, attention_mask=attn, position_ids=positions(attn), use_cache=False)
             logits = out.logits[:, -1]
