@@ -85,10 +85,11 @@ def demo(
     data = load_config(config, (DEMO_DEFAULTS if config is None else []) + overrides)
     resolved = resolve_plan(data)
     from .collect import Profiler
+    from .collect.foreign_logs import foreign_log_filter
     from .demo import DemoShape, run_demo
 
     prof = Profiler(resolved)
-    with prof:
+    with foreign_log_filter(), prof:
         rewards = run_demo(prof, DemoShape(steps=steps))
     typer.echo(f"demo: {steps} steps, mean reward per step: " + ", ".join(f"{r:.3f}" for r in rewards))
     run_dirs = sorted({prof.run_dir(r.role) for r in resolved.roles if r.enabled})
@@ -103,6 +104,7 @@ def demo(
 @_guarded
 def train(
     args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] then key=value overrides"),
+    verbose: bool = typer.Option(False, "--verbose", help="keep the profiler's own C++ log lines (Kineto's)"),
 ):
     """Train GRPO/DAPO on a tiny model built from a config, profiled by the plan in the same config.
 
@@ -113,6 +115,8 @@ def train(
     from .trainer.launch import main as train_main
 
     config, overrides = split_config_args(list(args or []))
+    if verbose:
+        os.environ["RLPROF_VERBOSE"] = "1"
     raise typer.Exit(train_main(config, overrides))
 
 

@@ -40,6 +40,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     import torch
     import torch.distributed as dist
 
+    from ..collect.foreign_logs import foreign_log_filter
     from .threads import choose_threads
     from .train import run_training, write_metrics, write_run_config
     from .summary import print_summary, ProgressPrinter
@@ -54,7 +55,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     printer = ProgressPrinter(cfg.trainer.steps, enabled=rank == 0 and not quiet)
     started = time.perf_counter()
     try:
-        with printer:
+        with printer, foreign_log_filter():
             history, trainer = run_training(cfg, plan, rank=rank, world_size=world_size, on_step=printer.update)
         if dist.is_initialized():
             dist.barrier()  # leave together: gloo aborts a rank whose peer tears down mid-export

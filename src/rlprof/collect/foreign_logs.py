@@ -1,0 +1,65 @@
+"""Lines that libraries print into the user's terminal from C++ and that tell a profiler user nothing.
+
+Kineto writes `USDT:... profiler_start` / `profiler_stop` (and `STAGE:...` at some log levels) to file descriptor 2
+at every window, whatever KINETO_LOG_LEVEL says, in the middle of rlprof's own output. Only a filter on the
+descriptor keeps them off the screen: while `foreign_log_filter()` is open, fd 2 is a pipe whose lines are copied to
+the real stderr unless they are such a line. Nothing else is held back, and `RLPROF_VERBOSE=1` (or `rlprof train
+--verbose`) turns the filter off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from contextlib import contextmanager
+
+# Kineto's glog-style lines: "USDT:2026-11-25 17:44:11 5938:5938 SyncActivityProfilerHandler.cpp:52] profiler_start"
+KINETO_LINE = re.compile(rb"^(?:USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+\.cpp:\d+\] ")
+
+
+def verbose_requested() -> bool:
+    return os.environ.get("RLPROF_VERBOSE", "") not in ("", "0")
+
+
+def _pump(read_fd: int, out_fd: int) -> None:
+    """Copies the pipe to the real stderr line by line, dropping Kineto's lines, until every writer has closed it."""
+    pending = b""
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            kept = b"".join(line + b"\n" for line in lines if not KINETO_LINE.match(line))
+            if kept:
+                os.write(out_fd, kept)
+    if pending and not KINETO_LINE.match(pending):
+        os.write(out_fd, pending)
+
+
+@contextmanager
+def foreign_log_filter(enabled: bool = True):
+    """Keeps Kineto's C++ log lines off stderr inside the block. Never fails the block it wraps: where fd 2 cannot
+    be redirected, the block runs unfiltered."""
+    if not enabled or verbose_requested():
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        real_stderr = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+    except OSError:
+        yield
+        return
+    pump = threading.Thread(target=_pump, args=(read_fd, real_stderr), name="rlprof-stderr-filter", daemon=True)
+    pump.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real_stderr, 2)  # the pipe's last writer in this process closes: the pump drains and ends
+        pump.join(timeout=5)
+        if not pump.is_alive():  # a child process still holding the pipe keeps the pump (and this fd) alive
+            os.close(real_stderr)
