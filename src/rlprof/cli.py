@@ -34,6 +34,11 @@ def _guarded(fn):
     return wrapper
 
 
+# Options shared by every command that reads traces: declared once.
+RAY_OPTION = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)")
+WORKERS_OPTION = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)")
+
+
 @app.command()
 @_guarded
 def plan(
@@ -127,8 +132,8 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="print the analysis to stdout instead of writing files"),
     export: str = typer.Option("csv", "--export", help="tables as: csv (one file each) or db (one DuckDB file)"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: next to the input)"),
-    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+    ray: bool = RAY_OPTION,
+    workers: Optional[int] = WORKERS_OPTION,
 ):
     """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory."""
     from pathlib import Path
@@ -160,9 +165,9 @@ def compare(
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: NEW/compare)"),
     by_shape: bool = typer.Option(False, "--by-shape", help="match operators by name and input shapes"),
     as_json: bool = typer.Option(False, "--json", help="print the comparison to stdout instead of writing files"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
+    workers: Optional[int] = WORKERS_OPTION,
     top: int = typer.Option(20, "--top", min=1, help="operators shown in the terminal table"),
-    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
+    ray: bool = RAY_OPTION,
 ):
     """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
     from pathlib import Path
@@ -194,8 +199,8 @@ def cluster(
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: PATH/cluster)"),
     threshold: float = typer.Option(0.15, "--threshold", min=0.0,
                                     help="excess compute (fraction of the other ranks' median) to suspect a rank"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
-    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
+    workers: Optional[int] = WORKERS_OPTION,
+    ray: bool = RAY_OPTION,
 ):
     """Per rank and stage buckets, spread across ranks, and slow-rank detection with the evidence."""
     from pathlib import Path
@@ -301,8 +306,8 @@ def report(
     path: str = typer.Argument(..., help="a run directory, manifest, trace, Ascend directory or analysis.json"),
     baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="add a compare section against this"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="the HTML file (default: PATH/report.html)"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="local processes (default: all cores)"),
-    ray: bool = typer.Option(False, "--ray", help="analyse each file on the Ray node that holds it (RAY_ADDRESS)"),
+    workers: Optional[int] = WORKERS_OPTION,
+    ray: bool = RAY_OPTION,
 ):
     """One self-contained HTML report: timeline, breakdown, operators, memory, cluster, compare."""
     from .report import write_report
