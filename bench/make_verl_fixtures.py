@@ -195,7 +195,7 @@ def rollout_engine(replica: int, mode: str, save_path: str) -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], on_trace_ready=handler):
         x = torch.randn(4, HIDDEN)
         with torch.no_grad():
-            for t in range(8):
+            for _ in range(8):
                 with torch.profiler.record_function("execute_model"):
                     x = x + model.body(x) * 0.01
     relocate_rollout_traces(config, replica, world_size=1)

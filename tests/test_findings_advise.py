@@ -6,7 +6,7 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import EXAMPLES, REAL, ROOT, plan_json, run_cli
+from conftest import REAL, ROOT, plan_json, run_cli
 from rlprof.analyze.findings import THRESHOLDS, findings
 from rlprof.frameworks import verl
 

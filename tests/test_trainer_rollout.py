@@ -25,7 +25,7 @@ def test_kv_cache_decode_equals_full_recompute(arch):
         logits_seen = []
         original = model.forward
 
-        def spy(*a, **k):
+        def spy(*a, original=original, logits_seen=logits_seen, **k):
             out = original(*a, **k)
             logits_seen.append(out.logits[:, -1].detach().clone())
             return out

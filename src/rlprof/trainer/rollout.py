@@ -51,7 +51,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
 def kv_cache_keyword(model) -> str:
     """The KV cache's argument (and output field) name: transformers 5.2x renamed `past_key_values` to `cache` and
     warns at every call that uses the old one."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
 def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
