@@ -15,18 +15,20 @@ from pathlib import Path
 from ..analyze.load import machine_load
 from ..analyze.timeline_file import BUSY, COLUMNS_FILE, RECORD, columns, rank_file
 from ..vocab import STAGES
-from .cpu_wait import sample, since
+from .cpu_wait import current_thread_times, sample, since
 
 STAGE_INDEX = {name: i for i, name in enumerate(STAGES)}
 LIVE_FILE = "rlprof_live.json"  # rank 0's heartbeat: `rlprof capture` knows a live job by it
 REQUEST_FILE = "capture_request.json"  # what `rlprof capture` asks; rank 0 reads it at a step boundary
 RESPONSE_DIR = "capture"  # <id>.json: what the job made of a request (armed, refused, captured)
+STEP_WAIT_SHARE = 0.1  # a busy step: the busy rule, and the step's thread waited for a core 10% of the step
 _perf_ns = time.perf_counter_ns
 
 
 class StageTimer:
     """What `prof.stage(name)` returns while the watch is on: the stage's own scope (a window or the no-op),
-    timed. A stage entered again in the same step (a DAPO refill) adds to its time."""
+    timed inside it: a window's start and stop (the profiler's cost, not the stage's) stay out of the stage's time.
+    A stage entered again in the same step (a DAPO refill) adds to its time."""
 
     __slots__ = ("watch", "scopes", "name", "index", "open")
 
@@ -36,19 +38,14 @@ class StageTimer:
 
     def __enter__(self):
         inner = self.scopes[self.name]  # looked up now: the step's selection decides it
+        entered = inner.__enter__()
         self.open.append((inner, _perf_ns()))
-        try:
-            return inner.__enter__()
-        except BaseException:
-            self.open.pop()
-            raise
+        return entered
 
     def __exit__(self, *exc):
         inner, t0 = self.open.pop()
-        try:
-            return inner.__exit__(*exc)
-        finally:
-            self.watch.acc[self.index] += _perf_ns() - t0
+        self.watch.acc[self.index] += _perf_ns() - t0
+        return inner.__exit__(*exc)
 
 
 class Timers(dict):
@@ -77,15 +74,20 @@ class Watch:
         # -1: not entered. A stage that ran adds its ns on top (>= 0 after one perf_counter_ns tick); end() adds
         # the 1 back. One list, no per-stage flag to set on the boundary's path.
         self.acc = [-1] * len(STAGES)
-        self.load_at_start = sample()
+        self.load_at_start = sample(current_thread_times)
         self.t0 = _perf_ns()
 
     def end(self) -> tuple[float, list[float], bool]:
-        """(step seconds, stage seconds (NaN: did not run), busy by analyze/load.py's rule) of the open step."""
+        """(step seconds, stage seconds (NaN: did not run), busy) of the open step. Busy: analyze/load.py's rule
+        over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
         step_s = (_perf_ns() - self.t0) / 1e9
         stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]
-        load = machine_load(since(self.load_at_start)) if self.load_at_start is not None else None
-        return step_s, stages, bool(load and load["busy"])
+        rec = since(self.load_at_start, current_thread_times) if self.load_at_start is not None else {}
+        load = machine_load(rec) if rec else None
+        # material to this step: a thread that mostly sleeps or waits on a device (a GPU host's) has a large wait
+        # share of a small CPU time; the machine explains a step only where the wait is a part of its wall time
+        busy = bool(load and load["busy"] and rec["run_wait_ms"] >= STEP_WAIT_SHARE * step_s * 1e3)
+        return step_s, stages, busy
 
     def write(self, step: int, flags: int, step_s: float, stages: list[float]) -> None:
         if self._file is None:

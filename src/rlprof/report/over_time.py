@@ -1,0 +1,94 @@
+"""The run over time (the document's `timeline`, analyze/timeline.py): one chart of stage time per step with the
+captures marked, the flagged spikes, drift and stragglers as a list, and the same in the terminal."""
+
+from __future__ import annotations
+
+from .charts import STAGE_COLORS, _layout, esc
+
+
+def stage_time_chart(timeline: dict) -> dict | None:
+    """Stage time per step (the slowest rank's), one line per stage, the step dashed; captures and spikes marked."""
+    steps = timeline["steps"]
+    if not steps:
+        return None
+    traces = []
+    for name, series in timeline["per_step"].items():
+        traces.append({"type": "scattergl", "mode": "lines", "name": esc(name), "x": steps, "y": series["max"],
+                       "line": {"color": STAGE_COLORS.get(name, "#444444"), "width": 1.5,
+                                **({"dash": "dot"} if name == "step" else {})},
+                       "hovertemplate": f"step %{{x}} {esc(name)}: %{{y:.3f}} s (slowest rank)<extra></extra>"})
+    at = {s: i for i, s in enumerate(steps)}
+
+    def y_of(step, stage):
+        series = timeline["per_step"].get(stage) or timeline["per_step"]["step"]
+        i = at.get(step)
+        return series["max"][i] if i is not None else None
+
+    caps = timeline.get("captures") or []
+    if caps:
+        traces.append({"type": "scatter", "mode": "markers", "name": "captured",
+                       "x": [c["step"] for c in caps],
+                       "y": [y_of(c["step"], c["trigger"].get("stage") if c["stage"] == "e2e" else c["stage"])
+                             for c in caps],
+                       "marker": {"symbol": "star", "size": 14, "color": "#000000"},
+                       "text": [esc(f"rank {c['rank']} {c['role']}/{c['stage']}: {c['trigger'].get('reason')} "
+                                    f"(seen at step {c['trigger'].get('step')} in {c['trigger'].get('stage')})")
+                                for c in caps],
+                       "hovertemplate": "step %{x}: %{text}<extra></extra>"})
+    spikes = timeline.get("spikes") or []
+    if spikes:
+        traces.append({"type": "scatter", "mode": "markers", "name": "spike",
+                       "x": [s["step"] for s in spikes], "y": [s["seconds"] for s in spikes],
+                       "marker": {"symbol": "circle-open", "size": 11, "color": "#e45756"},
+                       "text": [esc(f"{s['stage']} {s['seconds']:.3f} s vs {s['baseline_seconds']:.3f} s")
+                                for s in spikes],
+                       "hovertemplate": "step %{x}: %{text}<extra></extra>"})
+    busy = timeline.get("busy_steps") or []
+    shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": s - 0.5, "x1": s + 0.5, "y0": 0, "y1": 1,
+               "fillcolor": "#cccccc", "opacity": 0.3, "line": {"width": 0}} for s in busy[:500]]
+    return {"data": traces, "layout": _layout("Stage time per step (slowest rank); stars: captures, circles: "
+                                              "spikes, grey: busy machine", shapes=shapes,
+                                              xaxis={"title": {"text": "step"}},
+                                              yaxis={"title": {"text": "seconds"}}, margin={"l": 70})}
+
+
+def flagged_lines(timeline: dict) -> list[str]:
+    """One sentence per flagged spike, drift, straggler and capture (plain text; the caller escapes)."""
+    out = []
+    for s in timeline.get("stragglers", []):
+        out.append(f"straggler: rank {s['rank']} in {s['stage']} at {s['steps']} steps from step {s['first_step']} "
+                   f"(x{s['median_ratio']:.2f} the other ranks' median)")
+    for d in timeline.get("drift", []):
+        out.append(f"drift: {d['stage']} went from {d['first_seconds']:.3f} s to {d['last_seconds']:.3f} s "
+                   "(first quarter vs last quarter of the judged steps)")
+    spikes = timeline.get("spikes", [])
+    for s in spikes[:10]:
+        out.append(f"spike: step {s['step']} {s['stage']} {s['seconds']:.3f} s vs a median of "
+                   f"{s['baseline_seconds']:.3f} s (slowest rank {s['rank']})")
+    if len(spikes) > 10:
+        out.append(f"... and {len(spikes) - 10} more spikes")
+    for c in timeline.get("captures", []):
+        t = c["trigger"]
+        out.append(f"captured: step {c['step']} rank {c['rank']} {c['role']}/{c['stage']} ({c['path']}): "
+                   f"{t.get('reason')} at step {t.get('step')} in {t.get('stage')}"
+                   + (f", {t['seconds']:.3f} s vs {t['baseline_seconds']:.3f} s"
+                      if t.get("seconds") is not None and t.get("baseline_seconds") is not None else ""))
+    return out
+
+
+def summary_line(timeline: dict) -> str:
+    return (f"run over time: {len(timeline['steps'])} watched steps x {len(timeline['ranks'])} rank(s), "
+            f"{len(timeline['busy_steps'])} busy, {len(timeline['captures'])} captured window(s)")
+
+
+def over_time_html(timeline: dict) -> str:
+    lines = flagged_lines(timeline) or ["nothing flagged: no spike, drift or straggler by the rules in "
+                                        "docs/analysis_schema.md"]
+    return (f'<p class="note">{esc(summary_line(timeline))}</p><ul>'
+            + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+
+
+def print_over_time(console, timeline: dict) -> None:
+    console.print(summary_line(timeline))
+    for line in flagged_lines(timeline) or ["nothing flagged (no spike, drift or straggler)"]:
+        console.print("  " + line, markup=False, highlight=False)
