@@ -7,7 +7,9 @@ spikes, drift and stragglers flagged by one documented rule each (docs/analysis_
   quarter, and at least MIN_SECONDS more;
 - straggler: a rank whose time in a stage is over STRAGGLER_FACTOR x the other ranks' median at the same step (with
   3 ranks or more, the median of all ranks stands for it), and at least MIN_SECONDS over it, at STRAGGLER_STEPS
-  judged steps or more.
+  steps or more and at STRAGGLER_SHARE of the steps after the warm-up (busy ones included: a busy neighbour slows
+  ranks at random; the same rank in the same stage step after step is the job's own). At a step where ranks straggle in several stages, only the stage that ran first counts:
+  the other ranks wait for the straggler at their next collective and look slow there.
 Judged steps: after the warm-up steps the job flagged, and not busy on any rank (analyze/load.py's rule, applied by
 the watch at each step). Memory: one float32 per (stage, rank, step), read rank by rank.
 """
@@ -24,14 +26,16 @@ SPIKE_FACTOR = 2.0
 DRIFT_FACTOR = 1.3
 STRAGGLER_FACTOR = 1.5
 STRAGGLER_STEPS = 3
+STRAGGLER_SHARE = 0.25
 MIN_SECONDS = 0.02
 WINDOW = 20
 RULES = {"spike_factor": SPIKE_FACTOR, "drift_factor": DRIFT_FACTOR, "straggler_factor": STRAGGLER_FACTOR,
-         "straggler_steps": STRAGGLER_STEPS, "min_seconds": MIN_SECONDS, "window": WINDOW}
+         "straggler_steps": STRAGGLER_STEPS, "straggler_share": STRAGGLER_SHARE, "min_seconds": MIN_SECONDS, "window": WINDOW}
 
 
 def _load(run_dir: Path):
-    """(steps, flags OR-ed over ranks, step_s [ranks x steps], {stage: [ranks x steps]}, ranks)."""
+    """(steps, flags OR-ed over ranks, step_s [ranks x steps], {stage: [ranks x steps]}, {stage: mean first entry
+    in the step over ranks [steps]}, ranks)."""
     files = timeline_ranks(run_dir)
     names = stage_names(run_dir)
     per_rank = [read_rank(p) for _, p in files]
@@ -44,14 +48,22 @@ def _load(run_dir: Path):
     step_s = np.full(shape, np.nan, np.float32)
     stages = {names[i]: np.full(shape, np.nan, np.float32) for i in kept}
     flags = np.zeros(len(steps), np.uint32)
+    start_sum = np.zeros((len(names), len(steps)))
+    start_n = np.zeros((len(names), len(steps)))
     for k, r in enumerate(per_rank):
         at = np.searchsorted(steps, r["step"])
         step_s[k, at] = r["step_s"]
         np.bitwise_or.at(flags, at, r["flags"])
         for i in kept:
             stages[names[i]][k, at] = r["stage_s"][:, i]
+            start = r["stage_start_s"][:, i]
+            ok = ~np.isnan(start)
+            start_sum[i, at[ok]] += start[ok]
+            start_n[i, at[ok]] += 1
         per_rank[k] = None  # one rank's records at a time
-    return steps, flags, step_s, stages, [rank for rank, _ in files]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        starts = {names[i]: np.where(start_n[i] > 0, start_sum[i] / start_n[i], np.inf) for i in kept}
+    return steps, flags, step_s, stages, starts, [rank for rank, _ in files]
 
 
 def _median0(a: np.ndarray) -> np.ndarray:
@@ -118,7 +130,7 @@ def timeline_only(path) -> bool:
 def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) -> dict | None:
     """The run-over-time section of the analysis document; None when the run has no timeline."""
     run_dir = Path(run_dir)
-    steps, flags, step_s, stages, ranks = _load(run_dir)
+    steps, flags, step_s, stages, starts, ranks = _load(run_dir)
     if not len(steps):
         return None
     judged = (flags & (BUSY | WARMUP)) == 0
@@ -130,6 +142,10 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
     profiled = (flags & CAPTURED) != 0  # the profiler's own cost is in these times: neither judged nor baseline
     judged &= ~profiled
     columns = {"step": step_s, **stages}
+    times_of = columns.__getitem__
+    compared = ((flags & WARMUP) == 0) & ~profiled  # the steps ranks are compared at
+    least = max(STRAGGLER_STEPS, STRAGGLER_SHARE * int(compared.sum()))
+    straggling: dict = {}
     for name, times in columns.items():
         with np.errstate(all="ignore"):
             job = np.fmax.reduce(times, axis=0)
@@ -150,19 +166,25 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             if last >= DRIFT_FACTOR * first and last - first >= MIN_SECONDS:
                 out["drift"].append({"stage": name, "first_seconds": first, "last_seconds": last,
                                      "ratio": last / first if first > 0 else None})
-        if name == "step" or len(ranks) < 2:
-            continue
-        if len(ranks) == 2:
-            others = times[::-1]  # each rank's other rank
-        else:
-            others = median[None, :]
-        with np.errstate(invalid="ignore"):
-            slow = (times > STRAGGLER_FACTOR * others) & (times - others >= MIN_SECONDS) & judged[None, :]
-        counts = slow.sum(axis=1)
-        for k in np.flatnonzero(counts >= STRAGGLER_STEPS):
-            at = np.flatnonzero(slow[k])
-            ratio = times[k, at] / np.broadcast_to(others, times.shape)[k, at]
-            out["stragglers"].append({"rank": ranks[int(k)], "stage": name, "steps": int(counts[k]),
-                                      "first_step": int(steps[at[0]]), "median_ratio": float(np.median(ratio))})
+        if name != "step" and len(ranks) >= 2:
+            others = times[::-1] if len(ranks) == 2 else median[None, :]  # 2 ranks: each rank's other rank
+            with np.errstate(invalid="ignore"):
+                slow = (times > STRAGGLER_FACTOR * others) & (times - others >= MIN_SECONDS) & compared[None, :]
+            if slow.any():
+                straggling[name] = (slow, others)
+    # at each step, only the first stage (by when it ran) in which a rank straggles: later ones are the wait for it
+    if straggling:
+        names = list(straggling)
+        first = np.stack([np.where(straggling[n][0].any(axis=0), starts[n], np.inf) for n in names])
+        winner = np.argmin(first, axis=0)
+        for i, name in enumerate(names):
+            slow, others = straggling[name]
+            slow &= (winner == i)[None, :]
+            counts = slow.sum(axis=1)
+            for k in np.flatnonzero(counts >= least):
+                at = np.flatnonzero(slow[k])
+                ratio = times_of(name)[k, at] / np.broadcast_to(others, slow.shape)[k, at]
+                out["stragglers"].append({"rank": ranks[int(k)], "stage": name, "steps": int(counts[k]),
+                                          "first_step": int(steps[at[0]]), "median_ratio": float(np.median(ratio))})
     out["stragglers"].sort(key=lambda s: (-s["steps"], s["rank"]))
     return out

@@ -2,7 +2,9 @@
 little-endian record per watched step, appended as the step ends, in `<run_dir>/timeline/rank<R>.bin`.
 
 Record: step (u4), flags (u4: BUSY, WARMUP, CAPTURED), the step's wall seconds (f4), then one f4 per stage in
-`vocab.STAGES` order: that stage's wall seconds in the step (entries summed), NaN where the stage did not run.
+`vocab.STAGES` order: that stage's wall seconds in the step (entries summed), NaN where the stage did not run; then
+one f4 per stage: when it was first entered, in seconds from the step's start (the order the stages ran in: a
+straggler's slow stage comes before the stage where the other ranks wait for it).
 `timeline/columns.json` names the columns, so a reader never guesses the layout."""
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ TIMELINE_DIR = "timeline"
 COLUMNS_FILE = "columns.json"
 FORMAT_VERSION = 1
 BUSY, WARMUP, CAPTURED = 1, 2, 4
-RECORD = struct.Struct("<IIf" + "f" * len(STAGES))
-DTYPE = np.dtype([("step", "<u4"), ("flags", "<u4"), ("step_s", "<f4"), ("stage_s", "<f4", (len(STAGES),))])
+RECORD = struct.Struct("<IIf" + "f" * 2 * len(STAGES))
+DTYPE = np.dtype([("step", "<u4"), ("flags", "<u4"), ("step_s", "<f4"), ("stage_s", "<f4", (len(STAGES),)),
+                  ("stage_start_s", "<f4", (len(STAGES),))])
 assert DTYPE.itemsize == RECORD.size
 
 
@@ -29,7 +32,7 @@ def rank_file(run_dir: Path, rank: int) -> Path:
 
 
 def columns() -> dict:
-    return {"version": FORMAT_VERSION, "record_bytes": RECORD.size, "fields": ["step", "flags", "step_s"],
+    return {"version": FORMAT_VERSION, "record_bytes": RECORD.size, "fields": ["step", "flags", "step_s", "stage_s", "stage_start_s"],
             "stages": list(STAGES), "flags": {"busy": BUSY, "warmup": WARMUP, "captured": CAPTURED}}
 
 

@@ -647,14 +647,18 @@ class Profiler:
             e2e, stages = None, {}
             self._taken = trig.due(n)
             for cap in self._taken:
+                # a stage of a role the plan does not collect (the reward's, with only the actor enabled): the
+                # whole step is captured with the roles the plan does collect
+                whole = cap.role is not None and cap.role not in trig.enabled_roles
                 for role, rp in self._capturable.items():
-                    if cap.role is not None and role != cap.role:
+                    if cap.role is not None and role != cap.role and not whole:
                         continue
                     index = self._index(role)
                     here = (index in cap.ranks) if cap.ranks is not None else (rp.all_ranks or index in rp.ranks)
                     if not (here or index in cap.extra_ranks):
                         continue
-                    if rp.mode == "e2e":
+                    if rp.mode == "e2e" or whole:
+                        rp = msgspec.structs.replace(rp, mode="e2e") if whole else rp
                         e2e = e2e or rp
                         self._capture_rows.setdefault("e2e", cap.trigger)
                     else:
@@ -683,7 +687,7 @@ class Profiler:
             step_s, stages, busy = watch.end()
         except Exception as exc:
             self._watch_fault("time the step", exc)
-            step_s, stages, busy = math.nan, [math.nan] * len(STAGES), False
+            step_s, stages, busy = math.nan, [math.nan] * 2 * len(STAGES), False
         if self._exchange is None:  # a follower: its record only
             self._record(n, step_s, stages, busy, captured=bool(self._capture_rows))
             self._capture_rows, self._taken = {}, []

@@ -11,8 +11,10 @@ baseline):
   at least min_seconds more;
 - slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
   and at least min_seconds over it; the step itself is judged when no stage is;
-- the largest excess wins (straggler before slow: it names a rank); it arms a capture of the next step, within
-  max_captures and `cooldown` steps after the previous one.
+- a straggler in the first stage (of the step's order) where any rank straggles wins: the other ranks wait for it at
+  their next collective, so they look slow in a later stage; else the slow stage with the largest excess (the step
+  itself only when no stage is). It arms a capture of the next step, within max_captures and `cooldown` steps
+  after the previous one.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from ..config.plan import TriggerPlan
 from ..vocab import ROLES, STAGE_ROLE, STAGES
 
 TIMES = 1 + len(STAGES)  # the step, then each stage
-BUSY_COL = TIMES
-REQ_COLS = TIMES + 1  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
+STARTS = TIMES  # then when each stage was first entered in the step
+BUSY_COL = STARTS + len(STAGES)
+REQ_COLS = BUSY_COL + 1  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
 WIDTH = REQ_COLS + 5
 MIN_HISTORY = 3  # judged steps before a median is a baseline
 
@@ -146,6 +149,7 @@ class Trigger:
             return None
         found, best = None, 0.0
         if plan.straggler is not None and len(times) > 1:
+            first_at = np.inf
             for j in range(1, TIMES):
                 col = times[:, j]
                 if np.isnan(col).all():
@@ -158,11 +162,13 @@ class Trigger:
                     continue
                 base = float(np.median(others))
                 excess = _over(float(col[slow]), base, plan.straggler)
-                if excess > best:
+                starts = matrix[:, STARTS + j - 1]  # the order of the stages, as the ranks ran them (median)
+                start = float(np.median(starts[~np.isnan(starts)])) if (~np.isnan(starts)).any() else np.inf
+                if excess and (start < first_at or (start == first_at and excess > best)):
                     healthy = int(others_at[np.argmin(np.abs(others - base))])
-                    best, found = excess, {"reason": "straggler", "step": step, "stage": STAGES[j - 1], "rank": slow,
-                                           "seconds": float(col[slow]), "baseline_seconds": base,
-                                           "ranks": (slow, healthy)}
+                    first_at, best = start, excess
+                    found = {"reason": "straggler", "step": step, "stage": STAGES[j - 1], "rank": slow,
+                             "seconds": float(col[slow]), "baseline_seconds": base, "ranks": (slow, healthy)}
         job = np.fmax.reduce(times, axis=0)  # the slowest rank's time, NaN only where no rank ran it
         if found is None and plan.slow is not None and len(self.history) >= MIN_HISTORY:
             base = _median_rows(np.asarray(self.history))

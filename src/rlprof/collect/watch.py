@@ -39,7 +39,10 @@ class StageTimer:
     def __enter__(self):
         inner = self.scopes[self.name]  # looked up now: the step's selection decides it
         entered = inner.__enter__()
-        self.open.append((inner, _perf_ns()))
+        t0 = _perf_ns()
+        if self.watch.acc[self.index] < 0:  # first entry this step
+            self.watch.first[self.index] = t0
+        self.open.append((inner, t0))
         return entered
 
     def __exit__(self, *exc):
@@ -66,6 +69,7 @@ class Watch:
         self.run_dir, self.rank = Path(run_dir), rank
         self.path = rank_file(run_dir, rank)
         self.acc = [-1] * len(STAGES)
+        self.first = [0] * len(STAGES)
         self.t0 = 0
         self.load_at_start = None
         self._file = None
@@ -74,14 +78,17 @@ class Watch:
         # -1: not entered. A stage that ran adds its ns on top (>= 0 after one perf_counter_ns tick); end() adds
         # the 1 back. One list, no per-stage flag to set on the boundary's path.
         self.acc = [-1] * len(STAGES)
+        self.first = [0] * len(STAGES)
         self.load_at_start = sample(current_thread_times)
         self.t0 = _perf_ns()
 
     def end(self) -> tuple[float, list[float], bool]:
-        """(step seconds, stage seconds (NaN: did not run), busy) of the open step. Busy: analyze/load.py's rule
+        """(step seconds, stage seconds (NaN: did not run) then each stage's first entry in seconds from the
+        step's start, busy) of the open step. Busy: analyze/load.py's rule
         over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
         step_s = (_perf_ns() - self.t0) / 1e9
         stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]
+        stages += [math.nan if ns < 0 else (t - self.t0) / 1e9 for ns, t in zip(self.acc, self.first)]
         rec = since(self.load_at_start, current_thread_times) if self.load_at_start is not None else {}
         load = machine_load(rec) if rec else None
         # material to this step: a thread that mostly sleeps or waits on a device (a GPU host's) has a large wait
