@@ -35,22 +35,26 @@ RULES = {"spike_factor": SPIKE_FACTOR, "drift_factor": DRIFT_FACTOR, "straggler_
 
 def _load(run_dir: Path):
     """(steps, flags OR-ed over ranks, step_s [ranks x steps], {stage: [ranks x steps]}, {stage: mean first entry
-    in the step over ranks [steps]}, ranks)."""
+    in the step over ranks [steps]}, ranks). Two passes over the files, one rank's records in memory at a time:
+    the first finds the steps and the stages that ran, the second fills the tables."""
     files = timeline_ranks(run_dir)
     names = stage_names(run_dir)
-    per_rank = [read_rank(p) for _, p in files]
-    steps = np.unique(np.concatenate([r["step"] for r in per_rank])) if per_rank else np.zeros(0, np.uint32)
+    steps = np.zeros(0, np.uint32)
     present = np.zeros(len(names), bool)
-    for r in per_rank:
-        present |= ~np.isnan(r["stage_s"]).all(axis=0) if len(r) else False
+    for _, path in files:
+        r = read_rank(path)
+        if len(r):
+            steps = np.union1d(steps, r["step"]) if not np.array_equal(steps, r["step"]) else steps
+            present |= ~np.isnan(r["stage_s"]).all(axis=0)
     kept = [i for i in range(len(names)) if present[i]]
-    shape = (len(per_rank), len(steps))
+    shape = (len(files), len(steps))
     step_s = np.full(shape, np.nan, np.float32)
     stages = {names[i]: np.full(shape, np.nan, np.float32) for i in kept}
     flags = np.zeros(len(steps), np.uint32)
     start_sum = np.zeros((len(names), len(steps)))
     start_n = np.zeros((len(names), len(steps)))
-    for k, r in enumerate(per_rank):
+    for k, (_, path) in enumerate(files):
+        r = read_rank(path)
         at = np.searchsorted(steps, r["step"])
         step_s[k, at] = r["step_s"]
         np.bitwise_or.at(flags, at, r["flags"])
@@ -60,7 +64,6 @@ def _load(run_dir: Path):
             ok = ~np.isnan(start)
             start_sum[i, at[ok]] += start[ok]
             start_n[i, at[ok]] += 1
-        per_rank[k] = None  # one rank's records at a time
     with np.errstate(invalid="ignore", divide="ignore"):
         starts = {names[i]: np.where(start_n[i] > 0, start_sum[i] / start_n[i], np.inf) for i in kept}
     return steps, flags, step_s, stages, starts, [rank for rank, _ in files]
@@ -74,23 +77,30 @@ def _median0(a: np.ndarray) -> np.ndarray:
 
 
 def _rolling_median(series: np.ndarray, window: int) -> np.ndarray:
-    """Median of the previous `window` values of `series` at each position (NaN for the first ones)."""
+    """At each position, the median of the previous `window` numbers of `series` (NaN: not judged, skipped);
+    NaN where none precedes."""
     out = np.full(len(series), np.nan)
-    if len(series) <= window:
-        for i in range(1, len(series)):
-            out[i] = np.nanmedian(series[max(0, i - window):i]) if not np.isnan(series[max(0, i - window):i]).all() \
-                else np.nan
+    where = np.flatnonzero(~np.isnan(series))
+    values = series[where]
+    if len(values) < 2:
         return out
-    views = np.lib.stride_tricks.sliding_window_view(series, window)[:-1]
-    with np.errstate(all="ignore"):
-        out[window:] = np.median(views, axis=1) if not np.isnan(series).any() else np.nanmedian(views, axis=1)
-    for i in range(1, window):
-        out[i] = np.nanmedian(series[:i]) if not np.isnan(series[:i]).all() else np.nan
+    prev = np.full(len(values), np.nan)
+    for i in range(1, min(window, len(values))):
+        prev[i] = np.median(values[:i])
+    if len(values) > window:
+        prev[window:] = np.median(np.lib.stride_tricks.sliding_window_view(values, window)[:-1], axis=1)
+    # a position's baseline: the median before the last judged value at or before it
+    at = np.searchsorted(where, np.arange(len(series)), side="left")
+    ok = at < len(where)
+    out[ok] = prev[at[ok]]
+    out[where] = prev
     return out
 
 
 def _round(values) -> list:
-    return [None if not np.isfinite(v) else round(float(v), 6) for v in values]
+    """Numbers for JSON: 6 decimals, None where not a number."""
+    return [None if v != v or v in (np.inf, -np.inf) else v
+            for v in np.round(np.asarray(values, dtype=np.float64), 6).tolist()]
 
 
 def triggered_windows(run_dir: Path) -> list[dict]:

@@ -52,6 +52,7 @@ class _NullContext:
 NULL = _NullContext()
 _E2E = object()  # _stage_now value: mark this stage as a range inside the open end-to-end window
 _current: "Profiler | None" = None
+HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
 
 
 def current() -> "Profiler | None":
@@ -333,6 +334,7 @@ class Profiler:
         self._probing: set = set()
         self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
         self._requests_seen: set = set()
+        self._beat_at = 0.0
         if watched:
             self._start_watch(decides)
         _current = self
@@ -710,7 +712,10 @@ class Profiler:
         if self.rank == 0:
             try:
                 self._answer(n, decision)
-                self._heartbeat(step=n, step_seconds=step_s)
+                now = time.monotonic()
+                if now - self._beat_at >= HEARTBEAT_S or decision.armed or decision.refused or self._taken:
+                    self._beat_at = now  # a rename per step costs ms on some disks: at most one a second
+                    self._heartbeat(step=n, step_seconds=step_s)
             except Exception as exc:
                 self._watch_fault("write the heartbeat", exc)
         self._capture_rows, self._taken = {}, []
