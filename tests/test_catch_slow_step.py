@@ -144,18 +144,41 @@ def test_budget_and_cooldown_bound_the_captures(tmp_path):
     assert len([r for r in rows(prof.watch_dir) if r.get("trigger")]) == 1
 
 
-def test_fault_inside_the_watch_is_one_warning_and_training_goes_on(tmp_path, caplog):
-    p = plan(tmp_path, f"{T}.slow.factor=2.0")
+def test_fault_writing_the_timeline_is_one_warning_and_the_decision_goes_on(tmp_path, caplog):
+    p = plan(tmp_path, f"{T}.request=true")
     run = tmp_path / "p" / "run"
     run.mkdir(parents=True)
     (run / "timeline").write_text("not a directory")  # the timeline cannot be written
+    from rlprof.collect.request import submit
+
+    submit(run, step=6, role="actor", stage="actor_update", ranks=None)  # asked before the job starts
     prof = Profiler(p, run_id="run")
     with caplog.at_level(logging.WARNING, logger="rlprof"):
-        d = host(prof, 16, slow_from=8)
+        d = host(prof, 10)
     faults = [r for r in caplog.records if "the watch failed" in r.getMessage()]
-    assert len(faults) == 1 and "training goes on" in faults[0].getMessage()
-    caps = [r for r in rows(d) if r.get("trigger")]  # the decision still ran (its busy flags are not on disk)
-    assert len(caps) == 1 and caps[0]["trigger"]["step"] >= 8 and caps[0]["step"] == caps[0]["trigger"]["step"] + 1
+    assert len(faults) == 1 and "training goes on" in faults[0].getMessage() and "timeline" in faults[0].getMessage()
+    assert [(r["step"], r["stage"], r["trigger"]["reason"]) for r in rows(d)] == [(6, "actor_update", "request")]
+
+
+def test_fault_inside_the_trigger_is_one_warning_and_training_goes_on(tmp_path, caplog, monkeypatch):
+    from rlprof.collect import trigger
+
+    def broken(self, step, matrix, ranks=None):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(trigger.Trigger, "decide", broken)
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0"), run_id="run")
+    done = []
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        with prof:
+            for n in range(1, 11):
+                with prof.step(n):
+                    with prof.stage("actor_update"):
+                        done.append(n)
+    faults = [r for r in caplog.records if "the watch failed" in r.getMessage()]
+    assert done == list(range(1, 11))
+    assert len(faults) == 1 and "failed to decide" in faults[0].getMessage() and "without it" in faults[0].getMessage()
+    assert rows(prof.watch_dir) == []
 
 
 def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
