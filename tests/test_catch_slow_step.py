@@ -311,3 +311,25 @@ def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
     finally:
         job.terminate()
         job.wait(timeout=60)
+
+
+def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tmp_path):
+    from rlprof.analyze.engine import analyze
+    from rlprof.report.over_time import captures_beside
+    from rlprof.report.page import build_page
+
+    prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{T}.baseline=true"), run_id="run")
+    from rlprof.collect.request import submit
+
+    submit(prof.watch_dir, step=8, role="actor", stage="actor_update", ranks=None)
+    d = host(prof, 9, slow_from=8)  # the request takes step 8, the first slow one
+    reasons = sorted((r["step"], r["stage"], r["trigger"]["reason"]) for r in rows(d))
+    assert (4, "actor_update", "baseline") in reasons and (8, "actor_update", "request") in reasons
+    doc = analyze(d, workers=1)
+    assert doc["timeline"]["captured_steps"] == [4, 8]
+    beside = [b for b in captures_beside(doc) if b["capture"].startswith("step8_")]
+    assert len(beside) == 1 and beside[0]["normal"].startswith("step4_actor_actor_update")
+    wall = beside[0]["buckets"]["wall_ms"]
+    assert wall["captured_ms"] > wall["normal_ms"] + 100  # the 150 ms sleep is what grew
+    page = build_page(doc, "run")
+    assert "The run over time" in page and "chart-over_time" in page and "beside step4_actor_actor_update" in page

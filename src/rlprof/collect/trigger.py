@@ -138,6 +138,11 @@ class Trigger:
         self.used = 0
         self.last_armed: int | None = None
         self.pending: list[Capture] = []
+        if plan.baseline and plan.keep == "next":  # a normal window to put captures beside (outside the budget)
+            at = plan.warmup_steps + 1
+            self.pending.append(Capture(at_step=at, stage=None, role=None, trigger={
+                "reason": "baseline", "step": at, "stage": "step", "rank": None, "seconds": None,
+                "baseline_seconds": None}))
 
     def budget_left(self) -> int:
         return self.plan.max_captures - self.used

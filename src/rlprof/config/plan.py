@@ -121,6 +121,7 @@ class TriggerPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     warmup_steps: int = 3
     window: int = 20  # recent watched steps the median baseline is taken over
     stages: tuple[str, ...] | None = None  # keep: slow_only: the stages profiled every step (None: every selected)
+    baseline: bool = False  # capture the first step after the warm-up too: the normal window captures are put beside
 
 
 class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

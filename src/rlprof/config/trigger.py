@@ -10,7 +10,8 @@ from .plan import SlowRule, TriggerPlan
 from ..errors import ConfigError
 from ..vocab import STAGES
 
-KEYS = ("slow", "straggler", "request", "max_captures", "cooldown", "keep", "warmup_steps", "window", "stages")
+KEYS = ("slow", "straggler", "request", "max_captures", "cooldown", "keep", "warmup_steps", "window", "stages",
+        "baseline")
 RULE_KEYS = ("factor", "min_seconds")
 KEEP = ("next", "slow_only")
 
@@ -53,6 +54,7 @@ def parse_trigger(key: str, raw: Any) -> TriggerPlan | None:
         warmup_steps=c.integer(f"{key}.warmup_steps", b.get("warmup_steps", 3), minimum=0),
         window=c.integer(f"{key}.window", b.get("window", 20), minimum=3),
         stages=stages,
+        baseline=c.boolean(f"{key}.baseline", b.get("baseline", False)),
     )
     if trigger.slow is None and trigger.straggler is None and not trigger.request:
         raise ConfigError(key, raw, "at least one of slow: {factor: ...}, straggler: {factor: ...}, request: true",

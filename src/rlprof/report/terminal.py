@@ -79,7 +79,7 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
     if doc.get("timeline"):
         from .over_time import print_over_time
 
-        print_over_time(console, doc["timeline"])
+        print_over_time(console, doc)
     rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
     table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
     for col in ("step", "role", "stage", "rank") + BUCKETS:
