@@ -99,7 +99,7 @@ def main() -> None:
         print(json.dumps({"ranks": args.ranks, "steps": args.steps, "stages": len(USED),
                           "timeline_mb": round(size / 1e6, 1), "seconds": round(seconds, 2),
                           "peak_mb": {k: round(v, 1) for k, v in peaks.items()},
-                          "limit": {"seconds": 10, "peak_mb": 1000}, "found": found}, indent=1))
+                          "limit": {"seconds": 10, "peak_mb": 1000}, "found": found}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -167,7 +167,7 @@ def main() -> None:
         "slow_only_said": said,
         "steps": args.steps, "rounds": args.rounds,
     }
-    print(json.dumps(result, indent=1))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
