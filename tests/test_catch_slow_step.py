@@ -333,3 +333,26 @@ def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tm
     assert wall["captured_ms"] > wall["normal_ms"] + 100  # the 150 ms sleep is what grew
     page = build_page(doc, "run")
     assert "The run over time" in page and "chart-over_time" in page and "beside step4_actor_actor_update" in page
+
+
+@pytest.mark.slow
+def test_async_rollout_replicas_follow_the_drivers_decision(tmp_path):
+    R = "actor_rollout_ref.rollout.profiler"
+    proc = run_cli("train", *train_args(tmp_path, 14, "rollout.mode=async", "rollout.replicas=2",
+                                        f"{R}.tool_config.torch.discrete=true", f"{R}.ranks=[1]",
+                                        f"{T}.slow.factor=2.0", "trainer.debug.inject_slowdown.from_step=9",
+                                        "trainer.debug.inject_slowdown.stage=rollout_generate",
+                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = only_run(tmp_path / "p")
+    expected = trigger_steps(9, busy_steps(d), 14)
+    captured = [r for r in rows(d) if r.get("trigger")]
+    assert bool(captured) == bool(expected), (expected, busy_steps(d))
+    if not expected:
+        return
+    first = captured[0]
+    assert first["trigger"]["step"] in expected and first["trigger"]["stage"] == "rollout_generate"
+    # the driver's trigger decided; replica 1 (the rollout's selected replica) took the next step's rollout
+    assert (first["role"], first["stage"], first["replica"], first["step"]) == (
+        "rollout", "rollout_generate", 1, first["trigger"]["step"] + 1)
+    assert [rank for rank, _ in timeline_ranks(d)] == [0]  # the driver keeps the timeline; replicas follow

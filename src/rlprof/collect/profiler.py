@@ -335,6 +335,7 @@ class Profiler:
         self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
         self._requests_seen: set = set()
         self._beat_at = 0.0
+        self._delegated: dict = {}
         if watched:
             self._start_watch(decides)
         _current = self
@@ -636,6 +637,13 @@ class Profiler:
             self._trigger.pending.append(Capture(at_step=step, stage=stage, role=role, trigger=trigger,
                                                  ranks=(self._watch.rank,)))
 
+    def delegated(self, stage: str) -> dict | None:
+        """The trigger row of a capture this step of `stage` that a process following this one takes (an async
+        rollout replica), or None. Asked by the host between the step's start and the stage."""
+        if self._watch is None:
+            return None
+        return self._delegated.get(stage) or self._delegated.get("step")
+
     def _index(self, role: str) -> int:
         async_rollout = role == "rollout" and self.plan.async_rollout and self.replica is not None
         return self.replica if async_rollout else self.rank
@@ -648,7 +656,13 @@ class Profiler:
             self._capture_rows, self._probing = {}, set()
             e2e, stages = None, {}
             self._taken = trig.due(n)
+            self._delegated = {}
             for cap in self._taken:
+                if cap.role is not None and cap.role in trig.enabled_roles and cap.role not in self._capturable:
+                    # a role another process hosts (async rollout replicas): they follow through `delegated`
+                    self._delegated.setdefault(cap.stage or "step", cap.trigger)
+                elif cap.role is None:
+                    self._delegated.setdefault("step", cap.trigger)
                 # a stage of a role the plan does not collect (the reward's, with only the actor enabled): the
                 # whole step is captured with the roles the plan does collect
                 whole = cap.role is not None and cap.role not in trig.enabled_roles
@@ -690,8 +704,7 @@ class Profiler:
         except Exception as exc:
             self._watch_fault("time the step", exc)
             step_s, stages, busy = math.nan, [math.nan] * 2 * len(STAGES), False
-        if self._exchange is None:  # a follower: its record only
-            self._record(n, step_s, stages, busy, captured=bool(self._capture_rows))
+        if self._exchange is None:  # a follower: the host decides and keeps the timeline
             self._capture_rows, self._taken = {}, []
             return
         req = None

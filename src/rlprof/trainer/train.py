@@ -70,7 +70,7 @@ class Trainer:
         if self.is_async:
             from .async_rollout import AsyncRollout
 
-            self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id)
+            self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id, host=self.prof)
         elif cfg.rollout.engine == "vllm":
             from .vllm_rollout import VllmRollout
 
