@@ -91,6 +91,17 @@ def test_trigger_that_arms_nothing_is_refused(tmp_path):
     assert proc.returncode == 2 and T in proc.stderr and "arms nothing" in proc.stderr
 
 
+def test_plan_says_what_the_trigger_does(tmp_path):
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.straggler.factor=1.5",
+                   f"{T}.max_captures=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "trigger: every step of every rank watched" in proc.stdout and "over 1.5x the other ranks" in proc.stdout
+    assert "at most 2 capture(s)" in proc.stdout and "nothing will be collected" not in proc.stdout
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.request=true", "--json",
+                   cwd=tmp_path)
+    assert json.loads(proc.stdout)["trigger"]["request"] is True
+
+
 def test_trigger_reads_in_the_integrated_dialect_too():
     p = load_plan(None, ["profiler_config.integrated.profile=true",
                          "profiler_config.integrated.trigger.slow.factor=3"])
