@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import run_cli
-from helpers import rows
-from rlprof.analyze.timeline_file import BUSY, read_rank, timeline_ranks
+from helpers import busy_steps, first_judged, rows, trigger_steps
+from rlprof.analyze.timeline_file import read_rank, timeline_ranks
 from rlprof.collect import Profiler
 from rlprof.config import load_plan
 
@@ -37,38 +37,6 @@ def host(prof, steps, slow_from=None, slow_stage="actor_update", extra=0.15):
 
 def tmp_run(prof):
     return prof.watch_dir
-
-
-def busy_steps(run_dir, rank=0):
-    rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
-    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & BUSY}
-
-
-def first_judged(onset, busy):
-    """The first step at or after the onset that is not busy (a straggler is judged against the other ranks of
-    the same step: no history needed)."""
-    step = onset
-    while step in busy:
-        step += 1
-    return step
-
-
-def trigger_steps(onset, busy, last, warmup=3):
-    """The steps the slow rule may first fire at, from the busy flags alone (the only thing a loaded machine
-    changes): steps after the warm-up that are not busy are judged, each against the median of the judged steps
-    before it (>= 3 of them), which is a fast one while fast steps outnumber slow ones. On a quiet machine: {onset},
-    so the capture is of the first step after the onset. Empty: the machine was too busy for any judgement."""
-    fast = slow = 0
-    maybe = set()
-    for step in range(warmup + 1, last + 1):
-        if step in busy:
-            continue
-        if step >= onset and fast + slow >= 3 and fast >= slow:
-            maybe.add(step)
-            if fast > slow:
-                return maybe
-        fast, slow = fast + (step < onset), slow + (step >= onset)
-    return maybe
 
 
 # ---- configuration ---------------------------------------------------------------------------------------------
@@ -197,8 +165,10 @@ def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
                          f"{T}.max_captures=10"), run_id="run")
     d = host(prof, 12, slow_from=9)
     kept = [r for r in rows(d) if r["stage"] == "actor_update"]
-    assert kept and all(r["trigger"]["reason"] == "slow" and r["trigger"]["step"] == r["step"] for r in kept)
-    assert min(r["step"] for r in kept) >= 9  # the fast windows were profiled, then dropped
+    busy = busy_steps(d)
+    assert bool(kept) == bool(trigger_steps(9, busy, 12))  # empty only where a loaded machine left no judgement
+    assert all(r["trigger"]["reason"] == "slow" and r["trigger"]["step"] == r["step"] for r in kept)
+    assert all(r["step"] >= 9 and r["step"] not in busy for r in kept)  # the fast windows were profiled, dropped
     assert sorted(p.name for p in d.glob("*.json.gz")) == sorted(r["path"] for r in kept)
     assert "keep: slow_only profiled 9 stage windows" in capsys.readouterr().out  # steps 4..12
 
