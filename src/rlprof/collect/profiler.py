@@ -642,7 +642,7 @@ class Profiler:
         rollout replica), or None. Asked by the host between the step's start and the stage."""
         if self._watch is None:
             return None
-        return self._delegated.get(stage) or self._delegated.get("step")
+        return self._delegated.get(stage)
 
     def _index(self, role: str) -> int:
         async_rollout = role == "rollout" and self.plan.async_rollout and self.replica is not None
@@ -659,10 +659,10 @@ class Profiler:
             self._delegated = {}
             for cap in self._taken:
                 if cap.role is not None and cap.role in trig.enabled_roles and cap.role not in self._capturable:
-                    # a role another process hosts (async rollout replicas): they follow through `delegated`
+                    # a role another process hosts (async rollout replicas, a vLLM engine): they follow through
+                    # `delegated`, and this process opens nothing, so that its windows and theirs never overlap on a
+                    # device they share. A whole-step capture stays here (the rollout is a range of this window).
                     self._delegated.setdefault(cap.stage or "step", cap.trigger)
-                elif cap.role is None:
-                    self._delegated.setdefault("step", cap.trigger)
                 # a stage of a role the plan does not collect (the reward's, with only the actor enabled): the
                 # whole step is captured with the roles the plan does collect
                 whole = cap.role is not None and cap.role not in trig.enabled_roles
