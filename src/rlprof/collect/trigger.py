@@ -71,16 +71,23 @@ class Exchange:
     NCCL), or the local row alone. `last_us` is the collective's cost, measured."""
 
     def __init__(self, world_size: int):
-        dist = sys.modules.get("torch.distributed")  # a host that never imported torch.distributed has no group
+        self.world_size = world_size
         self.dist = None
-        if dist is not None and dist.is_available() and dist.is_initialized() and world_size > 1 \
-                and dist.get_world_size() == world_size:
-            self.dist = dist
+        self.resolved = False  # the group is looked for at the first step end: a host may start it after the Profiler
         self.last_us = 0.0
         self.total_us = 0.0
         self.calls = 0
 
+    def _resolve(self) -> None:
+        self.resolved = True
+        dist = sys.modules.get("torch.distributed")  # a host that never imported torch.distributed has no group
+        if dist is not None and dist.is_available() and dist.is_initialized() and self.world_size > 1 \
+                and dist.get_world_size() == self.world_size:
+            self.dist = dist
+
     def gather(self, vec: list[float]) -> np.ndarray:
+        if not self.resolved:
+            self._resolve()
         t0 = time.perf_counter_ns()
         if self.dist is None:
             out = np.asarray([vec], dtype=np.float64)
