@@ -173,6 +173,27 @@ def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
     assert "keep: slow_only profiled 9 stage windows" in capsys.readouterr().out  # steps 4..12
 
 
+def test_capture_says_in_one_line_why_not(tmp_path):
+    prof = Profiler(plan(tmp_path, f"{T}.request=true"), run_id="run")
+    d = host(prof, 4)  # the job ended: its heartbeat says so
+    proc = run_cli("capture", d, "--next")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no live job" in proc.stderr
+    assert "ended" in proc.stderr
+    live = json.loads((d / "rlprof_live.json").read_text())
+    for fields, why in [({"captures_left": 0}, "the budget is spent"), ({"step": 9}, "step 5 has passed"),
+                        ({"request": False}, "takes no requests")]:
+        # a live job (this test's own process) at step 4 with the budget left, but for the one field changed
+        (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
+                                                        "captures_left": 1, **fields}))
+        proc = run_cli("capture", d, "--step", "5", "--wait", "1")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr, (fields, proc.stderr)
+    (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
+                                                    "captures_left": 1}))
+    proc = run_cli("capture", tmp_path / "p", "--next", "--wait", "0")  # the save_path of one live run finds it
+    assert proc.returncode == 0 and f"asked {d} for a capture" in proc.stdout, proc.stderr
+    assert json.loads((d / "capture_request.json").read_text())["step"] is None  # --next
+
+
 # ---- rlprof's trainer ---------------------------------------------------------------------------------------------
 def only_run(path):
     runs = [p for p in path.iterdir() if p.is_dir()]
