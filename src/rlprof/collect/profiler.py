@@ -744,10 +744,8 @@ class Profiler:
     def _settle_probes(self, flagged: dict | None) -> bool:
         """keep: slow_only: the windows of this step's slow stage are written, the others dropped."""
         held, self._held = self._held, []
-        trig = self._trigger
         keep = set()
-        if flagged is not None and trig.budget_left() > 0:
-            trig.used += 1
+        if flagged is not None:  # the trigger counted it on the budget
             keep = {w.spec.stage for w, _ in held} if flagged["stage"] == "step" else {flagged["stage"]}
         row = {k: v for k, v in (flagged or {}).items() if k != "ranks"}
         for w, outputs in held:

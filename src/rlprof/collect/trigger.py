@@ -55,7 +55,7 @@ class Capture:
 class Decision:
     armed: list = field(default_factory=list)  # Capture
     refused: list = field(default_factory=list)  # (request id, one line why)
-    flagged: dict | None = None  # this step's finding (keep: slow_only keeps its windows)
+    flagged: dict | None = None  # keep: slow_only: this step's finding, within the budget: its windows are kept
 
 
 def encode_request(req: dict | None) -> list[float]:
@@ -204,9 +204,15 @@ class Trigger:
         if req[0] > 0:
             self._request(step, req, ranks_asked, out)
         found = self.judge(step, matrix)
-        out.flagged = found
-        if found is None or self.plan.keep == "slow_only":
-            return out  # slow_only keeps this step's windows instead of arming the next (the Profiler does)
+        if found is not None and self.plan.keep == "slow_only":
+            # this step's windows are kept instead of arming the next (the Profiler keeps them), on the budget:
+            # counted here, on every rank alike, whether or not a rank profiled the stage
+            if self.used < self.plan.max_captures:
+                self.used += 1
+                out.flagged = found
+            return out
+        if found is None:
+            return out
         cooled = self.last_armed is None or step - self.last_armed >= self.plan.cooldown
         if self.used < self.plan.max_captures and cooled and not self.pending:
             self.arm(Capture(at_step=step + 1, stage=None if found["stage"] == "step" else found["stage"],
