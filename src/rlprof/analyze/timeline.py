@@ -16,6 +16,7 @@ the watch at each step). Memory: one float32 per (stage, rank, step), read rank 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,9 @@ def _median0(a: np.ndarray) -> np.ndarray:
     """Median over ranks (axis 0), NaN-aware only where NaN is present (nanmedian is slow on wide arrays)."""
     if not np.isnan(a).any():
         return np.median(a, axis=0)
-    return np.nanmedian(a, axis=0)
+    with warnings.catch_warnings():  # a step no rank ran the stage in: NaN, said as such
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(a, axis=0)
 
 
 def _rolling_median(series: np.ndarray, window: int) -> np.ndarray:
