@@ -12,8 +12,9 @@ def stage_time_chart(timeline: dict) -> dict | None:
     if not steps:
         return None
     traces = []
+    kind = "scattergl" if len(steps) * len(timeline["per_step"]) > 50_000 else "scatter"  # WebGL only when large
     for name, series in timeline["per_step"].items():
-        traces.append({"type": "scattergl", "mode": "lines", "name": esc(name), "x": steps, "y": series["max"],
+        traces.append({"type": kind, "mode": "lines", "name": esc(name), "x": steps, "y": series["max"],
                        "line": {"color": STAGE_COLORS.get(name, "#444444"), "width": 1.5,
                                 **({"dash": "dot"} if name == "step" else {})},
                        "hovertemplate": f"step %{{x}} {esc(name)}: %{{y:.3f}} s (slowest rank)<extra></extra>"})
@@ -49,7 +50,7 @@ def stage_time_chart(timeline: dict) -> dict | None:
     return {"data": traces, "layout": _layout("Stage time per step (slowest rank); stars: captures, circles: "
                                               "spikes, grey: busy machine", shapes=shapes,
                                               xaxis={"title": {"text": "step"}},
-                                              yaxis={"title": {"text": "seconds"}}, margin={"l": 70})}
+                                              yaxis={"title": {"text": "seconds"}}, margin={"l": 70}, height=460)}
 
 
 def flagged_lines(timeline: dict) -> list[str]:
