@@ -113,6 +113,34 @@ def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):
     assert len(read_rank(prof.watch_dir / "timeline" / "rank0.bin")) == 30
 
 
+def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
+    """A slow update caught as one micro-batch: the role's `schedule` (unit micro_batch, active 1) applies inside
+    the captured stage, and a timeline-only run (before anything was captured) is analysed too."""
+    from helpers import load_trace, names
+    from rlprof.analyze.engine import analyze
+
+    prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, "
+                         "active: 1}"), run_id="run")
+    from rlprof.collect.request import submit
+
+    submit(prof.watch_dir, step=3, role="actor", stage="actor_update", ranks=None)
+    with prof:
+        for n in range(1, 5):
+            with prof.step(n):
+                with prof.stage("actor_update"):
+                    for _ in range(4):
+                        with prof.unit("micro_batch", seqs=2):
+                            time.sleep(0.002)
+            if n == 2:
+                doc = analyze(prof.watch_dir, workers=1)  # the timeline alone: nothing captured yet
+                assert doc["rows"] == [] and doc["timeline"]["steps"] == [1, 2]
+    (row,) = rows(prof.watch_dir)
+    assert (row["step"], row["stage"], row["unit"], row["trigger"]["reason"]) == (3, "actor_update", "micro_batch",
+                                                                                  "request")
+    trace = load_trace(prof.watch_dir / row["path"])
+    assert names(trace, "rlprof:micro_batch:") == ["rlprof:micro_batch:0"]  # one of the stage's four
+
+
 def test_budget_and_cooldown_bound_the_captures(tmp_path):
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.max_captures=1", f"{T}.window=3"), run_id="run")
     with prof:
