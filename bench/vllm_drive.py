@@ -8,7 +8,10 @@ A round is one `llm.generate` of one request per entry (prompt i: tokens [1, 5+i
 request's max_tokens, with ignore_eos so that a request generates exactly that many. Options:
 `--profile-rounds 2 3` calls vLLM's own `llm.start_profile()` / `stop_profile()` around those rounds (1-based),
 `--profiler-config JSON` starts the engine with that ProfilerConfig, `--driver-steps 5 6 7` says each round's step
-to rlprof's plugin (`rlprof.integrations.vllm_plugin.step`: round k is the k-th step listed). The environment decides the rest: RLPROF_PLAN (the plugin),
+to rlprof's plugin (`rlprof.integrations.vllm_plugin.step`: round k is the k-th step listed), `--host-slow-from K`
+makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's plan and trigger): round k is step
+k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
+engine with the step. The environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
 """
@@ -54,9 +57,18 @@ def run(args) -> dict:
         out["runner_wrapped"] = llm.collective_rpc(
             lambda w: {m: getattr(getattr(w.worker.model_runner, m), "rlprof_wrapper", False)
                        for m in ("execute_model", "sample_tokens")})[0]
-    step = None
-    if args.driver_steps:
+    step = host = None
+    if args.driver_steps or args.host_slow_from:
         from rlprof.integrations.vllm_plugin import step
+    if args.host_slow_from:
+        import shlex
+
+        from rlprof import Profiler
+        from rlprof.config import load_plan
+        from rlprof.config.source import split_config_args
+
+        path, overrides = split_config_args(shlex.split(os.environ["RLPROF_PLAN"]))
+        host = Profiler(load_plan(path, overrides), role="actor", run_id=os.environ.get("RLPROF_RUN_ID"))
     for k, lengths in enumerate(json.loads(args.rounds), start=1):
         prompts = [TokensPrompt(prompt_token_ids=[1, 5 + i % 50, 7, 9]) for i in range(len(lengths))]
         params = [SamplingParams(max_tokens=n, ignore_eos=True, temperature=1.0, detokenize=False) for n in lengths]
@@ -64,7 +76,16 @@ def run(args) -> dict:
         if profiled:
             llm.start_profile()
         t = time.perf_counter()
-        if step is not None:
+        if host is not None:
+            with host.step(k):
+                trigger = host.delegated("rollout_generate")
+                with host.stage("rollout_generate"):
+                    with step(llm, k, trigger=trigger):
+                        results = llm.generate(prompts, params, use_tqdm=False)
+                    if k >= args.host_slow_from:
+                        time.sleep(0.5)  # a slow rollout, as the host's clock sees it
+            out.setdefault("delegated", []).append(trigger)
+        elif step is not None:
             with step(llm, args.driver_steps[k - 1]):
                 results = llm.generate(prompts, params, use_tqdm=False)
         else:
@@ -73,6 +94,8 @@ def run(args) -> dict:
         if profiled:
             llm.stop_profile()
         out["rounds"].append({"seconds": seconds, "tokens": [len(r.outputs[0].token_ids) for r in results]})
+    if host is not None:
+        host.close()
     return out
 
 
@@ -89,6 +112,7 @@ def main() -> None:
     r.add_argument("--profile-rounds", type=int, nargs="*", default=[])
     r.add_argument("--profiler-config")
     r.add_argument("--driver-steps", type=int, nargs="*", default=[])
+    r.add_argument("--host-slow-from", type=int, default=0)
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

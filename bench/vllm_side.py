@@ -48,7 +48,7 @@ def make_model(dest: Path) -> Path:
 
 def drive(model: Path, rounds: list[list[int]], *, env: dict | None = None, cwd: Path | None = None,
           profile_rounds: list[int] = (), profiler_config: dict | None = None, driver_steps: list[int] = (),
-          timeout: int = 600) -> tuple[dict | None, subprocess.CompletedProcess]:
+          host_slow_from: int = 0, timeout: int = 600) -> tuple[dict | None, subprocess.CompletedProcess]:
     """Run rounds of generation in a fresh vLLM process; (its JSON result or None, the finished process)."""
     args = [str(PYTHON), str(DRIVE), "run", "--model", str(model), "--rounds", json.dumps(rounds)]
     if profile_rounds:
@@ -57,6 +57,8 @@ def drive(model: Path, rounds: list[list[int]], *, env: dict | None = None, cwd:
         args += ["--profiler-config", json.dumps(profiler_config)]
     if driver_steps:
         args += ["--driver-steps", *map(str, driver_steps)]
+    if host_slow_from:
+        args += ["--host-slow-from", str(host_slow_from)]
     full_env = dict(os.environ, **BASE_ENV, VLLM_CACHE_ROOT=str((cwd or model.parent) / "vllm-cache"))
     for key in ("RLPROF_PLAN", "RLPROF_RUN_ID", "RLPROF_VLLM_STEPS", "VLLM_PLUGINS"):
         full_env.pop(key, None)  # only what the caller gives

@@ -86,3 +86,38 @@ def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
         rows[row][col] = value
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
+
+
+# ---- catching the slow step: what the trigger may do, from the busy flags a loaded machine sets ---------------
+def busy_steps(run_dir, rank=0):
+    from rlprof.analyze.timeline_file import BUSY, read_rank
+
+    rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
+    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & BUSY}
+
+
+def first_judged(onset, busy):
+    """The first step at or after the onset that is not busy (a straggler is judged against the other ranks of
+    the same step: no history needed)."""
+    step = onset
+    while step in busy:
+        step += 1
+    return step
+
+
+def trigger_steps(onset, busy, last, warmup=3):
+    """The steps the slow rule may first fire at, from the busy flags alone (the only thing a loaded machine
+    changes): steps after the warm-up that are not busy are judged, each against the median of the judged steps
+    before it (>= 3 of them), which is a fast one while fast steps outnumber slow ones. On a quiet machine: {onset},
+    so the capture is of the first step after the onset. Empty: the machine was too busy for any judgement."""
+    fast = slow = 0
+    maybe = set()
+    for step in range(warmup + 1, last + 1):
+        if step in busy:
+            continue
+        if step >= onset and fast + slow >= 3 and fast >= slow:
+            maybe.add(step)
+            if fast > slow:
+                return maybe
+        fast, slow = fast + (step < onset), slow + (step >= onset)
+    return maybe

@@ -93,3 +93,20 @@ def test_the_packaged_calibration_is_the_measured_one():
     assert packaged == json.loads((root / "bench" / "results" / "calibration_cpu.json").read_text())
     assert packaged["stages"]["actor_update"]["full_bytes"] > packaged["units"]["actor_update/micro_batch"][
         "per_unit_bytes"] > 0
+
+
+def test_timeline_scale_bench_finds_what_it_planted():
+    figures = bench_figures("timeline_scale.py", "--ranks", "20", "--steps", "400")
+    assert figures["ranks"] == 20 and figures["steps"] == 400 and figures["stages"] == 8
+    assert figures["seconds"] > 0 and figures["peak_mb"]["rss_max"] > 0 and figures["timeline_mb"] > 0
+    assert figures["found"]["straggler"] and figures["found"]["spike"] and "rollout_generate" in figures["found"]["drift"]
+
+
+def test_watch_cost_bench_prints_documented_json():
+    figures = bench_figures("watch_cost.py", "--rounds", "1", "--steps", "6")
+    assert set(figures["boundary_ns"]) == set(figures["step_end_us"]) == {"off", "watch"}
+    assert all(v > 0 for v in (*figures["boundary_ns"].values(), *figures["step_end_us"].values()))
+    assert figures["decision_us_2_ranks"]["decision_us"] > 0 and figures["decision_us_2_ranks"]["bare_all_gather_us"] > 0
+    trainer = figures["trainer"]
+    assert set(trainer["median_ms"]) == {"off", "watch", "slow_only"} and trainer["ratio_to_off"]["off"] == 1.0
+    assert trainer["slow_only_said"].startswith("rlprof: keep: slow_only profiled")

@@ -262,3 +262,32 @@ def test_the_npu_tool_on_a_machine_without_torch_npu_is_one_warning_and_generati
     assert generated_all(result, rounds), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
     assert len(said) == 1 and "torch_npu" in said[0] and "this worker is not profiled" in said[0], said
+
+
+def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vllm_live, tmp_path):
+    """A host with rlprof's Profiler and a trigger (bench/vllm_drive.py --host-slow-from 7: its rollout 0.5 s slower
+    from step 7, the trigger not told): its decision reaches the engine through `vllm_plugin.step(llm, n,
+    trigger=...)`, and vLLM's worker captures the next step's rollout with its iterations as decode-step units."""
+    from helpers import busy_steps, trigger_steps
+
+    rounds = [[8] * 4] * 10
+    save = tmp_path / "profile"
+    plan_env = shlex.join(["global_profiler.tool=torch", "global_profiler.steps=null",
+                           f"global_profiler.save_path={save}", f"{R}.enable=true", f"{R}.tool_config.torch.discrete=true",
+                           "global_profiler.trigger.slow.factor=2.0", "global_profiler.trigger.warmup_steps=2"])
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, host_slow_from=7, env={
+        "RLPROF_PLAN": plan_env, "RLPROF_RUN_ID": "host", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    run = save / "host"
+    expected = trigger_steps(7, busy_steps(run), 10, warmup=2)
+    rows = manifest(run) if (run / "manifest.jsonl").exists() else []
+    assert bool(rows) == bool(expected), (expected, proc.stderr[-2000:])
+    if not expected:
+        return
+    first = rows[0]
+    assert first["trigger"]["reason"] == "slow" and first["trigger"]["stage"] == "rollout_generate"
+    assert first["trigger"]["step"] in expected and first["step"] == first["trigger"]["step"] + 1
+    assert (first["role"], first["stage"], first["engine"]) == ("rollout", "rollout_generate", "vllm")
+    decode = named(events(run / first["path"]), lambda n: n.startswith("rlprof:decode_step:"))
+    assert len(decode) == 8  # the round's 8 engine iterations (max_tokens 8), each a decode-step unit
+    assert result["delegated"][first["step"] - 1] == first["trigger"]

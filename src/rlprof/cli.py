@@ -382,6 +382,51 @@ def slice_cmd(
                f"{(res['end_us'] - res['start_us']) / 1e3:.3f} ms from {res['source']} ({res['bytes'] / 1e3:.1f} KB)")
 
 
+@app.command()
+@_guarded
+def capture(
+    run_dir: str = typer.Argument(..., help="the run directory the job printed at its start (or its save_path)"),
+    next_step: bool = typer.Option(False, "--next", help="capture the next step (the default)"),
+    step: Optional[int] = typer.Option(None, "--step", help="capture this step (1-based; not one that has passed)"),
+    role: Optional[str] = typer.Option(None, "--role", help="the role whose windows to take (default: every role)"),
+    stage: Optional[str] = typer.Option(None, "--stage", help="the stage to capture (default: the whole step)"),
+    ranks: Optional[str] = typer.Option(None, "--ranks", help="comma-separated ranks (default: the role's ranks)"),
+    wait: float = typer.Option(60.0, "--wait", min=0, help="seconds to wait for the capture (0: ask and return)"),
+):
+    """Ask a running job (its plan has global_profiler.trigger.request: true) to capture a step now."""
+    from .collect.request import check_request, live_run, submit, wait_answer
+
+    if next_step and step is not None:
+        fail("capture: --next and --step N are exclusive; give one")
+    rank_list = None
+    if ranks is not None:
+        try:
+            rank_list = sorted({int(r) for r in ranks.split(",") if r.strip()})
+        except ValueError:
+            fail(f"capture: --ranks {ranks!r} is not allowed; allowed: comma-separated integer ranks, e.g. 0,1")
+    path, live = live_run(run_dir)
+    check_request(live, step=step, role=role, stage=stage, ranks=rank_list)
+    rid = submit(path, step=step, role=role, stage=stage, ranks=rank_list)
+    what = f"{role or 'every role'}/{stage or 'the whole step'}"
+    if wait <= 0:
+        typer.echo(f"asked {path} for a capture of {what} (request {rid}); the job takes it at its next step end")
+        return
+    answer, rows = wait_answer(path, rid, wait)
+    if answer is None:
+        fail(f"capture: the job on {path} did not pick the request up within {wait:g} s (request {rid} stands)")
+    if answer["status"] == "refused":
+        fail(f"capture: refused by the job: {answer['reason']}")
+    if answer["status"] == "armed":
+        typer.echo(f"armed: step {answer['at_step']} {what} on ranks {answer['ranks']}; not captured within "
+                   f"{wait:g} s (request {rid})")
+        return
+    typer.echo(f"captured step {answer['at_step']} {what} on ranks {answer['ranks']} in {path}:")
+    for r in sorted(rows, key=lambda r: (r["rank"], r["stage"])):
+        typer.echo(f"  rank {r['rank']} {r['role']}/{r['stage']}: {r['path']} ({r['bytes']} bytes, {r['status']})")
+    if rows and {r["rank"] for r in rows} < set(answer["ranks"]):
+        typer.echo(f"  (not every rank's row was in within {wait:g} s)")
+
+
 def _default_out(src, name: str):
     """Beside the input: RUN/<name> for a directory, <trace stem>_<name> for a file."""
     if src.is_dir():

@@ -7,6 +7,7 @@ from ..errors import AnalyzeError
 from .breakdown import BUCKETS, UNIT_ARGS, order_key
 from .findings import findings
 from .inputs import directory_warnings, run_config
+from .timeline import run_timeline
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +29,10 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["warnings"].extend(directory_warnings(path))
     doc["warnings"].extend(_same_window_twice(doc["rows"]))
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
-    if not doc["rows"] and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
+    timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/timeline.py)
+    if timeline is not None:
+        doc["timeline"] = timeline
+    if not doc["rows"] and timeline is None and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)

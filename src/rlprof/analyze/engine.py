@@ -12,6 +12,7 @@ from .document import SCHEMA_VERSION, document
 from .findings import findings
 from .inputs import find_inputs, is_analysis_file
 from .schedule import run_inputs
+from .timeline import timeline_only
 
 
 def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
@@ -31,7 +32,8 @@ def analyze_each(paths: list, *, workers: int | None = None, use_ray: bool = Fal
             results, warnings = analyze_on_cluster(str(path), top, by_shape, progress)
             docs.append(document(path, results, warnings))
         return docs
-    side_inputs = [[(p, meta, top, by_shape) for p, meta in find_inputs(path)] for path in paths]
+    side_inputs = [[] if timeline_only(path) else [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
+                   for path in paths]
     results = run_inputs([job for inputs in side_inputs for job in inputs], workers or os.cpu_count() or 1,
                          progress)
     docs, at = [], 0

@@ -18,7 +18,7 @@ def run_inputs(inputs: list, cores: int, progress=None) -> list[dict]:
     over every core (fewer files than cores, large ones), else one file per worker process."""
     split = len(inputs) < cores and any(range_count(job[0], cores) > 1 for job in inputs)
     results = []
-    if split or cores == 1 or len(inputs) == 1:
+    if split or cores == 1 or len(inputs) <= 1:
         for job in inputs:
             results.append(run_job(job, partial(_pool_map, cores), cores) if split else run_job(job))
             if progress:

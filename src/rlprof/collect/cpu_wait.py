@@ -41,6 +41,16 @@ def thread_times() -> tuple[int, int] | None:
     return (ran, waited) if seen else None
 
 
+def current_thread_times() -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) of the calling thread; None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def current_thread_wait_ms() -> float | None:
     """The calling thread's run-queue wait so far, in ms; None where the kernel does not say."""
     try:
@@ -116,9 +126,10 @@ def _job_ticks(pids: list) -> dict:
     return out
 
 
-def sample() -> dict | None:
-    """The counters now: what since() measures a window from."""
-    threads = thread_times()
+def sample(threads_now=thread_times) -> dict | None:
+    """The counters now: what since() measures a window from. `threads_now`: whose threads (current_thread_times:
+    the calling thread only, as the watch judges the thread that runs the steps)."""
+    threads = threads_now()
     if threads is None:
         return None
     pids = _job_pids()
@@ -126,12 +137,12 @@ def sample() -> dict | None:
             "ns": time.monotonic_ns()}
 
 
-def since(start: dict | None) -> dict:
+def since(start: dict | None, threads_now=thread_times) -> dict:
     """{cpu_ms, run_wait_ms, host_busy_ms, job_cpu_ms, host_cpus, span_ms} from `start` (sample()) to now; {} where
     it is unknown. Threads and ranks that ended in between take their time with them: lower bounds."""
     if start is None:
         return {}
-    threads = thread_times()
+    threads = threads_now()
     if threads is None:
         return {}
     out = {"cpu_ms": max(0, threads[0] - start["threads"][0]) / 1e6,

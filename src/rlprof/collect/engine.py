@@ -31,8 +31,11 @@ class RlprofEngineProfiler:
         self.profiler = profiler
         self._scopes: ExitStack | None = None
 
-    def start_profile(self, step: int) -> None:
+    def start_profile(self, step: int, trigger: dict | None = None) -> None:
+        """`trigger`: the host's trigger captures this step here (the row the window's manifest row carries)."""
         self.stop_profile()
+        if trigger is not None:
+            self.profiler.arm(step, "rollout_generate", trigger)
         scopes = ExitStack()
         scopes.enter_context(self.profiler.step(step))
         scopes.enter_context(self.profiler.stage("rollout_generate"))

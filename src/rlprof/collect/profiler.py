@@ -13,7 +13,9 @@ import msgspec
 import functools
 import importlib.util
 import logging
+import math
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -30,6 +32,9 @@ from .cpu_wait import sample, since
 from .manifest import append_row, written_where
 from .naming import shared_run_id, window_name
 from .tracefile import finalize_trace
+from .trigger import REQ_COLS, Exchange, Trigger, encode_request
+from .watch import Timers, Watch, read_request, write_live, write_response
+from ..analyze.timeline_file import BUSY, CAPTURED, WARMUP
 
 log = logging.getLogger("rlprof")
 
@@ -47,6 +52,7 @@ class _NullContext:
 NULL = _NullContext()
 _E2E = object()  # _stage_now value: mark this stage as a range inside the open end-to-end window
 _current: "Profiler | None" = None
+HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
 
 
 def current() -> "Profiler | None":
@@ -57,7 +63,8 @@ def current() -> "Profiler | None":
 class Window:
     """One collection window: a backend instance plus what the manifest needs to know."""
 
-    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu")
+    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu", "trigger",
+                 "probe")
 
     def __init__(self, prof: "Profiler", spec: WindowSpec):
         self.prof, self.spec = prof, spec
@@ -67,6 +74,8 @@ class Window:
         self.start_ns = time.time_ns()
         self.threads_at_start = sample()  # the machine's load on this window: cpu_wait.since at its close
         self.cpu: dict = {}
+        self.trigger: dict | None = None  # why the trigger captured this window (the manifest row's `trigger`)
+        self.probe = False  # keep: slow_only: kept only if its step turns out slow
 
     @property
     def plan(self) -> RolePlan:
@@ -237,12 +246,15 @@ class Profiler:
     hosts (default: all, as in a colocated single-process trainer). In async rollout, a replica
     process passes role="rollout" and replica=<index>; rollout ranks are then replica indices.
     `backends` maps a tool name to a factory(spec) -> Backend (tests use it to substitute one). `tags` go into
-    every manifest row this process writes (an inference engine's name, version and TP rank).
+    every manifest row this process writes (an inference engine's name, version and TP rank). With a trigger in
+    the plan, every step is watched (collect/watch.py); `decides=False` is for a process that follows another's
+    decisions (an async rollout replica: the driver arms it with `arm`).
     """
 
     def __init__(self, plan: ProfilePlan, *, rank: int | None = None, world_size: int | None = None,
                  role: str | tuple[str, ...] | None = None, replica: int | None = None, run_id: str | None = None,
-                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None, tags: dict | None = None):
+                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None, tags: dict | None = None,
+                 decides: bool = True):
         global _current
         self.plan = plan
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
@@ -275,7 +287,21 @@ class Profiler:
                                   problem=f"cannot collect here: {problem}")
             else:
                 self._factories[rp.tool] = backend_class(rp.tool)
-        self.run_id = shared_run_id(run_id) if any(r.enabled and r.steps for r in plan.roles) else (run_id or "")
+        # Roles a trigger may capture on this process whatever the rank (a straggler's slow and healthy ranks)
+        self._capturable: dict[str, RolePlan] = {}
+        if plan.trigger is not None:
+            for r in hosted:
+                rp = plan.role(r)
+                if not (rp.enabled and rp.tool and rp.stages):
+                    continue
+                if rp.tool not in self._factories:
+                    if _tool_available(rp.tool):
+                        continue
+                    self._factories[rp.tool] = backend_class(rp.tool)
+                self._capturable[r] = rp
+        watched = plan.trigger is not None
+        self.run_id = (shared_run_id(run_id) if watched or any(r.enabled and r.steps for r in plan.roles)
+                       else (run_id or ""))
         if plan.collects_nothing and self.rank == 0:  # said once per job, not once per rank
             from ..config.describe import nothing_collected_line
 
@@ -299,6 +325,19 @@ class Profiler:
         self._closed = False
         self._hook = self._finish_hook_here(plan, hosted)
         self._profiled_steps: set[int] = set()
+        self._watch: Watch | None = None
+        self._trigger: Trigger | None = None
+        self._exchange: Exchange | None = None
+        self._capture_rows: dict = {}  # stage (or "e2e") -> the trigger row of the capture open this step
+        self._taken: list = []  # the captures taken this step
+        self._held: list = []  # keep: slow_only: (window, outputs) waiting for their step's decision
+        self._probing: set = set()
+        self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
+        self._requests_seen: set = set()
+        self._beat_at = 0.0
+        self._delegated: dict = {}
+        if watched:
+            self._start_watch(decides)
         _current = self
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -352,6 +391,7 @@ class Profiler:
             self._close_window(self._open[-1])
         self._e2e = None
         self._select({})
+        self._stop_watch()
         self._wait_written()
         if self._hook is not None and self._profiled_steps:  # the run ended before the last listed step
             self._run_finish_hook()
@@ -374,18 +414,23 @@ class Profiler:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError("step", n, "a positive integer (steps are 1-based)")
         self._step = n
-        if not self._collecting:
+        capture_e2e, capture_stages = self._watch_begin(n) if self._watch is not None else (None, {})
+        if not self._collecting and capture_e2e is None and not capture_stages:
             return
         e2e = [rp for rp in self._collecting.values() if rp.mode == "e2e" and n in rp.steps]
         if e2e and self._e2e is None:
             primary = e2e[0]
             group = next(g for g in self.plan.step_groups(primary.steps) if n in g)
             self._e2e = self._open_window(primary, None, group)
+        elif capture_e2e is not None and self._e2e is None:
+            self._e2e = self._open_window(capture_e2e, None, (n,))
         stage_now: dict = dict.fromkeys(STAGES, _E2E) if self._e2e is not None else {}
         for rp in self._collecting.values():
             if rp.mode == "discrete" and n in rp.steps:
                 for stage in rp.stages:
                     stage_now.setdefault(stage, rp)
+        for stage, rp in capture_stages.items():
+            stage_now.setdefault(stage, rp)
         self._select(stage_now)
 
     def _select(self, stage_now: dict) -> None:
@@ -402,6 +447,8 @@ class Profiler:
             self._close_window(w)
         self._select({})
         self._step = None
+        if self._watch is not None:
+            self._watch_end(n)
         if self._hook is not None:
             rp, last = self._hook
             if n in rp.steps:
@@ -470,10 +517,16 @@ class Profiler:
                           world_size=self.world_size, replica=self.replica, plan=rp,
                           base_name=functools.partial(window_name, steps, role, stage, rank))
         w = Window(self, spec)
+        w.trigger = self._capture_rows.get(stage or "e2e")
+        w.probe = w.trigger is None and stage in self._probing and rp.mode == "discrete"
         self._open.append(w)
+        t0 = time.perf_counter_ns()
         try:
             w.backend = self._factories[rp.tool](spec)
             w.backend.start()
+            if w.probe:
+                self.probes["windows"] += 1
+                self.probes["backend_ns"] += time.perf_counter_ns() - t0
         except Exception as exc:
             self._fault(w, "start", exc)
             return w
@@ -495,11 +548,19 @@ class Profiler:
         if w.failed:
             return
         w.cpu = since(w.threads_at_start)  # before the backend's export, which is rlprof's own time
+        t0 = time.perf_counter_ns()
         try:
             outputs = w.backend.stop()
         except Exception as exc:
             self._fault(w, "stop", exc, stopped=True)
             return
+        if w.probe:  # kept or dropped at the step's end, when the trigger has judged the step
+            self.probes["backend_ns"] += time.perf_counter_ns() - t0
+            self._held.append((w, outputs))
+            return
+        self._write_outputs(w, outputs)
+
+    def _write_outputs(self, w: Window, outputs: list[Output]) -> None:
         for out in outputs:
             if w.plan.strict:
                 self._finish(w, out)
@@ -507,6 +568,220 @@ class Profiler:
                 if self._finalizer is None:
                     self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
                 self._pending.append(self._finalizer.submit(self._finish_quietly, w, out))
+
+
+    # ---- the watch and the trigger (catching the slow step) --------------------------------
+    @property
+    def watch_dir(self) -> Path:
+        """Where the timeline, the heartbeat and capture requests live: the run directory of the plan's first
+        enabled role (the same on every rank and replica)."""
+        role = next((r.role for r in self.plan.roles if r.enabled and r.tool), "actor")
+        return self.run_dir(role)
+
+    def _start_watch(self, decides: bool) -> None:
+        try:
+            trigger = self.plan.trigger
+            self._watch = Watch(self.watch_dir, self.rank if self.replica is None else self.replica)
+            enabled = tuple(r.role for r in self.plan.roles if r.enabled and r.tool and r.stages)
+            fixed = {n for r in self.plan.roles if r.enabled for n in r.steps}
+            self._trigger = Trigger(trigger, enabled, fixed)
+            self._exchange = Exchange(self.world_size) if decides else None
+            self.stage = Timers(self._watch, self._scopes).__getitem__
+            if self.rank == 0 and decides:
+                self.watch_dir.mkdir(parents=True, exist_ok=True)
+                self._heartbeat(step=0)
+                print(f"rlprof: watching every step; run directory {self.watch_dir}"
+                      + (f" (rlprof capture {self.watch_dir} --next)" if trigger.request else ""), flush=True)
+        except Exception as exc:
+            self._watch_fault("start", exc, disable=True)
+
+    def _heartbeat(self, **fields) -> None:
+        t = self._trigger
+        write_live(self.watch_dir, run_id=self.run_id, world_size=self.world_size, request=t.plan.request,
+                   captures_left=t.budget_left(), max_captures=t.plan.max_captures, **fields)
+
+    def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is None:
+            return
+        self.stage = self._scopes.__getitem__
+        try:
+            watch.close()
+            if self.rank == 0 and self._exchange is not None:
+                self._heartbeat(ended=True)
+            if self.probes["windows"] and self.rank == 0:
+                p = self.probes
+                print(f"rlprof: keep: slow_only profiled {p['windows']} stage windows on rank 0 and kept "
+                      f"{p['kept']}; starting and stopping them took {p['backend_ns'] / 1e9:.2f} s "
+                      f"({p['backend_ns'] / 1e6 / p['windows']:.1f} ms per window, besides the profiler's cost "
+                      "inside each stage)", flush=True)
+        except Exception as exc:
+            self._watch_fault("close", exc)
+
+    def _watch_fault(self, phase: str, exc: BaseException, disable: bool = False) -> None:
+        """A fault inside the watch or the trigger: one warning, training goes on (without the watch when the
+        decision itself cannot be made)."""
+        self._note_once(("watch", phase), "rlprof: the watch failed to %s: %s: %s (training goes on%s)", phase,
+                        type(exc).__name__, exc, " without it" if disable else "")
+        if disable:
+            self._watch = self._trigger = self._exchange = None
+            self.stage = self._scopes.__getitem__
+
+    def arm(self, step: int, stage: str | None, trigger: dict) -> None:
+        """Capture `stage` (None: the whole step) at `step` here, as another process decided (the driver of async
+        rollout replicas). Needs a trigger in the plan."""
+        if self._trigger is not None:
+            from .trigger import Capture
+
+            role = STAGE_ROLE[stage] if stage else None
+            self._trigger.pending.append(Capture(at_step=step, stage=stage, role=role, trigger=trigger,
+                                                 ranks=(self._watch.rank,)))
+
+    def delegated(self, stage: str) -> dict | None:
+        """The trigger row of a capture this step of `stage` that a process following this one takes (an async
+        rollout replica), or None. Asked by the host between the step's start and the stage."""
+        if self._watch is None:
+            return None
+        return self._delegated.get(stage)
+
+    def _index(self, role: str) -> int:
+        async_rollout = role == "rollout" and self.plan.async_rollout and self.replica is not None
+        return self.replica if async_rollout else self.rank
+
+    def _watch_begin(self, n: int) -> tuple:
+        """The step starts: its stage clocks, and what the trigger armed for it on this process."""
+        try:
+            self._watch.begin(n)
+            trig = self._trigger
+            self._capture_rows, self._probing = {}, set()
+            e2e, stages = None, {}
+            self._taken = trig.due(n)
+            self._delegated = {}
+            for cap in self._taken:
+                if cap.role is not None and cap.role in trig.enabled_roles and cap.role not in self._capturable:
+                    # a role another process hosts (async rollout replicas, a vLLM engine): they follow through
+                    # `delegated`, and this process opens nothing, so that its windows and theirs never overlap on a
+                    # device they share. A whole-step capture stays here (the rollout is a range of this window).
+                    self._delegated.setdefault(cap.stage or "step", cap.trigger)
+                # a stage of a role the plan does not collect (the reward's, with only the actor enabled): the
+                # whole step is captured with the roles the plan does collect
+                whole = cap.role is not None and cap.role not in trig.enabled_roles
+                for role, rp in self._capturable.items():
+                    if cap.role is not None and role != cap.role and not whole:
+                        continue
+                    index = self._index(role)
+                    here = (index in cap.ranks) if cap.ranks is not None else (rp.all_ranks or index in rp.ranks)
+                    if not (here or index in cap.extra_ranks):
+                        continue
+                    if rp.mode == "e2e" or whole:
+                        rp = msgspec.structs.replace(rp, mode="e2e") if whole else rp
+                        e2e = e2e or rp
+                        self._capture_rows.setdefault("e2e", cap.trigger)
+                    else:
+                        for stage in ((cap.stage,) if cap.stage else rp.stages):
+                            stages.setdefault(stage, rp)
+                            self._capture_rows.setdefault(stage, cap.trigger)
+            plan = trig.plan
+            if (plan.keep == "slow_only" and e2e is None and not stages and n > plan.warmup_steps
+                    and trig.budget_left() > 0):
+                for role, rp in self._capturable.items():
+                    if rp.all_ranks or self._index(role) in rp.ranks:
+                        probe = msgspec.structs.replace(rp, mode="discrete")
+                        for stage in (plan.stages or rp.stages):
+                            if stage in rp.stages:
+                                stages.setdefault(stage, probe)
+                                self._probing.add(stage)
+            return e2e, stages
+        except Exception as exc:
+            self._watch_fault("begin a step", exc)
+            return None, {}
+
+    def _watch_end(self, n: int) -> None:
+        """The step ended: its record, the decision every rank makes alike, the heartbeat and request answers."""
+        watch, trig = self._watch, self._trigger
+        try:
+            step_s, stages, busy = watch.end()
+        except Exception as exc:
+            self._watch_fault("time the step", exc)
+            step_s, stages, busy = math.nan, [math.nan] * 2 * len(STAGES), False
+        if self._exchange is None:  # a follower: the host decides and keeps the timeline
+            self._capture_rows, self._taken = {}, []
+            return
+        req = None
+        if self.rank == 0 and trig.plan.request:
+            try:
+                req = read_request(self.watch_dir, self._requests_seen)
+            except Exception as exc:
+                self._watch_fault("read a capture request", exc)
+        try:
+            matrix = self._exchange.gather([step_s, *stages, float(busy), *encode_request(req)])
+            ranks = self._exchange.relay(req.get("ranks") if req else None) if matrix[0, REQ_COLS + 4] else None
+            decision = trig.decide(n, matrix, ranks)
+        except Exception as exc:
+            self._watch_fault("decide", exc, disable=True)
+            return
+        kept = self._settle_probes(decision.flagged) if self._held else False
+        self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept)
+        if self.rank == 0:
+            try:
+                self._answer(n, decision)
+                now = time.monotonic()
+                if now - self._beat_at >= HEARTBEAT_S or decision.armed or decision.refused or self._taken:
+                    self._beat_at = now  # a rename per step costs ms on some disks: at most one a second
+                    self._heartbeat(step=n, step_seconds=step_s)
+            except Exception as exc:
+                self._watch_fault("write the heartbeat", exc)
+        self._capture_rows, self._taken = {}, []
+
+    def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool) -> None:
+        flags = (BUSY if busy else 0) | (WARMUP if n <= self._trigger.plan.warmup_steps else 0) \
+            | (CAPTURED if captured else 0)
+        try:
+            self._watch.write(n, flags, step_s, stages)
+        except Exception as exc:
+            self._watch_fault("write the timeline", exc)
+
+    def _settle_probes(self, flagged: dict | None) -> bool:
+        """keep: slow_only: the windows of this step's slow stage are written, the others dropped."""
+        held, self._held = self._held, []
+        keep = set()
+        if flagged is not None:  # the trigger counted it on the budget
+            keep = {w.spec.stage for w, _ in held} if flagged["stage"] == "step" else {flagged["stage"]}
+        row = {k: v for k, v in (flagged or {}).items() if k != "ranks"}
+        for w, outputs in held:
+            if w.spec.stage in keep:
+                w.trigger = row
+                self.probes["kept"] += 1
+                self._write_outputs(w, outputs)
+                continue
+            for out in outputs:
+                if out.path is not None and out.path.is_dir():
+                    shutil.rmtree(out.path, ignore_errors=True)
+                elif out.path is not None:
+                    out.path.unlink(missing_ok=True)
+        return bool(keep)
+
+    def _answer(self, n: int, decision) -> None:
+        """Rank 0 tells `rlprof capture` what became of its request: armed, refused, captured."""
+        for rid, why in decision.refused:
+            write_response(self.watch_dir, rid, status="refused", reason=why, step=n)
+        for cap in decision.armed:
+            if cap.request_id is not None:
+                write_response(self.watch_dir, cap.request_id, status="armed", at_step=cap.at_step, stage=cap.stage,
+                               role=cap.role, ranks=self._capture_ranks(cap))
+        for cap in self._taken:
+            if cap.request_id is not None:
+                write_response(self.watch_dir, cap.request_id, status="captured", at_step=n, stage=cap.stage,
+                               role=cap.role, ranks=self._capture_ranks(cap))
+
+    def _capture_ranks(self, cap) -> list[int]:
+        """The ranks a capture is taken on, as the plan says (the same answer on every rank)."""
+        if cap.ranks is not None:
+            return sorted(set(cap.ranks) | set(cap.extra_ranks))
+        roles = [r for r in self._trigger.enabled_roles if cap.role in (None, r)]
+        if any(self.plan.role(r).all_ranks for r in roles):
+            return list(range(self.world_size))
+        return sorted({i for r in roles for i in self.plan.role(r).ranks} | set(cap.extra_ranks))
 
     # ---- outputs, manifest, faults ----------------------------------------------------------
     def _finish_quietly(self, w: Window, out: Output) -> None:
@@ -557,6 +832,7 @@ class Profiler:
             "end_ns": out.end_ns if out else time.time_ns(),
             "status": out.status if out else "failed",
             "roles": list(self.roles),
+            **({"trigger": w.trigger} if w.trigger is not None else {}),
             **w.cpu,
             **self._where,
         }
@@ -620,7 +896,7 @@ class stage:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             prof = _current
-            if prof is None or name not in prof._stage_now:  # unselected: a plain call, no `with`
+            if prof is None or (name not in prof._stage_now and prof._watch is None):  # a plain call, no `with`
                 return fn(*args, **kwargs)
             with prof.stage(name):
                 return fn(*args, **kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from ..frameworks import verl
 from .plan import ProfilePlan, RolePlan, Schedule
 
@@ -47,8 +49,27 @@ def plan_json(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warnings
         "async_rollout": plan.async_rollout,
         "continuous_steps": plan.continuous_steps,
         "roles": {r.role: role_json(plan, r, rank) for r in plan.roles},
+        "trigger": None if plan.trigger is None else msgspec.to_builtins(plan.trigger),
         "warnings": list(warnings),
     }
+
+
+def trigger_line(plan: ProfilePlan) -> str | None:
+    """What the watch and its trigger do, in one line (None without a trigger)."""
+    t = plan.trigger
+    if t is None:
+        return None
+    arms = [f"a stage or the step over {t.slow.factor:g}x its median of the last {t.window} steps" if t.slow else "",
+            f"a rank over {t.straggler.factor:g}x the other ranks at the same step" if t.straggler else "",
+            "rlprof capture RUN_DIR requests" if t.request else ""]
+    roles = [r.role for r in plan.roles if r.enabled and r.tool and r.stages]
+    keep = ("the next occurrence is captured" if t.keep == "next" else
+            f"every occurrence of {', '.join(t.stages) if t.stages else 'the selected stages'} is profiled, only the "
+            "slow ones kept (costly)")
+    return (f"trigger: every step of every rank watched (timeline/rank<R>.bin); armed by "
+            f"{'; '.join(a for a in arms if a)}; {keep} with the tool of {', '.join(roles) or 'no role (none enabled)'}"
+            f"; at most {t.max_captures} capture(s), {t.cooldown} steps apart; the first {t.warmup_steps} and busy "
+            "steps never trigger" + ("; a baseline window after the warm-up" if t.baseline else ""))
 
 
 # ---- micro-batches sampled inside verl's workers (integrations/verl_plugin.py) ------------------------------------
@@ -172,9 +193,14 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
     active = [r for r in plan.roles if r.enabled and r.steps and r.stages]
     if plan.collects_nothing:
         lines.append(NOTHING_COLLECTED)
+    if plan.trigger is not None:
+        lines.append(trigger_line(plan))
     for role in plan.roles:
         if role not in active:
             why = ("disabled" if not role.enabled else "no steps selected" if not role.steps else "no stages selected")
+            if why == "no steps selected" and plan.trigger is not None and role.tool and role.stages:
+                why = f"no fixed steps; tool {role.tool}, {role.mode}, {collecting_ranks(role, world_size)} when the " \
+                      "trigger captures"
             lines.append(f"  {role.role:<8} {why}")
             continue
         steps = ", ".join(map(str, role.steps))

@@ -20,11 +20,12 @@ from ..frameworks import verl
 from . import checks as c
 from .plan import FinishHook, MemoryOptions, ProfilePlan, RolePlan, Schedule
 from .source import get
+from .trigger import parse_trigger
 from ..vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
 
 ROLE_BLOCKS = verl.ROLE_BLOCKS
 RLPROF_ROLE_KEYS = ("stages", "strict", "max_bytes_per_window")
-RLPROF_GLOBAL_KEYS = ("continuous_steps", "strict", "max_bytes_per_window")
+RLPROF_GLOBAL_KEYS = ("continuous_steps", "strict", "max_bytes_per_window", "trigger")
 # rlprof's extensions inside verl's tool blocks: key -> what verl makes of it
 TOOL_EXTENSIONS = {
     "torch": ("analysis",), "npu": ("export_type", "schedule"), "nsys": ("schedule",),
@@ -293,6 +294,7 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         steps = c.positive_steps("global_profiler.steps", g.get("steps"))
     ckey = "profile_continuous_steps" if "profile_continuous_steps" in g else "continuous_steps"
     continuous = c.boolean(f"global_profiler.{ckey}", g.get(ckey, False))
+    trigger = parse_trigger("global_profiler.trigger", g.get("trigger"))
     known = verl.ROLE_KEYS + RLPROF_ROLE_KEYS
     raw_blocks = {role: c.mapping(path, get(data, path), known) for role, path in ROLE_BLOCKS.items()}
     inherited = {k: v for k, v in raw_blocks["actor"].items() if k != "stages"}  # stages are per role
@@ -344,7 +346,7 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     modules = tuple(m.strip() for m in modules.split(",") if m.strip()) if isinstance(modules, str) else ()
     return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
                        framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)),
-                       external_modules=modules)
+                       external_modules=modules, trigger=trigger)
 
 
 def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:

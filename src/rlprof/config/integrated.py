@@ -12,11 +12,12 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from . import checks as c
+from .trigger import parse_trigger
 from .plan import ProfilePlan, RolePlan
 from ..frameworks import mindspeed
 from ..vocab import DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES
 
-KEYS = mindspeed.KEYS
+KEYS = mindspeed.KEYS + ("trigger",)  # trigger: rlprof's extension (config/trigger.py)
 PREFIX = "profiler_config.integrated"
 
 
@@ -93,4 +94,5 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
             export_type=export_type, analysis=analysis, schedule=None, stages=role_stages,
             steps=tuple(range(start, end)), save_path=save_path))
     return ProfilePlan(dialect="integrated", roles=tuple(roles), framework="MindSpeed-RL",
-                       continuous_steps=picked is None, warnings=tuple(warnings))
+                       continuous_steps=picked is None, warnings=tuple(warnings),
+                       trigger=parse_trigger(k("trigger"), b.get("trigger")))

@@ -98,6 +98,32 @@ class RolePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.all_ranks or rank in self.ranks
 
 
+class SlowRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A time `factor` x its baseline, and at least `min_seconds` over it (a spike smaller than that in absolute
+    terms is noise on any machine, and nothing worth a trace)."""
+
+    factor: float
+    min_seconds: float = 0.02
+
+
+class TriggerPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`global_profiler.trigger` (rlprof's extension): watch every step, capture the anomalous one while the job
+    runs. `slow`: a stage (or the step) slower than factor x the median of its last `window` watched steps.
+    `straggler`: a rank slower than factor x the median of the other ranks at the same step. `request`: armed from
+    outside (`rlprof capture`). Steps 1..warmup_steps and steps the busy-machine rule flags never trigger."""
+
+    slow: SlowRule | None = None
+    straggler: SlowRule | None = None
+    request: bool = False
+    max_captures: int = 3
+    cooldown: int = 5  # steps after a capture before the next one may be armed
+    keep: str = "next"  # next | slow_only
+    warmup_steps: int = 3
+    window: int = 20  # recent watched steps the median baseline is taken over
+    stages: tuple[str, ...] | None = None  # keep: slow_only: the stages profiled every step (None: every selected)
+    baseline: bool = False  # capture the first step after the warm-up too: the normal window captures are put beside
+
+
 class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     dialect: str
     roles: tuple[RolePlan, ...]
@@ -107,6 +133,7 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     warnings: tuple[str, ...] = ()  # what resolved but deserves a line (one each)
     # verl: the modules its workers import on `import verl` (VERL_USE_EXTERNAL_MODULES in Ray's runtime_env)
     external_modules: tuple[str, ...] = ()
+    trigger: TriggerPlan | None = None  # the watch and its triggers (collect/watch.py); None: off
 
     def role(self, name: str) -> RolePlan:
         for plan in self.roles:
@@ -117,7 +144,7 @@ class ProfilePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     @property
     def collects_nothing(self) -> bool:
         """No role is enabled with a tool, steps and stages: a run with this plan records nothing."""
-        return not any(r.enabled and r.steps and r.stages for r in self.roles)
+        return self.trigger is None and not any(r.enabled and r.steps and r.stages for r in self.roles)
 
     def step_groups(self, steps: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Collection windows over steps: one per step, or runs of consecutive steps if continuous."""

@@ -97,7 +97,10 @@ def engine_settings(spec: str, environ=os.environ) -> EngineSettings | None:
     check_engine_plan(plan)
     plan = msgspec.structs.replace(plan, async_rollout=True)  # an engine is a replica: rollout ranks are replicas
     rollout = plan.role("rollout")
-    if not (rollout.collects_on(replica) and "rollout_generate" in rollout.stages):
+    # with a trigger, the host's decision may capture any step here: the replicas the rollout selects listen
+    follows = (plan.trigger is not None and rollout.enabled and rollout.tool is not None
+               and (rollout.all_ranks or replica in rollout.ranks))
+    if not ((rollout.collects_on(replica) or follows) and "rollout_generate" in rollout.stages):
         return None
     return EngineSettings(plan, replica, source)
 
@@ -215,11 +218,12 @@ def _session(worker_wrapper):
     return getattr(worker_wrapper, "_rlprof_session", None)
 
 
-def _began(worker_wrapper, step: int, source: str) -> None:
-    """In a worker (vLLM's collective_rpc): step `step` begins, said by `source` (rounds, driver)."""
+def _began(worker_wrapper, step: int, source: str, trigger: dict | None = None) -> None:
+    """In a worker (vLLM's collective_rpc): step `step` begins, said by `source` (rounds, driver); `trigger`: the
+    host's trigger captures this step's rollout here."""
     session = _session(worker_wrapper)
     if session is not None:
-        session.begin(step, source)
+        session.begin(step, source, trigger)
 
 
 def _ended(worker_wrapper, source: str) -> None:
@@ -229,14 +233,16 @@ def _ended(worker_wrapper, source: str) -> None:
 
 
 @contextmanager
-def step(llm, n: int):
+def step(llm, n: int, trigger: dict | None = None):
     """`with step(llm, n): llm.generate(...)`: step n of training, said by the host (an `LLM` or anything with
-    vLLM's collective_rpc). Without the plugin active in the engine it does nothing but two no-op calls."""
+    vLLM's collective_rpc). Without the plugin active in the engine it does nothing but two no-op calls.
+    `trigger`: the host's trigger armed a capture of this step's rollout (`prof.delegated("rollout_generate")` of
+    the host's Profiler): the engine's worker takes it, its decode steps as units, the row in its manifest row."""
     rpc = getattr(llm, "collective_rpc", None)
     if rpc is None or not os.environ.get(ENV_PLAN):
         yield
         return
-    rpc(_began, args=(n, "driver"))
+    rpc(_began, args=(n, "driver", trigger))
     try:
         yield
     finally:

@@ -41,6 +41,7 @@ class EngineSession(Iterations):
                                                                          else "rounds")
         self.profiler = Profiler(settings.plan, rank=settings.replica * size + rank, world_size=size,
                                  role="rollout", replica=settings.replica, run_id=os.environ.get("RLPROF_RUN_ID"),
+                                 decides=False,  # with a trigger, the host decides (vllm_plugin.step's trigger)
                                  tags={"engine": "vllm", "engine_version": version, "engine_tp_rank": rank % tp,
                                        "engine_pp_rank": rank // tp, "pid": os.getpid()})
         self.engine = RlprofEngineProfiler(self.profiler)
@@ -55,17 +56,17 @@ class EngineSession(Iterations):
         return self.step is not None
 
     # steps
-    def begin(self, step: int, source: str) -> None:
+    def begin(self, step: int, source: str, trigger: dict | None = None) -> None:
         if source == "driver":
             self.source = "driver"  # the host says the steps from now on
         elif source != self.source:
             return
         self.end(source)
-        if self.settings.selected(step):
+        if self.settings.selected(step) or trigger is not None:
             self.round_rows = set()
             self.step = step
             try:
-                self.engine.start_profile(step)
+                self.engine.start_profile(step, trigger)
             except Exception as exc:  # the Profiler marks backend faults itself; this is anything else
                 self.step = None
                 say(f"could not open step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",

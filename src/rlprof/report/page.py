@@ -85,6 +85,11 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
     if doc.get("warnings"):
         page.section("warnings", "Warnings", "<ul>" + "".join(f'<li class="warn">{esc(w)}</li>'
                                                               for w in doc["warnings"]) + "</ul>")
+    if doc.get("timeline"):  # the watch's run over time (report/over_time.py)
+        from .over_time import over_time_html, stage_time_chart
+
+        page.section("over_time", "The run over time", over_time_html(doc),
+                     figure=stage_time_chart(doc["timeline"]))
     page.section("timeline", "Stage timeline per rank", figure=charts.timeline(doc),
                  empty="no window in this input carries a start time")
     page.section("breakdown", "Breakdown per stage", fragments.table(charts.stage_means(doc), [

@@ -76,6 +76,10 @@ def _short_saving(f: dict) -> str:
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
     print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
+    if doc.get("timeline"):
+        from .over_time import print_over_time
+
+        print_over_time(console, doc)
     rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
     table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
     for col in ("step", "role", "stage", "rank") + BUCKETS:

@@ -24,7 +24,7 @@ class RolloutReplica:
         self.replica = replica
         self.model = build_model(model_cfg, vocab_size, seed).eval()
         self.profiler = Profiler(plan, rank=replica, world_size=replicas, role="rollout", replica=replica,
-                                 run_id=run_id)
+                                 run_id=run_id, decides=False)  # the driver's trigger decides for it
         self.engine = RlprofEngineProfiler(self.profiler)
         self.generator = torch.Generator().manual_seed(seed * 1000 + replica)
         self.profiled_steps: list[int] = []
@@ -32,9 +32,9 @@ class RolloutReplica:
     def load_weights(self, state_dict) -> None:
         self.model.load_state_dict(state_dict)
 
-    def start_profile(self, step: int) -> None:
+    def start_profile(self, step: int, trigger: dict | None = None) -> None:
         self.profiled_steps.append(step)
-        self.engine.start_profile(step)
+        self.engine.start_profile(step, trigger)
 
     def stop_profile(self) -> None:
         self.engine.stop_profile()
@@ -50,7 +50,7 @@ class RolloutReplica:
 
 
 class AsyncRollout:
-    def __init__(self, cfg, vocab_size: int, plan, run_id: str):
+    def __init__(self, cfg, vocab_size: int, plan, run_id: str, host=None):
         import ray
 
         if not ray.is_initialized():
@@ -58,6 +58,7 @@ class AsyncRollout:
                      configure_logging=False, runtime_env={"env_vars": {"KINETO_LOG_LEVEL": "5"}})
         self.ray = ray
         self.plan = plan
+        self.host = host  # the driver's Profiler: its trigger decides which steps the replicas capture
         remote = ray.remote(num_cpus=1)(RolloutReplica)
         self.replicas = [remote.remote(cfg.model, vocab_size, cfg.trainer.seed, plan, i, cfg.rollout.replicas, run_id)
                          for i in range(cfg.rollout.replicas)]
@@ -70,7 +71,11 @@ class AsyncRollout:
     def generate(self, step: int, prompt_ids, prompt_mask, params: dict) -> Rollout:
         parts = torch.tensor_split(torch.arange(prompt_ids.shape[0]), len(self.replicas))
         profiling = [i for i in range(len(self.replicas)) if replica_profiles(self.plan, i, step)]
-        self.ray.get([self.replicas[i].start_profile.remote(step) for i in profiling])
+        trigger = self.host.delegated("rollout_generate") if self.host is not None else None
+        if trigger is not None:  # the driver's trigger armed a capture of this step's rollout
+            rollout = self.plan.role("rollout")
+            profiling = [i for i in range(len(self.replicas)) if rollout.all_ranks or i in rollout.ranks]
+        self.ray.get([self.replicas[i].start_profile.remote(step, trigger) for i in profiling])
         futures = [r.generate.remote(prompt_ids[idx], prompt_mask[idx], params)
                    for r, idx in zip(self.replicas, parts)]
         results = self.ray.get(futures)

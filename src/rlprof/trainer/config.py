@@ -17,9 +17,22 @@ from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
+class InjectSlowdown:
+    """A test aid: from step `from_step` on, `seconds` of sleep inside `stage` on `rank` (null: every rank). The
+    trigger is not told; it must find the slowdown in the watched times."""
+
+    from_step: Optional[int] = None  # null: off
+    stage: Literal["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
+                   "advantage_compute", "actor_update", "weight_sync"] = "actor_update"
+    seconds: float = 0.0
+    rank: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class DebugConfig:
     slow_rank: Optional[int] = None  # slow_ms of extra compute per actor micro-batch here
     slow_ms: float = 0.0
+    inject_slowdown: InjectSlowdown = field(default_factory=InjectSlowdown)
 
 
 @dataclass(frozen=True)
@@ -226,6 +239,11 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         _vllm_engine(cfg, world_size)
     if t.threads is not None and t.threads < 1:
         raise ConfigError("trainer.threads", t.threads, "an integer >= 1, or null (the free cores, chosen at start)")
+    inject = t.debug.inject_slowdown
+    if inject.from_step is not None and inject.from_step < 1:
+        raise ConfigError("trainer.debug.inject_slowdown.from_step", inject.from_step, "a step >= 1 or null (off)")
+    if inject.seconds < 0:
+        raise ConfigError("trainer.debug.inject_slowdown.seconds", inject.seconds, "a number >= 0")
     if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
         raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
     if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":

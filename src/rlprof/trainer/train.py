@@ -70,12 +70,15 @@ class Trainer:
         if self.is_async:
             from .async_rollout import AsyncRollout
 
-            self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id)
+            self.engine = AsyncRollout(cfg, self.tok.vocab_size, plan, self.prof.run_id, host=self.prof)
         elif cfg.rollout.engine == "vllm":
             from .vllm_rollout import VllmRollout
 
             self.engine = VllmRollout(cfg, self.actor, self.tok, self.prof)
         self.slow_ms = cfg.trainer.debug.slow_ms if cfg.trainer.debug.slow_rank == rank else 0.0
+        inject = cfg.trainer.debug.inject_slowdown
+        self.inject = inject if inject.from_step is not None and inject.rank in (None, rank) else None
+        self.step_now = 0
         self.timings: dict[str, float] = {}
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -84,6 +87,8 @@ class Trainer:
         t0 = time.perf_counter()
         with self.prof.stage(name):
             yield
+            if self.inject is not None and name == self.inject.stage and self.step_now >= self.inject.from_step:
+                time.sleep(self.inject.seconds)  # the test aid trainer.debug.inject_slowdown
         self.timings[name] = self.timings.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
 
     def unit(self, name: str):
@@ -177,6 +182,7 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         cfg = self.cfg
         self.timings = {}
+        self.step_now = step
         self.kept_groups = None
         t0 = time.perf_counter()
         threads_at_start = sample()

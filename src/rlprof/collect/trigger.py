@@ -1,0 +1,258 @@
+"""The trigger: what arms a capture, decided at each step end from every rank's stage times.
+
+Every rank contributes one vector per step (its step and stage seconds, whether its machine was busy, and on rank 0
+the request `rlprof capture` left); one all_gather over the job's own process group gives every rank the same
+matrix, and the same deterministic rule below runs on it everywhere, so a capture is of the same step on every rank
+that takes it. Single process: the matrix is the local row.
+
+The rule (steps 1..warmup_steps and steps any rank's busy-machine rule flags are neither judged nor kept as
+baseline):
+- straggler: at this step, in a stage, the slowest rank took more than factor x the median of the other ranks and
+  at least min_seconds more;
+- slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
+  and at least min_seconds over it; the step itself is judged when no stage is;
+- a straggler in the first stage (of the step's order) where any rank straggles wins: the other ranks wait for it at
+  their next collective, so they look slow in a later stage; else the slow stage with the largest excess (the step
+  itself only when no stage is). It arms a capture of the next step, within max_captures and `cooldown` steps
+  after the previous one.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config.plan import TriggerPlan
+from ..vocab import ROLES, STAGE_ROLE, STAGES
+
+TIMES = 1 + len(STAGES)  # the step, then each stage
+STARTS = TIMES  # then when each stage was first entered in the step
+BUSY_COL = STARTS + len(STAGES)
+REQ_COLS = BUSY_COL + 1  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
+WIDTH = REQ_COLS + 5
+MIN_HISTORY = 3  # judged steps before a median is a baseline
+
+
+@dataclass
+class Capture:
+    """A capture armed for `at_step`. ranks None: the ranks the role selects; `extra_ranks` are captured besides
+    (a straggler's slow rank and one healthy rank)."""
+
+    at_step: int
+    stage: str | None
+    role: str | None
+    trigger: dict
+    ranks: tuple[int, ...] | None = None
+    extra_ranks: tuple[int, ...] = ()
+    request_id: int | None = None
+
+
+@dataclass
+class Decision:
+    armed: list = field(default_factory=list)  # Capture
+    refused: list = field(default_factory=list)  # (request id, one line why)
+    flagged: dict | None = None  # keep: slow_only: this step's finding, within the budget: its windows are kept
+
+
+def encode_request(req: dict | None) -> list[float]:
+    if not req:
+        return [0.0] * 5
+    stage = STAGES.index(req["stage"]) if req.get("stage") in STAGES else -1
+    role = ROLES.index(req["role"]) if req.get("role") in ROLES else -1
+    return [float(req["id"]), float(req.get("step") or 0), float(stage), float(role), float(bool(req.get("ranks")))]
+
+
+class Exchange:
+    """Every rank's vector to every rank: one all_gather over the job's default process group (its own, gloo or
+    NCCL), or the local row alone. `last_us` is the collective's cost, measured."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.dist = None
+        self.resolved = False  # the group is looked for at the first step end: a host may start it after the Profiler
+        self.last_us = 0.0
+        self.total_us = 0.0
+        self.calls = 0
+
+    def _resolve(self) -> None:
+        self.resolved = True
+        dist = sys.modules.get("torch.distributed")  # a host that never imported torch.distributed has no group
+        if dist is not None and dist.is_available() and dist.is_initialized() and self.world_size > 1 \
+                and dist.get_world_size() == self.world_size:
+            self.dist = dist
+
+    def gather(self, vec: list[float]) -> np.ndarray:
+        if not self.resolved:
+            self._resolve()
+        t0 = time.perf_counter_ns()
+        if self.dist is None:
+            out = np.asarray([vec], dtype=np.float64)
+        else:
+            import torch
+
+            dist = self.dist
+            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+            mine = torch.tensor(vec, dtype=torch.float64, device=device)
+            parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, mine)
+            out = torch.stack(parts).cpu().numpy()
+        self.last_us = (time.perf_counter_ns() - t0) / 1e3
+        self.total_us += self.last_us
+        self.calls += 1
+        return out
+
+    def relay(self, obj):
+        """Rank 0's object on every rank (a request's rank list: only when one is asked for)."""
+        if self.dist is None:
+            return obj
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+def _median_rows(rows: np.ndarray) -> np.ndarray:
+    """Column medians ignoring NaN, NaN where a column has no number (without numpy's all-NaN warning); one
+    vectorised median, a column-by-column one only for columns with some NaN (a stage some steps skip)."""
+    out = np.median(rows, axis=0)
+    for j in np.flatnonzero(np.isnan(out)):
+        col = rows[:, j]
+        col = col[~np.isnan(col)]
+        if len(col):
+            out[j] = np.median(col)
+    return out
+
+
+def _over(value: float, base: float, rule) -> float:
+    """The excess in seconds when `value` is over the rule's line, else 0."""
+    if not (np.isfinite(value) and np.isfinite(base)) or value <= rule.factor * base:
+        return 0.0
+    excess = value - base
+    return excess if excess >= rule.min_seconds else 0.0
+
+
+class Trigger:
+    def __init__(self, plan: TriggerPlan, enabled_roles: tuple[str, ...], fixed_steps=frozenset()):
+        self.plan = plan
+        # steps profiled anyway (global_profiler.steps) or captured: the profiler's own cost is in their times, so
+        # they are neither judged nor kept as baseline (keep: slow_only profiles every step alike: judged)
+        self.profiled: set = set(fixed_steps)
+        self.enabled_roles = enabled_roles  # roles the plan lets collect (the same on every rank)
+        self.history: deque = deque(maxlen=plan.window)
+        self.used = 0
+        self.last_armed: int | None = None
+        self.pending: list[Capture] = []
+        if plan.baseline and plan.keep == "next":  # a normal window to put captures beside (outside the budget)
+            at = plan.warmup_steps + 1
+            self.pending.append(Capture(at_step=at, stage=None, role=None, trigger={
+                "reason": "baseline", "step": at, "stage": "step", "rank": None, "seconds": None,
+                "baseline_seconds": None}))
+
+    def budget_left(self) -> int:
+        return self.plan.max_captures - self.used
+
+    def judge(self, step: int, matrix: np.ndarray) -> dict | None:
+        """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}) or None."""
+        plan = self.plan
+        times, busy = matrix[:, :TIMES], matrix[:, BUSY_COL] > 0
+        if step <= plan.warmup_steps or busy.any() or step in self.profiled:
+            return None
+        found, best = None, 0.0
+        if plan.straggler is not None and len(times) > 1:
+            first_at = np.inf
+            for j in range(1, TIMES):
+                col = times[:, j]
+                if np.isnan(col).all():
+                    continue
+                slow = int(np.nanargmax(col))
+                others = np.delete(col, slow)
+                others_at = np.delete(np.arange(len(col)), slow)[~np.isnan(others)]
+                others = others[~np.isnan(others)]
+                if not len(others):
+                    continue
+                base = float(np.median(others))
+                excess = _over(float(col[slow]), base, plan.straggler)
+                starts = matrix[:, STARTS + j - 1]  # the order of the stages, as the ranks ran them (median)
+                start = float(np.median(starts[~np.isnan(starts)])) if (~np.isnan(starts)).any() else np.inf
+                if excess and (start < first_at or (start == first_at and excess > best)):
+                    healthy = int(others_at[np.argmin(np.abs(others - base))])
+                    first_at, best = start, excess
+                    found = {"reason": "straggler", "step": step, "stage": STAGES[j - 1], "rank": slow,
+                             "seconds": float(col[slow]), "baseline_seconds": base, "ranks": (slow, healthy)}
+        job = np.fmax.reduce(times, axis=0)  # the slowest rank's time, NaN only where no rank ran it
+        if found is None and plan.slow is not None and len(self.history) >= MIN_HISTORY:
+            base = _median_rows(np.asarray(self.history))
+            for j in list(range(1, TIMES)) + [0]:
+                if j == 0 and found is not None:
+                    break  # the step is judged only when no stage explains it
+                excess = _over(float(job[j]), float(base[j]), plan.slow)
+                if excess > best:
+                    col = times[:, j]
+                    best, found = excess, {"reason": "slow", "step": step, "stage": STAGES[j - 1] if j else "step",
+                                           "rank": int(np.nanargmax(col)), "seconds": float(job[j]),
+                                           "baseline_seconds": float(base[j]), "ranks": None}
+        self.history.append(job)
+        return found
+
+    def decide(self, step: int, matrix: np.ndarray, ranks_asked=None) -> Decision:
+        """What this step end arms; identical on every rank given the same matrix."""
+        out = Decision()
+        req = matrix[0, REQ_COLS:]
+        if req[0] > 0:
+            self._request(step, req, ranks_asked, out)
+        found = self.judge(step, matrix)
+        if found is not None and self.plan.keep == "slow_only":
+            # this step's windows are kept instead of arming the next (the Profiler keeps them), on the budget:
+            # counted here, on every rank alike, whether or not a rank profiled the stage
+            if self.used < self.plan.max_captures:
+                self.used += 1
+                out.flagged = found
+            return out
+        if found is None:
+            return out
+        cooled = self.last_armed is None or step - self.last_armed >= self.plan.cooldown
+        if self.used < self.plan.max_captures and cooled and not self.pending:
+            self.arm(Capture(at_step=step + 1, stage=None if found["stage"] == "step" else found["stage"],
+                             role=None if found["stage"] == "step" else STAGE_ROLE[found["stage"]],
+                             trigger={k: v for k, v in found.items() if k != "ranks"},
+                             extra_ranks=tuple(found["ranks"] or ())), step, out)
+        return out
+
+    def arm(self, cap: Capture, step: int, out: Decision) -> None:
+        self.used += 1
+        self.last_armed = step
+        self.pending.append(cap)
+        out.armed.append(cap)
+
+    def _request(self, step: int, req: np.ndarray, ranks_asked, out: Decision) -> None:
+        rid, at, stage_i, role_i = int(req[0]), int(req[1]), int(req[2]), int(req[3])
+        stage = STAGES[stage_i] if stage_i >= 0 else None
+        role = ROLES[role_i] if role_i >= 0 else (STAGE_ROLE[stage] if stage else None)
+        if not self.plan.request:
+            out.refused.append((rid, "this run's trigger does not take requests (global_profiler.trigger.request: "
+                                     "false)"))
+        elif at and at <= step:
+            out.refused.append((rid, f"step {at} has passed: the job is at the end of step {step}"))
+        elif self.used >= self.plan.max_captures:
+            out.refused.append((rid, f"the budget is spent: {self.used} of max_captures {self.plan.max_captures} "
+                                     "used"))
+        elif role is not None and role not in self.enabled_roles:
+            out.refused.append((rid, f"role {role} collects nothing in this run's plan (enabled: "
+                                     f"{', '.join(self.enabled_roles) or 'none'})"))
+        else:
+            trigger = {"reason": "request", "step": step, "stage": stage or "step", "rank": None, "seconds": None,
+                       "baseline_seconds": None, "request_id": rid}
+            self.arm(Capture(at_step=at or step + 1, stage=stage, role=role, trigger=trigger,
+                             ranks=tuple(ranks_asked) if ranks_asked else None, request_id=rid), step, out)
+
+    def due(self, step: int) -> list[Capture]:
+        """The captures armed for `step`, taken off the pending list."""
+        now = [c for c in self.pending if c.at_step == step]
+        if now and self.plan.keep == "next":
+            self.profiled.add(step)
+        if self.pending:  # and those whose step never came (a host that skipped step numbers)
+            self.pending = [c for c in self.pending if c.at_step > step]
+        return now

@@ -1,0 +1,144 @@
+"""The watch: every step of this process, each stage's wall time and the step's, from the Profiler's own
+boundaries, appended as one fixed-width record per step to `<run_dir>/timeline/rank<R>.bin`
+(analyze/timeline_file.py says the layout). Cheap enough to leave on: a stage boundary adds two perf_counter_ns
+calls and a list update; a step end adds one 48-byte write and the machine-load sample the busy rule reads."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+
+from ..analyze.load import machine_load
+from ..analyze.timeline_file import BUSY, COLUMNS_FILE, RECORD, columns, rank_file
+from ..vocab import STAGES
+from .cpu_wait import current_thread_times, sample, since
+
+STAGE_INDEX = {name: i for i, name in enumerate(STAGES)}
+LIVE_FILE = "rlprof_live.json"  # rank 0's heartbeat: `rlprof capture` knows a live job by it
+REQUEST_FILE = "capture_request.json"  # what `rlprof capture` asks; rank 0 reads it at a step boundary
+RESPONSE_DIR = "capture"  # <id>.json: what the job made of a request (armed, refused, captured)
+STEP_WAIT_SHARE = 0.1  # a busy step: the busy rule, and the step's thread waited for a core 10% of the step
+_perf_ns = time.perf_counter_ns
+
+
+class StageTimer:
+    """What `prof.stage(name)` returns while the watch is on: the stage's own scope (a window or the no-op),
+    timed inside it: a window's start and stop (the profiler's cost, not the stage's) stay out of the stage's time.
+    A stage entered again in the same step (a DAPO refill) adds to its time."""
+
+    __slots__ = ("watch", "scopes", "name", "index", "open")
+
+    def __init__(self, watch: "Watch", scopes, name: str):
+        self.watch, self.scopes, self.name, self.index = watch, scopes, name, STAGE_INDEX[name]
+        self.open: list = []
+
+    def __enter__(self):
+        inner = self.scopes[self.name]  # looked up now: the step's selection decides it
+        entered = inner.__enter__()
+        t0 = _perf_ns()
+        if self.watch.acc[self.index] < 0:  # first entry this step
+            self.watch.first[self.index] = t0
+        self.open.append((inner, t0))
+        return entered
+
+    def __exit__(self, *exc):
+        inner, t0 = self.open.pop()
+        self.watch.acc[self.index] += _perf_ns() - t0
+        return inner.__exit__(*exc)
+
+
+class Timers(dict):
+    """stage name -> StageTimer; a name that is no stage falls back to the Profiler's own lookup."""
+
+    def __init__(self, watch: "Watch", scopes):
+        super().__init__((name, StageTimer(watch, scopes, name)) for name in STAGES)
+        self.scopes = scopes
+
+    def __missing__(self, name):
+        return self.scopes[name]
+
+
+class Watch:
+    """One process's watch: stage accumulators for the open step and the timeline file it appends to."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.run_dir, self.rank = Path(run_dir), rank
+        self.path = rank_file(run_dir, rank)
+        self.acc = [-1] * len(STAGES)
+        self.first = [0] * len(STAGES)
+        self.t0 = 0
+        self.load_at_start = None
+        self._file = None
+
+    def begin(self, step: int) -> None:
+        # -1: not entered. A stage that ran adds its ns on top (>= 0 after one perf_counter_ns tick); end() adds
+        # the 1 back. One list, no per-stage flag to set on the boundary's path.
+        self.acc = [-1] * len(STAGES)
+        self.first = [0] * len(STAGES)
+        self.load_at_start = sample(current_thread_times)
+        self.t0 = _perf_ns()
+
+    def end(self) -> tuple[float, list[float], bool]:
+        """(step seconds, stage seconds (NaN: did not run) then each stage's first entry in seconds from the
+        step's start, busy) of the open step. Busy: analyze/load.py's rule
+        over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
+        step_s = (_perf_ns() - self.t0) / 1e9
+        stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]
+        stages += [math.nan if ns < 0 else (t - self.t0) / 1e9 for ns, t in zip(self.acc, self.first)]
+        rec = since(self.load_at_start, current_thread_times) if self.load_at_start is not None else {}
+        load = machine_load(rec) if rec else None
+        # material to this step: a thread that mostly sleeps or waits on a device (a GPU host's) has a large wait
+        # share of a small CPU time; the machine explains a step only where the wait is a part of its wall time
+        busy = bool(load and load["busy"] and rec["run_wait_ms"] >= STEP_WAIT_SHARE * step_s * 1e3)
+        return step_s, stages, busy
+
+    def write(self, step: int, flags: int, step_s: float, stages: list[float]) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            header = self.path.parent / COLUMNS_FILE
+            if not header.exists():
+                _write_atomic(header, json.dumps(columns()))
+            self._file = open(self.path, "ab", buffering=0)  # one write() per step: readers see whole records
+        self._file.write(RECORD.pack(step, flags, step_s, *stages))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_live(run_dir: Path, **fields) -> None:
+    """Rank 0's heartbeat: pid and host (a live process is checked by them on the same host), the step it is at,
+    and when it wrote (elsewhere, a heartbeat older than a few steps means the job is gone)."""
+    _write_atomic(Path(run_dir) / LIVE_FILE, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                         "updated": time.time(), **fields}))
+
+
+def write_response(run_dir: Path, request_id: int, **fields) -> None:
+    d = Path(run_dir) / RESPONSE_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    _write_atomic(d / f"{request_id}.json", json.dumps({"id": request_id, **fields}))
+
+
+def read_request(run_dir: Path, seen: set) -> dict | None:
+    """The request file's contents when it holds a request not seen before; None otherwise."""
+    p = Path(run_dir) / REQUEST_FILE
+    try:
+        req = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    rid = req.get("id") if isinstance(req, dict) else None
+    if not isinstance(rid, int) or rid in seen:
+        return None
+    seen.add(rid)
+    return req

@@ -1,0 +1,388 @@
+"""Catching the slow step: the watch, the trigger, requests from `rlprof capture`, and the run over time."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli
+from helpers import busy_steps, first_judged, rows, trigger_steps
+from rlprof.analyze.timeline_file import read_rank, timeline_ranks
+from rlprof.collect import Profiler
+from rlprof.config import load_plan
+
+A = "actor_rollout_ref.actor.profiler"
+T = "global_profiler.trigger"
+
+
+def plan(tmp_path, *overrides, discrete=True):
+    return load_plan(None, ["global_profiler.tool=torch", f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true",
+                            f"{A}.tool_config.torch.discrete={str(discrete).lower()}", *overrides])
+
+
+def host(prof, steps, slow_from=None, slow_stage="actor_update", extra=0.15):
+    """A hand-written loop over three stages; `extra` seconds of sleep in `slow_stage` from step `slow_from`."""
+    with prof:
+        for n in range(1, steps + 1):
+            with prof.step(n):
+                for stage in ("rollout_generate", "actor_compute_log_prob", "actor_update"):
+                    with prof.stage(stage):
+                        time.sleep(0.01 + (extra if slow_from and n >= slow_from and stage == slow_stage else 0))
+    return tmp_run(prof)
+
+
+def tmp_run(prof):
+    return prof.watch_dir
+
+
+# ---- configuration ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, key", [
+    (f"{T}.slow.factor=0.5", f"{T}.slow.factor"),
+    (f"{T}.keep=sometimes", f"{T}.keep"),
+    (f"{T}.max_captures=0", f"{T}.max_captures"),
+    (f"{T}.slow.facter=2", f"{T}.slow.facter"),
+    (f"{T}.request=maybe", f"{T}.request"),
+    (f"{T}.cooldown=-1", f"{T}.cooldown"),
+])
+def test_bad_trigger_config_is_one_line_naming_the_key(tmp_path, override, key):
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", override, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and key in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_trigger_that_arms_nothing_is_refused(tmp_path):
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.max_captures=2", cwd=tmp_path)
+    assert proc.returncode == 2 and T in proc.stderr and "arms nothing" in proc.stderr
+
+
+def test_plan_says_what_the_trigger_does(tmp_path):
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.straggler.factor=1.5",
+                   f"{T}.max_captures=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "trigger: every step of every rank watched" in proc.stdout and "over 1.5x the other ranks" in proc.stdout
+    assert "at most 2 capture(s)" in proc.stdout and "nothing will be collected" not in proc.stdout
+    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.request=true", "--json",
+                   cwd=tmp_path)
+    assert json.loads(proc.stdout)["trigger"]["request"] is True
+
+
+def test_trigger_reads_in_the_integrated_dialect_too():
+    p = load_plan(None, ["profiler_config.integrated.profile=true",
+                         "profiler_config.integrated.trigger.slow.factor=3"])
+    assert p.trigger.slow.factor == 3.0 and p.trigger.keep == "next"
+
+
+# ---- the watch and the slow rule, in any host ---------------------------------------------------------------------
+def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0"), run_id="run")
+    d = host(prof, 16, slow_from=10)
+    expected = trigger_steps(10, busy_steps(d), 16)
+    captured = [r for r in rows(d) if r.get("trigger")]
+    if not expected:
+        assert captured == []
+        return
+    judged = captured[0]["trigger"]["step"]
+    assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update")
+    # the slowdown persists: the median of the last 20 steps catches up slowly, so it may arm again after the
+    # cooldown (5 steps), within max_captures (3)
+    assert len(captured) <= 3 and all(b["trigger"]["step"] - a["trigger"]["step"] >= 5
+                                      for a, b in zip(captured, captured[1:]))
+    t = captured[0]["trigger"]
+    assert t["reason"] == "slow" and t["step"] == judged and t["stage"] == "actor_update" and t["rank"] == 0
+    assert t["seconds"] > 2 * t["baseline_seconds"] and t["seconds"] >= 0.15
+    rec = read_rank(d / "timeline" / "rank0.bin")
+    assert list(rec["step"]) == list(range(1, 17))
+    update = rec["stage_s"][:, 6]  # actor_update's column
+    assert all(update[9:] > 0.15) and all(update[3:9] < 0.1)
+    assert (d / "timeline" / "columns.json").exists()
+
+
+def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):
+    # the first steps are the slow ones (a warm-up): the trigger must not take them
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.warmup_steps=3"), run_id="run")
+    with prof:
+        for n in range(1, 31):
+            with prof.step(n):
+                with prof.stage("actor_update"):
+                    time.sleep(0.2 if n <= 3 else 0.01)
+    assert [r for r in rows(prof.watch_dir) if r.get("trigger")] == []
+    assert len(read_rank(prof.watch_dir / "timeline" / "rank0.bin")) == 30
+
+
+def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
+    """A slow update caught as one micro-batch: the role's `schedule` (unit micro_batch, active 1) applies inside
+    the captured stage, and a timeline-only run (before anything was captured) is analysed too."""
+    from helpers import load_trace, names
+    from rlprof.analyze.engine import analyze
+
+    prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, "
+                         "active: 1}"), run_id="run")
+    from rlprof.collect.request import submit
+
+    submit(prof.watch_dir, step=3, role="actor", stage="actor_update", ranks=None)
+    with prof:
+        for n in range(1, 5):
+            with prof.step(n):
+                with prof.stage("actor_update"):
+                    for _ in range(4):
+                        with prof.unit("micro_batch", seqs=2):
+                            time.sleep(0.002)
+            if n == 2:
+                doc = analyze(prof.watch_dir, workers=1)  # the timeline alone: nothing captured yet
+                assert doc["rows"] == [] and doc["timeline"]["steps"] == [1, 2]
+    (row,) = rows(prof.watch_dir)
+    assert (row["step"], row["stage"], row["unit"], row["trigger"]["reason"]) == (3, "actor_update", "micro_batch",
+                                                                                  "request")
+    trace = load_trace(prof.watch_dir / row["path"])
+    assert names(trace, "rlprof:micro_batch:") == ["rlprof:micro_batch:0"]  # one of the stage's four
+
+
+def test_budget_and_cooldown_bound_the_captures(tmp_path):
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.max_captures=1", f"{T}.window=3"), run_id="run")
+    with prof:
+        for n in range(1, 21):
+            with prof.step(n):
+                with prof.stage("actor_update"):
+                    time.sleep(0.2 if n in (6, 12, 18) else 0.01)  # three separate spikes
+    assert len([r for r in rows(prof.watch_dir) if r.get("trigger")]) == 1
+
+
+def test_fault_writing_the_timeline_is_one_warning_and_the_decision_goes_on(tmp_path, caplog):
+    p = plan(tmp_path, f"{T}.request=true")
+    run = tmp_path / "p" / "run"
+    run.mkdir(parents=True)
+    (run / "timeline").write_text("not a directory")  # the timeline cannot be written
+    from rlprof.collect.request import submit
+
+    submit(run, step=6, role="actor", stage="actor_update", ranks=None)  # asked before the job starts
+    prof = Profiler(p, run_id="run")
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        d = host(prof, 10)
+    faults = [r for r in caplog.records if "the watch failed" in r.getMessage()]
+    assert len(faults) == 1 and "training goes on" in faults[0].getMessage() and "timeline" in faults[0].getMessage()
+    assert [(r["step"], r["stage"], r["trigger"]["reason"]) for r in rows(d)] == [(6, "actor_update", "request")]
+
+
+def test_fault_inside_the_trigger_is_one_warning_and_training_goes_on(tmp_path, caplog, monkeypatch):
+    from rlprof.collect import trigger
+
+    def broken(self, step, matrix, ranks=None):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(trigger.Trigger, "decide", broken)
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0"), run_id="run")
+    done = []
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        with prof:
+            for n in range(1, 11):
+                with prof.step(n):
+                    with prof.stage("actor_update"):
+                        done.append(n)
+    faults = [r for r in caplog.records if "the watch failed" in r.getMessage()]
+    assert done == list(range(1, 11))
+    assert len(faults) == 1 and "failed to decide" in faults[0].getMessage() and "without it" in faults[0].getMessage()
+    assert rows(prof.watch_dir) == []
+
+
+def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.keep=slow_only", f"{T}.stages=[actor_update]",
+                         f"{T}.max_captures=10"), run_id="run")
+    d = host(prof, 12, slow_from=9)
+    kept = [r for r in rows(d) if r["stage"] == "actor_update"]
+    busy = busy_steps(d)
+    assert bool(kept) == bool(trigger_steps(9, busy, 12))  # empty only where a loaded machine left no judgement
+    assert all(r["trigger"]["reason"] == "slow" and r["trigger"]["step"] == r["step"] for r in kept)
+    assert all(r["step"] >= 9 and r["step"] not in busy for r in kept)  # the fast windows were profiled, dropped
+    assert sorted(p.name for p in d.glob("*.json.gz")) == sorted(r["path"] for r in kept)
+    assert "keep: slow_only profiled 9 stage windows" in capsys.readouterr().out  # steps 4..12
+
+
+def test_capture_says_in_one_line_why_not(tmp_path):
+    prof = Profiler(plan(tmp_path, f"{T}.request=true"), run_id="run")
+    d = host(prof, 4)  # the job ended: its heartbeat says so
+    proc = run_cli("capture", d, "--next")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no live job" in proc.stderr
+    assert "ended" in proc.stderr
+    live = json.loads((d / "rlprof_live.json").read_text())
+    for fields, why in [({"captures_left": 0}, "the budget is spent"), ({"step": 9}, "step 5 has passed"),
+                        ({"request": False}, "takes no requests")]:
+        # a live job (this test's own process) at step 4 with the budget left, but for the one field changed
+        (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
+                                                        "captures_left": 1, **fields}))
+        proc = run_cli("capture", d, "--step", "5", "--wait", "1")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr, (fields, proc.stderr)
+    (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
+                                                    "captures_left": 1}))
+    proc = run_cli("capture", tmp_path / "p", "--next", "--wait", "0")  # the save_path of one live run finds it
+    assert proc.returncode == 0 and f"asked {d} for a capture" in proc.stdout, proc.stderr
+    assert json.loads((d / "capture_request.json").read_text())["step"] is None  # --next
+
+
+# ---- rlprof's trainer ---------------------------------------------------------------------------------------------
+def only_run(path):
+    runs = [p for p in path.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def train_args(tmp_path, steps, *extra):
+    return ["trainer.steps=%d" % steps, f"trainer.output_dir={tmp_path}/train", "global_profiler.tool=torch",
+            f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true", "data.prompts_per_step=2", "rollout.n=2",
+            "actor.mini_batch_size=2", "actor.micro_batch_size=2", "rollout.max_new_tokens=4", *extra]
+
+
+@pytest.mark.slow
+def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tmp_path):
+    proc = run_cli("train", *train_args(tmp_path, 22, f"{T}.slow.factor=2.0",
+                                        "trainer.debug.inject_slowdown.from_step=14",
+                                        "trainer.debug.inject_slowdown.stage=actor_update",
+                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = only_run(tmp_path / "p")
+    assert f"run directory {d}" in proc.stdout
+    expected = trigger_steps(14, busy_steps(d), 22)
+    captured = [r for r in rows(d) if r.get("trigger")]
+    assert bool(captured) == bool(expected), (expected, busy_steps(d))
+    if not expected:
+        return
+    judged = captured[0]["trigger"]["step"]
+    first = [r for r in captured if r["trigger"]["step"] == judged]
+    assert judged in expected and {r["step"] for r in first} == {judged + 1}
+    assert all(r["trigger"]["reason"] == "slow" and r["trigger"]["stage"] == "actor_update" for r in captured)
+    assert captured[0]["stage"] == "e2e"  # the actor's tool config is end-to-end: the step is captured
+
+
+@pytest.mark.slow
+def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path):
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = run_cli("train", *train_args(tmp_path, 30, f"{T}.slow.factor=2.0", f"{T}.straggler.factor=1.5"),
+                       cwd=tmp_path)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = only_run(tmp_path / "p")
+    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
+
+
+def torchrun(tmp_path, *args, **popen):
+    env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+           "rlprof.trainer", *args]
+    if popen:
+        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same_step(tmp_path):
+    proc = torchrun(tmp_path, *train_args(tmp_path, 12, f"{T}.straggler.factor=1.5", "data.prompts_per_step=4",
+                                          "trainer.debug.inject_slowdown.from_step=8",
+                                          "trainer.debug.inject_slowdown.stage=reward_compute",
+                                          "trainer.debug.inject_slowdown.seconds=0.4",
+                                          "trainer.debug.inject_slowdown.rank=1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = only_run(tmp_path / "p")
+    busy = busy_steps(d, 0) | busy_steps(d, 1)
+    captured = [r for r in rows(d) if r.get("trigger")]
+    assert sorted(r["rank"] for r in captured) == [0, 1]  # the actor's rank 0 is the healthy one, rank 1 the slow
+    assert len({r["step"] for r in captured}) == 1
+    t = captured[0]["trigger"]
+    assert t["reason"] == "straggler" and t["rank"] == 1 and t["stage"] == "reward_compute"
+    assert captured[0]["step"] == first_judged(8, busy) + 1
+    assert [r["trigger"] for r in captured][0] == [r["trigger"] for r in captured][1]
+    assert [rank for rank, _ in timeline_ranks(d)] == [0, 1]
+    from rlprof.analyze.timeline import analyze_timeline
+
+    over_time = analyze_timeline(d)
+    assert any(s["rank"] == 1 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
+    assert not any(s["rank"] == 0 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
+
+
+@pytest.mark.slow
+def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
+    job = torchrun(tmp_path, *train_args(tmp_path, 200, f"{T}.request=true", "data.prompts_per_step=4",
+                                         f"{A}.all_ranks=true", f"{A}.tool_config.torch.discrete=true"), popen=True)
+    try:
+        deadline = time.monotonic() + 240
+        live = None
+        while time.monotonic() < deadline and live is None:
+            live = next((p for p in (tmp_path / "p").glob("*/rlprof_live.json")), None) \
+                if (tmp_path / "p").exists() else None
+            time.sleep(0.5)
+        assert live is not None, "the job never wrote its heartbeat"
+        run = live.parent
+        for bad, why in [(["--stage", "actor_updat"], "--stage"), (["--role", "ref", "--stage", "actor_update"],
+                                                                     "--stage actor_update is a stage of role actor"),
+                         (["--step", "1"], "has passed"), (["--ranks", "5"], "--ranks 5"),
+                         (["--next", "--step", "300"], "exclusive")]:
+            proc = run_cli("capture", run, *bad, "--wait", "5")
+            assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr, (bad, proc.stderr)
+        proc = run_cli("capture", tmp_path / "nowhere", "--next")
+        assert proc.returncode == 2 and "not a directory" in proc.stderr
+        at_ask = json.loads(live.read_text())["step"]
+        proc = run_cli("capture", run, "--next", "--role", "actor", "--stage", "actor_update", "--wait", "120")
+        assert proc.returncode == 0, proc.stderr
+        assert "captured step" in proc.stdout and "rank 0 actor/actor_update" in proc.stdout \
+            and "rank 1 actor/actor_update" in proc.stdout, proc.stdout
+        taken = [r for r in rows(run) if r.get("trigger")]
+        assert sorted((r["rank"], r["stage"]) for r in taken) == [(0, "actor_update"), (1, "actor_update")]
+        assert {r["trigger"]["reason"] for r in taken} == {"request"} and len({r["step"] for r in taken}) == 1
+        step = taken[0]["step"]
+        # the next step after the step end at which rank 0 read the request (and relayed it to rank 1)
+        assert step > at_ask and all(r["trigger"]["step"] == step - 1 for r in taken)
+        assert f"captured step {step} " in proc.stdout
+    finally:
+        job.terminate()
+        job.wait(timeout=60)
+
+
+def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tmp_path):
+    from rlprof.analyze.engine import analyze
+    from rlprof.report.over_time import captures_beside
+    from rlprof.report.page import build_page
+
+    prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{T}.baseline=true"), run_id="run")
+    from rlprof.collect.request import submit
+
+    submit(prof.watch_dir, step=8, role="actor", stage="actor_update", ranks=None)
+    d = host(prof, 9, slow_from=8)  # the request takes step 8, the first slow one
+    reasons = sorted((r["step"], r["stage"], r["trigger"]["reason"]) for r in rows(d))
+    assert (4, "actor_update", "baseline") in reasons and (8, "actor_update", "request") in reasons
+    doc = analyze(d, workers=1)
+    assert doc["timeline"]["captured_steps"] == [4, 8]
+    beside = [b for b in captures_beside(doc) if b["capture"].startswith("step8_")]
+    assert len(beside) == 1 and beside[0]["normal"].startswith("step4_actor_actor_update")
+    wall = beside[0]["buckets"]["wall_ms"]
+    assert wall["captured_ms"] > wall["normal_ms"] + 100  # the 150 ms sleep is what grew
+    page = build_page(doc, "run")
+    assert "The run over time" in page and "chart-over_time" in page and "beside step4_actor_actor_update" in page
+
+
+@pytest.mark.slow
+def test_async_rollout_replicas_follow_the_drivers_decision(tmp_path):
+    R = "actor_rollout_ref.rollout.profiler"
+    proc = run_cli("train", *train_args(tmp_path, 14, "rollout.mode=async", "rollout.replicas=2",
+                                        f"{R}.tool_config.torch.discrete=true", f"{R}.ranks=[1]",
+                                        f"{T}.slow.factor=2.0", "trainer.debug.inject_slowdown.from_step=9",
+                                        "trainer.debug.inject_slowdown.stage=rollout_generate",
+                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = only_run(tmp_path / "p")
+    expected = trigger_steps(9, busy_steps(d), 14)
+    captured = [r for r in rows(d) if r.get("trigger")]
+    assert bool(captured) == bool(expected), (expected, busy_steps(d))
+    if not expected:
+        return
+    first = captured[0]
+    assert first["trigger"]["step"] in expected and first["trigger"]["stage"] == "rollout_generate"
+    # the driver's trigger decided; replica 1 (the rollout's selected replica) took the next step's rollout
+    assert (first["role"], first["stage"], first["replica"], first["step"]) == (
+        "rollout", "rollout_generate", 1, first["trigger"]["step"] + 1)
+    assert [rank for rank, _ in timeline_ranks(d)] == [0]  # the driver keeps the timeline; replicas follow
