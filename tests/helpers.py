@@ -86,3 +86,16 @@ def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
         rows[row][col] = value
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
+
+
+def union(intervals):
+    """Plain-Python union length (the test's own arithmetic, independent of rlprof's numpy code)."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)

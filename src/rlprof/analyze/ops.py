@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .breakdown import host_window
 from .classify import COLLECTIVE, LAUNCH, name_flags
 from .table import CPU_MEMORY, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, UNKNOWN_DEVICE, EventTable
 
@@ -180,18 +181,17 @@ def device_capacities(properties: list | None) -> dict[int, float]:
 
 def unit_signatures(t: EventTable, rows: list[dict]) -> None:
     """Give each unit row (decode step, micro-/mini-batch) `ops_sig`: a short digest of the set of operator and
-    kernel names that start inside it, so units that run the same operators can be told apart from ones that do
+    kernel names placed inside it (a kernel at its launch), so units that run the same operators can be told apart from ones that do
     not (findings: repeating units). One pass per unit kind; units of one kind do not overlap."""
     import hashlib
 
     ops = np.flatnonzero(np.isin(t.kind, (CPU_OP, KERNEL, MEMCPY, MEMSET)))
     for kind in {r["unit"] for r in rows if r.get("unit")}:
         units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
-                       key=lambda r: r["start_us"])
+                       key=lambda r: host_window(r)[0])
         if not units or not len(ops):
             continue
-        lo = np.array([u["start_us"] for u in units])
-        hi = lo + np.array([u["wall_ms"] for u in units]) * 1e3
+        lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
         when = t.placed_at()[ops]
         i = np.searchsorted(lo, when, side="right") - 1
         inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
