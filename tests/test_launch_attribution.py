@@ -83,3 +83,29 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
         doc = analyze(copy, workers=1)
         now = json.loads(json.dumps(doc, sort_keys=True, default=str).replace(str(copy), "<run>"))
         assert now == before[run.name], run.name
+
+
+def test_training_steps_hold_the_device_time_each_step_launched():
+    """A real DDP training trace where the host runs a step ahead (TraceLens' ResNet on an MI300): every kernel
+    launched in a `ProfilerStep#N` range ends after the range; each step's row holds the union of what its range
+    launched, and the whole-trace row stays the trace's own span."""
+    name = "resnet_act_checkpoint_mi300.json.gz"
+    events = json.load(gzip.open(REAL / name))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    doc = analyze(REAL / name, workers=1)
+    rows = {r["index"]: r for r in doc["rows"] if r["unit"] == "profiler_step"}
+    assert sorted(rows) == [n for _, _, n in steps]
+    for lo, hi, n in steps:
+        work = _launched(events, lo, hi)
+        kernels = [e for e in work if e["cat"] == "kernel"]
+        assert len(kernels) == 746 and all(e["ts"] + e["dur"] > hi for e in kernels)
+        busy, window = _device_time(work)
+        row = rows[n]
+        assert row["step"] == n and row["attribution"] == "launch"
+        assert row["wall_ms"] - row["idle_ms"] == pytest.approx(busy / 1e3, rel=0.01)
+        assert row["wall_ms"] == pytest.approx(window / 1e3, rel=0.01)
+    (whole,) = [r for r in doc["rows"] if r["unit"] is None]
+    device = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+              if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+    assert whole["wall_ms"] - whole["idle_ms"] == pytest.approx(union(device) / 1e3, rel=1e-6)

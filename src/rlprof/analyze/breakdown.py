@@ -7,6 +7,7 @@ memcpy = copies/sets overlapped by neither; idle = the rest of the span. They ad
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -173,6 +174,15 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
     return out
 
 
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def profiler_steps(t: EventTable) -> list[tuple[int, float, float]]:
+    """torch.profiler's `ProfilerStep#N` host ranges as (N, start, end), by start."""
+    return [(int(PROFILER_STEP.match(name).group(1)), lo, hi)
+            for _, name, lo, hi in _annotations(t, lambda n: ("step", n) if PROFILER_STEP.match(n) else None)]
+
+
 def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
     """vLLM's own profiler output: its per-iteration `execute_context_*_generation_*` annotations as decode-step
     units (what each held, from the counts in the name; `seqs`: the most rows any iteration of the file held),
@@ -223,8 +233,14 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
             device_pipelining(rows)
             return rows
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
-        rows.append({**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
-                     **bd.window(lo, hi)})
+        whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
+                 **bd.window(lo, hi)}
+        rows.append(whole)
+        steps_run = profiler_steps(t) if ranged is not bd and meta.get("unit") is None else []
+        for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
+            rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
+                         "index": n, **ranged.window(slo, shi)})
+        device_pipelining(rows)
         return rows
     units = [r for r in ranges if r[0] not in ("stage", "mark")]
     mids = np.array([(r[2] + r[3]) / 2 for r in units])
