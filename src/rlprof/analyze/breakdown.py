@@ -305,9 +305,9 @@ def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[d
     if not stages or not len(t):
         return np.full(len(t), -1, np.int32), stages
     lo, hi = (np.array(side) for side in zip(*map(host_window, stages)))
-    when = t.placed_at()
-    if not any(r.get("attribution") for r in stages):  # the whole trace's row holds all it ran, whenever launched
-        when = np.where(np.isneginf(when), t.start, when)
+    # windows measured by time (the whole trace's span, a step narrowed to its device activity) hold what ran
+    # in them, whenever launched
+    when = t.placed_at() if any(r.get("attribution") for r in stages) else t.start
     i = np.searchsorted(lo, when, side="right") - 1
     inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
     return np.where(inside, i, -1).astype(np.int32), stages

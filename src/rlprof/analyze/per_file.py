@@ -187,8 +187,9 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     groups, windows = stage_of_events(table, rows)
     mem = memory(table) if len(table.memory) else None
     for row in rows:  # back to epoch µs, as every other reader (the windows are these same rows)
-        if row["start_us"] is not None:
-            row["start_us"] += trace.origin_us
+        for key in ("start_us", "host_start_us", "device_start_us"):
+            if row.get(key) is not None:
+                row[key] += trace.origin_us
     for point in mem["timeline"] if mem else ():
         point[0] += trace.origin_us
     return {
