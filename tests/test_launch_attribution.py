@@ -109,3 +109,89 @@ def test_training_steps_hold_the_device_time_each_step_launched():
     device = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
               if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
     assert whole["wall_ms"] - whole["idle_ms"] == pytest.approx(union(device) / 1e3, rel=1e-6)
+
+
+# ---- Ascend: mstx stage ranges on real torch_npu collections (MindStudio Insight's, level1) --------------------
+STAGE_RANGES = ("ActorHybridWorkerBase.compute_log_prob", "ActorHybridWorkerBase.update")  # MindSpeed-RL's names
+
+
+def _split_by_launch(step_lo, step_hi, launches):
+    """Two host ranges splitting the step where half of its operators were launched before."""
+    cut = sorted(x for x in launches if step_lo <= x <= step_hi)[len(launches) // 2]
+    return [(step_lo, cut), (cut, step_hi)]
+
+
+def _check_stage_rows(doc, ranges, ops, scale):
+    """Each stage row's compute is the union of the operators (start, end, launch) its host range launched."""
+    rows = {r["stage"]: r for r in doc["rows"] if r["unit"] is None and r["stage"] is not None}
+    assert sorted(rows) == ["actor_compute_log_prob", "actor_update"]
+    ran_after = 0
+    for stage, (lo, hi) in zip(("actor_compute_log_prob", "actor_update"), ranges):
+        mine = [(s, e) for s, e, at in ops if lo <= at <= hi]
+        ran_after += sum(1 for s, _ in mine if s > hi)
+        row = rows[stage]
+        assert row["attribution"] in ("launch", "launch+time")
+        assert row["compute_ms"] == pytest.approx(float(union(mine)) * scale, rel=0.01)
+        assert row["host_wall_ms"] == pytest.approx(float(hi - lo) * scale, rel=1e-6)
+    assert ran_after > 0  # some operators a range enqueued ran after it closed: the case attribution is for
+
+
+def test_text_export_stage_rows_hold_the_tasks_their_ranges_enqueued(msinsight, tmp_path):
+    import csv
+    from decimal import Decimal
+
+    src = msinsight / "text" / "level1" / "rank0_ascend_pt"
+    run = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(src, run)
+    view = run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    events = json.loads(view.read_text())
+    flow_from = {e["id"]: Decimal(e["ts"]) for e in events if e.get("ph") == "s" and e.get("cat") == "async_npu"}
+    launch_at = {Decimal(e["ts"]): flow_from[e["id"]] for e in events
+                 if e.get("ph") == "f" and e.get("cat") == "async_npu" and e["id"] in flow_from}
+    with open(run / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["Accelerator Core"] != "HCCL"]
+    ops = [(Decimal(r["Start Time(us)"].strip()), Decimal(r["Start Time(us)"].strip()) + Decimal(r["Duration(us)"]),
+            launch_at[Decimal(r["Start Time(us)"].strip())]) for r in rows]
+    assert len(ops) == 187  # every operator task of the step is linked to the torch op that enqueued it
+    step = next(e for e in events if e.get("name") == "ProfilerStep#50")
+    lo = Decimal(step["ts"])
+    ranges = _split_by_launch(lo, lo + Decimal(str(step["dur"])), [at for _, _, at in ops])
+    for name, (a, b) in zip(STAGE_RANGES, ranges):
+        events.append({"ph": "X", "name": name, "pid": step["pid"], "tid": step["tid"], "ts": str(a),
+                       "dur": float(b - a), "args": {}})
+    view.write_text(json.dumps(events))
+    _check_stage_rows(analyze(run, workers=1), ranges, ops, 1e-3)
+
+
+def test_db_export_stage_rows_hold_the_tasks_their_ranges_enqueued(msinsight, tmp_path):
+    import sqlite3
+
+    src = msinsight / "db" / "level1" / "rank0_ascend_pt"
+    run = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(src, run)
+    (db,) = (run / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler_*.db")
+    conn = sqlite3.connect(db)
+    # the db's links: a task's connectionId is listed under the torch op (type 50001) that enqueued it
+    listed = dict(conn.execute("SELECT connectionId, id FROM CONNECTION_IDS"))
+    op_start = {}
+    for start, cid in conn.execute("SELECT startNs, connectionId FROM PYTORCH_API WHERE type = 50001"):
+        if cid is not None:
+            op_start[cid] = min(int(start), op_start.get(cid, int(start)))
+    tasks = conn.execute("SELECT t.startNs, t.endNs, t.connectionId FROM TASK t JOIN COMPUTE_TASK_INFO c "
+                         "ON c.globalTaskId = t.globalTaskId").fetchall()
+    ops = [(s, e, op_start[listed[c]]) for s, e, c in tasks if listed.get(c) in op_start]
+    assert len(ops) == len(tasks) == 187
+    (lo, hi), = conn.execute("SELECT startNs, endNs FROM STEP_TIME").fetchall()
+    main_tid = conn.execute("SELECT globalTid FROM PYTORCH_API WHERE type = 50001 GROUP BY globalTid "
+                            "ORDER BY count(*) DESC LIMIT 1").fetchone()[0]
+    ranges = _split_by_launch(lo, hi, [at for _, _, at in ops])
+    top = conn.execute("SELECT max(id) FROM STRING_IDS").fetchone()[0]
+    conn.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(top + 1 + i, n) for i, n in enumerate(STAGE_RANGES)])
+    conn.execute("CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER, rangeId INTEGER, "
+                 "category INTEGER, message INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, "
+                 "connectionId INTEGER)")
+    conn.executemany("INSERT INTO MSTX_EVENTS VALUES (?, ?, 2, ?, 0, ?, ?, ?, 0, NULL)",
+                     [(a, b, i, top + 1 + i, main_tid, main_tid) for i, (a, b) in enumerate(ranges)])
+    conn.commit()
+    conn.close()
+    _check_stage_rows(analyze(run, workers=1), ranges, ops, 1e-6)
