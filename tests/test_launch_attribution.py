@@ -195,3 +195,32 @@ def test_db_export_stage_rows_hold_the_tasks_their_ranges_enqueued(msinsight, tm
     conn.commit()
     conn.close()
     _check_stage_rows(analyze(run, workers=1), ranges, ops, 1e-6)
+
+
+def test_slice_of_a_micro_batch_keeps_the_kernels_it_launched(tmp_path):
+    """`rlprof slice --micro-batch K` on a trace where the device runs a step behind: the slice holds exactly the
+    device events K's host range launched (all of which ran after it), and none another range launched."""
+    from conftest import run_cli
+
+    trace = json.load(gzip.open(REAL / "resnet_act_checkpoint_mi300.json.gz"))
+    events = trace["traceEvents"]
+    steps = sorted((e["ts"], e["dur"]) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    host = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    marks = [("rlprof:stage:actor_update", steps[0][0], steps[-1][0] + steps[-1][1] - steps[0][0])]
+    marks += [(f"rlprof:micro_batch:{k}", ts, dur) for k, (ts, dur) in enumerate(steps)]
+    for name, ts, dur in marks:
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host["pid"], "tid": host["tid"],
+                       "ts": ts, "dur": dur})
+    path = tmp_path / "marked.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    out = tmp_path / "mb1.json"
+    proc = run_cli("slice", path, "--step", 1, "--role", "actor", "--stage", "actor_update", "--micro-batch", 1,
+                   "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    lo, hi = steps[1][0], steps[1][0] + steps[1][1]
+    launched = {(e["ts"], e["name"]) for e in _launched(events, lo, hi)}
+    kept = {(e["ts"], e["name"]) for e in json.loads(out.read_text())["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS}
+    assert kept == launched and len(kept) > 746
+    assert json.loads(out.read_text())["rlprof"]["slice"]["device_end_us"] > hi
