@@ -224,3 +224,20 @@ def test_slice_of_a_micro_batch_keeps_the_kernels_it_launched(tmp_path):
             if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS}
     assert kept == launched and len(kept) > 746
     assert json.loads(out.read_text())["rlprof"]["slice"]["device_end_us"] > hi
+
+
+def test_report_timeline_draws_the_device_lane_beside_the_host_lane():
+    """The report's timeline: a decode step's host range on the host lane, the device window of what it launched
+    on the device lane, starting when its first launched kernel started (from the raw JSON)."""
+    from rlprof.report.charts import timeline
+
+    name = "vllm_decode_full_graph_mi300x.json.gz"
+    events = json.load(gzip.open(REAL / name))["traceEvents"]
+    (it,) = [e for e in events if e.get("cat") == "user_annotation" and re.match(r"execute_\d+_context_", e["name"])]
+    work = _launched(events, it["ts"], it["ts"] + it["dur"])
+    first = min(float(e["ts"]) for e in work)
+    bars = {t["name"]: t for t in timeline(analyze(REAL / name, workers=1))["data"]}
+    host, device = bars["host range"], bars["rollout_generate"]
+    assert host["y"] == ["rank 0 host"] and device["y"] == ["rank 0 device"]
+    assert host["x"][0] == pytest.approx(it["dur"] / 1e3, rel=1e-6)
+    assert device["base"][0] - host["base"][0] == pytest.approx((first - it["ts"]) / 1e3, rel=1e-6)
