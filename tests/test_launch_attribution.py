@@ -241,3 +241,38 @@ def test_report_timeline_draws_the_device_lane_beside_the_host_lane():
     assert host["y"] == ["rank 0 host"] and device["y"] == ["rank 0 device"]
     assert host["x"][0] == pytest.approx(it["dur"] / 1e3, rel=1e-6)
     assert device["base"][0] - host["base"][0] == pytest.approx((first - it["ts"]) / 1e3, rel=1e-6)
+
+
+def test_fixed_cost_fit_is_computed_on_the_device_time_each_micro_batch_launched(tmp_path):
+    """Micro-batch rows on the real ResNet trace (each ProfilerStep's host range cut in two, with token counts
+    written into the range names as rlprof's trainer writes them): each row's wall is the device window of what
+    its range launched, and fixed_cost fits those walls (recomputed here from the raw JSON)."""
+    import numpy as np
+
+    trace = json.load(gzip.open(REAL / "resnet_act_checkpoint_mi300.json.gz"))
+    events = trace["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    host = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    halves = [h for lo, hi in steps for h in ((lo, (lo + hi) / 2), ((lo + hi) / 2, hi))]
+    tokens = [100 * (k + 1) for k in range(len(halves))]
+    marks = [("rlprof:stage:actor_update", steps[0][0], steps[-1][1])]
+    marks += [(f"rlprof:micro_batch:{k}|seqs=4,tokens={n}", lo, hi) for k, ((lo, hi), n) in enumerate(zip(halves, tokens))]
+    for name, lo, hi in marks:
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host["pid"], "tid": host["tid"],
+                       "ts": lo, "dur": hi - lo})
+    path = tmp_path / "micro.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    doc = analyze(path, workers=1)
+    rows = sorted((r for r in doc["rows"] if r["unit"] == "micro_batch"), key=lambda r: r["index"])
+    walls = []
+    for (lo, hi), row in zip(halves, rows):
+        busy, window = _device_time(_launched(events, lo, hi))
+        assert row["wall_ms"] == pytest.approx(window / 1e3, rel=1e-6)
+        assert row["wall_ms"] - row["idle_ms"] == pytest.approx(busy / 1e3, rel=1e-6)
+        walls.append(window / 1e3)
+    per_token, fixed = np.polyfit(tokens, walls, 1)
+    fixed = min(max(fixed, 0.0), min(walls))
+    (fit,) = [m for m in doc["measures"] if m["measure"] == "fixed_cost"]
+    assert fit["fixed_ms"] == pytest.approx(fixed, rel=1e-6, abs=1e-9)
+    assert fit["value"] == pytest.approx(len(walls) * fixed / sum(walls), rel=1e-6, abs=1e-9)
