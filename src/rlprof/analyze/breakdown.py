@@ -59,7 +59,7 @@ class LaunchedWork:
         m = buckets(table, True)
         work = m["compute"] | m["comm"] | m["memcpy"]
         idx = np.flatnonzero(work)
-        when = table.placed_at()[idx]
+        when = table.placed_at(idx)
         order = np.argsort(when, kind="stable")
         idx = idx[order]
         self.when = when[order]

@@ -192,13 +192,16 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
         if not units or not len(ops):
             continue
         lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
-        when = t.placed_at()[ops]
+        when = t.placed_at(ops)
         i = np.searchsorted(lo, when, side="right") - 1
         inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
-        pairs = np.unique(np.stack([i[inside], t.name[ops][inside]]), axis=1)  # (unit, name), sorted by unit
-        cuts = np.searchsorted(pairs[0], np.arange(len(units) + 1))
+        del when
+        width = max(len(t.names), 1)
+        pairs = np.unique(i[inside].astype(np.int64) * width + t.name[ops[inside]])  # (unit, name), by unit
+        unit_of, name_of = pairs // width, pairs % width
+        cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):
-            names = sorted(t.names[n] for n in pairs[1, cuts[k]:cuts[k + 1]])
+            names = sorted(t.names[n] for n in name_of[cuts[k]:cuts[k + 1]])
             u["ops_sig"] = hashlib.blake2b("\n".join(names).encode(), digest_size=6).hexdigest() if names else None
 
 
@@ -223,9 +226,24 @@ class LaunchGaps:
         self.bound = issued > self.lo  # NaN compares False
         self.unknown = np.isnan(issued)
         self.span = (float(s[0]), float(busy_until[-1])) if len(s) else None
+        # the gaps are disjoint and sorted: a window's share is two searchsorted cuts and prefix sums (thousands of
+        # rows, decode steps or ProfilerSteps, each cost O(log gaps), not a pass over every gap)
+        length = self.hi - self.lo
+        self.cum = {k: np.concatenate([[0.0], np.cumsum(np.where(m, length, 0.0))]) for k, m in
+                    (("all", np.ones(len(length), bool)), ("bound", self.bound), ("unknown", self.unknown))}
 
     def within(self, lo: float, hi: float) -> dict[str, float]:
         """Device gap, launch-bound and unlinked gap time (ms) inside [lo, hi]."""
-        part = np.clip(np.minimum(self.hi, hi) - np.maximum(self.lo, lo), 0, None)
-        return {"device_gap_ms": float(part.sum()) / 1e3, "launch_bound_ms": float(part[self.bound].sum()) / 1e3,
-                "launch_unlinked_ms": float(part[self.unknown].sum()) / 1e3}
+        i, j = int(np.searchsorted(self.hi, lo, "right")), int(np.searchsorted(self.lo, hi, "left"))
+        out = {}
+        for key, name, flags in (("all", "device_gap_ms", None), ("bound", "launch_bound_ms", self.bound),
+                                 ("unknown", "launch_unlinked_ms", self.unknown)):
+            total = 0.0
+            if j > i:  # gaps i..j-1 meet the window; the first and the last may stick out of it
+                total = self.cum[key][j] - self.cum[key][i]
+                if flags is None or flags[i]:
+                    total -= max(0.0, lo - self.lo[i])
+                if flags is None or flags[j - 1]:
+                    total -= max(0.0, self.hi[j - 1] - hi)
+            out[name] = float(max(total, 0.0)) / 1e3
+        return out

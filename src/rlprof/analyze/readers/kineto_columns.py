@@ -109,6 +109,7 @@ class _Sink:
         if phase.max() == _NO_PHASE:
             self.dropped[NO_PHASE] += int((phase == _NO_PHASE).sum())
         x_at = np.flatnonzero(is_x)  # positions in the batch
+        flows_before = len(self.flow_starts)
         if len(x_at) < n:
             flow_end_at = self._add_others(events, phase)
             xs = list(compress(events, is_x.tolist()))
@@ -146,7 +147,9 @@ class _Sink:
                 # where each launch call sits: the device events carrying its correlation are linked to it
                 corr, ok = _correlations(calls)
                 if ok.any():
-                    self.flow_starts.append((corr[ok], start[runtime][ok]))
+                    if len(self.flow_starts) > flows_before:  # Kineto's ac2g flows leave these same calls with
+                        self.flow_starts[flows_before] = _without(self.flow_starts[flows_before], corr[ok])  # these
+                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # ids: each kept once (memory)
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
                 xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
@@ -169,6 +172,8 @@ class _Sink:
         if on_device.any():  # a device event's correlation names its launch call: matched at build like a flow end
             corr, ok = _correlations(list(compress(xs, on_device.tolist())))
             if ok.any():
+                if len(flow_end_at):  # the batch's ac2g flow ends that name these events by these ids: once
+                    self.flow_ends[-1] = _without(self.flow_ends[-1], corr[ok])
                 self.flow_ends.append((corr[ok], start[on_device][ok], threads[rank[x_at]][on_device][ok]))
         shapes = None
         if self.shapes:
@@ -375,6 +380,14 @@ def _floats_of(events: list, field) -> np.ndarray:
         return np.fromiter(map(field, events), np.float64, len(events))
     except (ValueError, TypeError, OverflowError):
         return _floats(list(map(field, events)))
+
+
+def _without(flows: tuple, ids: np.ndarray) -> tuple:
+    """A batch's flow columns without the flows whose id is among `ids` (the same links, read from correlation)."""
+    if flows[0].dtype.kind != "i":
+        return flows
+    keep = ~np.isin(flows[0], ids)
+    return flows if keep.all() else tuple(c[keep] for c in flows)
 
 
 def _decoded_args(events: list) -> list:
