@@ -13,10 +13,10 @@ from collections import defaultdict
 import numpy as np
 
 from ..vocab import STAGE_ROLE
-from .classify import RLPROF_RANGE, buckets
+from .classify import COLLECTIVE, RLPROF_RANGE, buckets, name_flags
 from .intervals import Coverage
 from .readers.ascend_trace import LANES
-from .table import USER_ANNOTATION, EventTable
+from .table import DEVICE_KINDS, KERNEL, USER_ANNOTATION, EventTable
 
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
@@ -56,16 +56,17 @@ class LaunchedWork:
     row's events one searchsorted slice."""
 
     def __init__(self, table: EventTable):
-        m = buckets(table, True)
-        work = m["compute"] | m["comm"] | m["memcpy"]
-        idx = np.flatnonzero(work)
+        idx = np.flatnonzero(table.mask(*DEVICE_KINDS))  # the device events alone: no full-length temporaries
         when = table.placed_at(idx)
         order = np.argsort(when, kind="stable")
         idx = idx[order]
         self.when = when[order]
+        del when, order
         self.s, self.e = table.start[idx], table.end[idx]
         self.linked = ~np.isnan(table.launch[idx]) if table.launch is not None else np.zeros(len(idx), bool)
-        self.cls = np.where(m["compute"][idx], 0, np.where(m["comm"][idx], 1, 2)).astype(np.int8)
+        # as classify.buckets on a device trace: kernels compute unless collectives, copies and sets memcpy
+        collective = name_flags(table.names, COLLECTIVE)[table.name[idx]] if len(idx) else np.zeros(0, bool)
+        self.cls = np.where(table.kind[idx] == KERNEL, np.where(collective, 1, 0), 2).astype(np.int8)
 
     def window(self, lo: float, hi: float) -> dict:
         """The row of host range [lo, hi]: its buckets over its device window (they add up to that window's

@@ -192,12 +192,16 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
         if not units or not len(ops):
             continue
         lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
-        when = t.placed_at(ops)
-        i = np.searchsorted(lo, when, side="right") - 1
-        inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
-        del when
         width = max(len(t.names), 1)
-        pairs = np.unique(i[inside].astype(np.int64) * width + t.name[ops[inside]])  # (unit, name), by unit
+        pairs = []
+        for a in range(0, len(ops), SEGMENT * 4):  # in segments: bounded temporaries on a large trace
+            seg = ops[a:a + SEGMENT * 4]
+            when = t.placed_at(seg)
+            i = np.searchsorted(lo, when, side="right") - 1
+            inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
+            pairs.append(np.unique(i[inside].astype(np.int64) * width + t.name[seg[inside]]))  # (unit, name)
+            del when, i, inside
+        pairs = np.unique(np.concatenate(pairs))
         unit_of, name_of = pairs // width, pairs % width
         cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):

@@ -350,19 +350,19 @@ class _Sink:
         before = (end_id < start_id[0]) & ~found if not as_text else np.zeros(len(end_id), bool)
         del start_id, end_id
         found |= before
-        launch_of_end = np.where(before, -np.inf, start_ts[pos])[found]  # an end whose launch the file lacks
-        del start_ts, pos, before  # otherwise links nothing, so the same event's other link is the one kept
+        launch_of_end = start_ts[pos]
+        launch_of_end[before] = -np.inf
+        del start_ts, pos, before
         # device events <- flow ends on the same thread at the same start time
-        end_ts = np.concatenate([c[1] for c in ends])[found]
-        end_thread = np.concatenate([c[2] for c in ends])[found]
-        del ends, found
-        if not len(end_ts):
-            return None
+        end_ts = np.concatenate([c[1] for c in ends])
+        end_thread = np.concatenate([c[2] for c in ends])
+        del ends
         width = float(max(t.end.max(), end_ts.max()) - min(t.start.min(), end_ts.min())) + 1.0
         base = float(min(t.start.min(), end_ts.min()))
         end_key = end_thread * width
         end_key += end_ts - base
-        del end_ts, end_thread
+        end_key[~found] = np.inf  # an end whose launch the file lacks links nothing: the event's other link counts
+        del end_ts, end_thread, found
         key_order = np.argsort(end_key, kind="stable")
         end_key, launch_of_end = end_key[key_order], launch_of_end[key_order]
         del key_order
