@@ -276,3 +276,22 @@ def test_fixed_cost_fit_is_computed_on_the_device_time_each_micro_batch_launched
     (fit,) = [m for m in doc["measures"] if m["measure"] == "fixed_cost"]
     assert fit["fixed_ms"] == pytest.approx(fixed, rel=1e-6, abs=1e-9)
     assert fit["value"] == pytest.approx(len(walls) * fixed / sum(walls), rel=1e-6, abs=1e-9)
+
+
+def test_compare_matches_stages_and_kernels_by_what_each_range_launched():
+    """`rlprof compare` of two real vLLM iterations (piecewise graphs against the full graph): the stage's compute
+    on each side is the union of the kernels its host range launched, and every kernel it launched is compared
+    inside the stage (none left outside it)."""
+    from rlprof.compare import compare
+
+    base, new = INFERENCE[0], INFERENCE[1]
+    out = compare(str(REAL / new), str(REAL / base), workers=1)
+    (compute,) = [s for s in out["stages"] if s["bucket"] == "compute" and s["stage"] == "rollout_generate"]
+    for side, name in (("baseline", base), ("new", new)):
+        events = json.load(gzip.open(REAL / name))["traceEvents"]
+        (it,) = [e for e in events if e.get("cat") == "user_annotation" and re.match(r"execute_\d+_context_", e["name"])]
+        work = _launched(events, it["ts"], it["ts"] + it["dur"])
+        kernels = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in work if e["cat"] == "kernel"]
+        assert compute[f"{side}_ms"] == pytest.approx(union(kernels) / 1e3, rel=0.01)
+        counted = sum(o[f"{side}_count"] for o in out["ops"] if o["kind"] == "kernel" and o["stage"] == "rollout_generate")
+        assert counted == len(work)
