@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
+from functools import cache
 
 import numpy as np
 
@@ -48,8 +49,8 @@ class Breakdown:
 
 
 class LaunchedWork:
-    """Device work by the host range that launched it (SPEC: the host runs ahead of the device, so a range's
-    kernels may run long after it closes). Each device event is placed at its launch on the host where the trace
+    """Device work by the host range that launched it (the host runs ahead of the device, so a range's kernels
+    may run long after it closes). Each device event is placed at its launch on the host where the trace
     links it (Kineto's correlation or ac2g flow, torch_npu's host-to-device flows), else at its own start; a row
     holds the events placed inside its host range, and its buckets are measured over its device window (first
     start to last end of those events) from those events alone. Columnar: events sorted by placement once, a
@@ -216,7 +217,8 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     device trace that links its device work to launches, a stage or unit row holds the work its host range
     launched (LaunchedWork); the whole-trace row is the trace's own span, as before."""
     bd = bd or Breakdown(t, device)
-    ranged = LaunchedWork(t) if device and t.launch is not None else bd
+    linked = device and t.launch is not None
+    ranged = cache(lambda: LaunchedWork(t) if linked else bd)  # built where a row needs it (its sort: per event)
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
@@ -229,7 +231,7 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         for kind, label, ulo, uhi in sampled:  # the units the schedule kept, each a row with what it holds
             index, args = unit_label(label)
             rows.append({**base, "stage": stage, "unit": kind, "index": index, "start_us": ulo,
-                         **ranged.window(ulo, uhi), **args})
+                         **ranged().window(ulo, uhi), **args})
         if sampled:
             device_pipelining(rows)
             return rows
@@ -237,10 +239,10 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
                  **bd.window(lo, hi)}
         rows.append(whole)
-        steps_run = profiler_steps(t) if ranged is not bd and meta.get("unit") is None else []
+        steps_run = profiler_steps(t) if linked and meta.get("unit") is None else []
         for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
             rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
-                         "index": n, **ranged.window(slo, shi)})
+                         "index": n, **ranged().window(slo, shi)})
         device_pipelining(rows)
         return rows
     units = [r for r in ranges if r[0] not in ("stage", "mark")]
@@ -254,12 +256,12 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         step = step_at(lo, steps[min(k, len(steps) - 1)])
         role = STAGE_ROLE.get(stage, base["role"])
         stage_row = {**base, "step": step, "role": role, "stage": stage, "unit": None, "index": None,
-                     "start_us": lo, **ranged.window(lo, hi)}
+                     "start_us": lo, **ranged().window(lo, hi)}
         rows.append(stage_row)
         inside = by_mid[np.searchsorted(mids[by_mid], lo, "left"):np.searchsorted(mids[by_mid], hi, "right")]
         for kind, label, ulo, uhi in (units[i] for i in np.sort(inside)):  # units centred in the stage
             index, args = unit_label(label)
-            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged.window(ulo, uhi),
+            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged().window(ulo, uhi),
                          **args})
     device_pipelining(rows)
     return rows
