@@ -121,3 +121,16 @@ def trigger_steps(onset, busy, last, warmup=3):
                 return maybe
         fast, slow = fast + (step < onset), slow + (step >= onset)
     return maybe
+
+
+def union(intervals):
+    """Plain-Python union length (the test's own arithmetic, independent of rlprof's numpy code)."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + ((cur_e - cur_s) if cur_e is not None else 0.0)

@@ -151,9 +151,13 @@ def test_mstx_ranges_in_the_text_export(tmp_path):
     rows = analyze(tmp_path, workers=1)["rows"]
     assert [(r["step"], r["stage"], r["role"]) for r in rows] == [(1, "actor_compute_log_prob", "actor"),
                                                                    (1, "actor_update", "actor")]
-    assert rows[0]["wall_ms"] == pytest.approx(3.4) and rows[1]["wall_ms"] == pytest.approx(7.9)
+    assert rows[0]["host_wall_ms"] == pytest.approx(3.4) and rows[1]["host_wall_ms"] == pytest.approx(7.9)
     computing = [e for e in events if e.get("ph") == "X" and e["name"] == "Computing"]  # the exporter's own lane
-    assert sum(r["compute_ms"] for r in rows) == pytest.approx(sum(e["dur"] for e in computing) / 1e3, rel=1e-6)
+    # each range holds the operators it launched (trace_view's async_npu flows): together all the step's computing
+    # but the few launched before the first range or after the second
+    lane = sum(e["dur"] for e in computing) / 1e3
+    assert all(r["attribution"] == "launch" for r in rows)
+    assert 0.99 * lane <= sum(r["compute_ms"] for r in rows) <= lane + 1e-9
 
 
 def test_profile_save_path_is_analysed_per_rank_and_says_what_is_unparsed():

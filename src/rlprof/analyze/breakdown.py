@@ -7,15 +7,17 @@ memcpy = copies/sets overlapped by neither; idle = the rest of the span. They ad
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
+from functools import cache
 
 import numpy as np
 
 from ..vocab import STAGE_ROLE
-from .classify import RLPROF_RANGE, buckets
+from .classify import COLLECTIVE, RLPROF_RANGE, buckets, name_flags
 from .intervals import Coverage
 from .readers.ascend_trace import LANES
-from .table import USER_ANNOTATION, EventTable
+from .table import DEVICE_KINDS, KERNEL, USER_ANNOTATION, EventTable
 
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
@@ -44,6 +46,72 @@ class Breakdown:
         span = hi - lo
         return {"wall_ms": span / 1e3, "compute_ms": c / 1e3, "comm_ms": (cm - c) / 1e3,
                 "overlap_ms": (c + m - cm) / 1e3, "memcpy_ms": (busy - cm) / 1e3, "idle_ms": (span - busy) / 1e3}
+
+
+class LaunchedWork:
+    """Device work by the host range that launched it (the host runs ahead of the device, so a range's kernels
+    may run long after it closes). Each device event is placed at its launch on the host where the trace
+    links it (Kineto's correlation or ac2g flow, torch_npu's host-to-device flows), else at its own start; a row
+    holds the events placed inside its host range, and its buckets are measured over its device window (first
+    start to last end of those events) from those events alone. Columnar: events sorted by placement once, a
+    row's events one searchsorted slice."""
+
+    def __init__(self, table: EventTable):
+        idx = np.flatnonzero(table.mask(*DEVICE_KINDS))  # the device events alone: no full-length temporaries
+        when = table.placed_at(idx)
+        order = np.argsort(when, kind="stable")
+        idx = idx[order]
+        self.when = when[order]
+        del when, order
+        self.s, self.e = table.start[idx], table.end[idx]
+        self.linked = ~np.isnan(table.launch[idx]) if table.launch is not None else np.zeros(len(idx), bool)
+        # as classify.buckets on a device trace: kernels compute unless collectives, copies and sets memcpy
+        collective = name_flags(table.names, COLLECTIVE)[table.name[idx]] if len(idx) else np.zeros(0, bool)
+        self.cls = np.where(table.kind[idx] == KERNEL, np.where(collective, 1, 0), 2).astype(np.int8)
+
+    def window(self, lo: float, hi: float) -> dict:
+        """The row of host range [lo, hi]: its buckets over its device window (they add up to that window's
+        length, `wall_ms`, from `start_us`), its host window, and how its work was placed."""
+        a, b = np.searchsorted(self.when, lo, "left"), np.searchsorted(self.when, hi, "right")
+        host = {"host_start_us": lo, "host_wall_ms": (hi - lo) / 1e3}
+        if a == b:  # launched nothing: its host window, the device idle for it
+            return {"start_us": lo, "wall_ms": (hi - lo) / 1e3, "compute_ms": 0.0, "comm_ms": 0.0,
+                    "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": (hi - lo) / 1e3, **host,
+                    "device_start_us": None, "attribution": "launch", "unlinked_events": 0}
+        s, e, c = self.s[a:b], self.e[a:b], self.cls[a:b]
+        dlo, dhi = float(s.min()), float(e.max())
+        compute, comm = Coverage(s[c == 0], e[c == 0]).total, Coverage(s[c == 1], e[c == 1]).total
+        either, busy = Coverage(s[c < 2], e[c < 2]).total, Coverage(s, e).total
+        unlinked = int(b - a - np.count_nonzero(self.linked[a:b]))
+        return {"start_us": dlo, "wall_ms": (dhi - dlo) / 1e3, "compute_ms": compute / 1e3,
+                "comm_ms": (either - compute) / 1e3, "overlap_ms": (compute + comm - either) / 1e3,
+                "memcpy_ms": (busy - either) / 1e3, "idle_ms": (dhi - dlo - busy) / 1e3, **host,
+                "device_start_us": dlo, "attribution": "launch" if not unlinked else "launch+time",
+                "unlinked_events": unlinked}
+
+
+def host_window(row: dict) -> tuple[float, float]:
+    """The host range of a row (where its launches lie): its host window where attributed by launch, else the
+    window its buckets were measured over."""
+    if row.get("host_start_us") is not None:
+        return row["host_start_us"], row["host_start_us"] + row["host_wall_ms"] * 1e3
+    return row["start_us"], row["start_us"] + row["wall_ms"] * 1e3
+
+
+def device_pipelining(rows: list[dict]) -> None:
+    """`device_overlap_next_ms` on rows attributed by launch: how much of a row's device window the next row of
+    its kind (the next stage, the next unit of the same stage) runs in, its work queued behind or beside this
+    row's. The rows' walls then add up to more than the time they took together by that much."""
+    kinds = defaultdict(list)
+    for r in rows:
+        if r.get("attribution"):
+            kinds[(r.get("unit"), r.get("stage") if r.get("unit") else None)].append(r)
+    for group in kinds.values():
+        group.sort(key=lambda r: r["host_start_us"])
+        for row, nxt in zip(group, group[1:] + [None]):
+            end = row["start_us"] + row["wall_ms"] * 1e3
+            row["device_overlap_next_ms"] = 0.0 if nxt is None or row["device_start_us"] is None or \
+                nxt["device_start_us"] is None else max(0.0, end - max(row["start_us"], nxt["start_us"])) / 1e3
 
 
 def _host_compute(t: EventTable, compute: np.ndarray, comm: np.ndarray) -> Coverage:
@@ -108,6 +176,15 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
     return out
 
 
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def profiler_steps(t: EventTable) -> list[tuple[int, float, float]]:
+    """torch.profiler's `ProfilerStep#N` host ranges as (N, start, end), by start."""
+    return [(int(PROFILER_STEP.match(name).group(1)), lo, hi)
+            for _, name, lo, hi in _annotations(t, lambda n: ("step", n) if PROFILER_STEP.match(n) else None)]
+
+
 def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
     """vLLM's own profiler output: its per-iteration `execute_context_*_generation_*` annotations as decode-step
     units (what each held, from the counts in the name; `seqs`: the most rows any iteration of the file held),
@@ -136,8 +213,12 @@ def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
 
 def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
                 ) -> list[dict]:
-    """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace."""
+    """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace. On a
+    device trace that links its device work to launches, a stage or unit row holds the work its host range
+    launched (LaunchedWork); the whole-trace row is the trace's own span, as before."""
     bd = bd or Breakdown(t, device)
+    linked = device and t.launch is not None
+    ranged = cache(lambda: LaunchedWork(t) if linked else bd)  # built where a row needs it (its sort: per event)
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
@@ -150,12 +231,19 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         for kind, label, ulo, uhi in sampled:  # the units the schedule kept, each a row with what it holds
             index, args = unit_label(label)
             rows.append({**base, "stage": stage, "unit": kind, "index": index, "start_us": ulo,
-                         **bd.window(ulo, uhi), **args})
+                         **ranged().window(ulo, uhi), **args})
         if sampled:
+            device_pipelining(rows)
             return rows
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
-        rows.append({**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
-                     **bd.window(lo, hi)})
+        whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
+                 **bd.window(lo, hi)}
+        rows.append(whole)
+        steps_run = profiler_steps(t) if linked and meta.get("unit") is None else []
+        for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
+            rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
+                         "index": n, **ranged().window(slo, shi)})
+        device_pipelining(rows)
         return rows
     units = [r for r in ranges if r[0] not in ("stage", "mark")]
     mids = np.array([(r[2] + r[3]) / 2 for r in units])
@@ -168,12 +256,14 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         step = step_at(lo, steps[min(k, len(steps) - 1)])
         role = STAGE_ROLE.get(stage, base["role"])
         stage_row = {**base, "step": step, "role": role, "stage": stage, "unit": None, "index": None,
-                     "start_us": lo, **bd.window(lo, hi)}
+                     "start_us": lo, **ranged().window(lo, hi)}
         rows.append(stage_row)
         inside = by_mid[np.searchsorted(mids[by_mid], lo, "left"):np.searchsorted(mids[by_mid], hi, "right")]
         for kind, label, ulo, uhi in (units[i] for i in np.sort(inside)):  # units centred in the stage
             index, args = unit_label(label)
-            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **bd.window(ulo, uhi), **args})
+            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged().window(ulo, uhi),
+                         **args})
+    device_pipelining(rows)
     return rows
 
 
@@ -208,17 +298,19 @@ class _StepAt:
 def stage_of_events(t: EventTable, rows: list[dict]) -> tuple[np.ndarray, list[dict]]:
     """Which stage window (row) each event belongs to, -1 outside all, and those windows' rows.
 
-    Device kernels are placed by their launch on the host where the trace links them (Kineto's ac2g flows), so
+    Device kernels are placed by their launch on the host where the trace links them (Kineto's correlation and
+    ac2g flows), so
     work queued at a stage's end belongs to that stage even when it runs in the next; without a flow, by their
     own start time.
     """
     stages = [r for r in rows if r["unit"] is None and r["start_us"] is not None]
-    stages.sort(key=lambda r: r["start_us"])
+    stages.sort(key=lambda r: host_window(r)[0])
     if not stages or not len(t):
         return np.full(len(t), -1, np.int32), stages
-    lo = np.array([r["start_us"] for r in stages])
-    hi = lo + np.array([r["wall_ms"] for r in stages]) * 1e3
-    when = t.placed_at()
+    lo, hi = (np.array(side) for side in zip(*map(host_window, stages)))
+    # windows measured by time (the whole trace's span, a step narrowed to its device activity) hold what ran
+    # in them, whenever launched
+    when = t.placed_at() if any(r.get("attribution") for r in stages) else t.start
     i = np.searchsorted(lo, when, side="right") - 1
     inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
     return np.where(inside, i, -1).astype(np.int32), stages

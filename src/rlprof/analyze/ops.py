@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .breakdown import host_window
 from .classify import COLLECTIVE, LAUNCH, name_flags
 from .table import CPU_MEMORY, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, UNKNOWN_DEVICE, EventTable
 
@@ -180,25 +181,31 @@ def device_capacities(properties: list | None) -> dict[int, float]:
 
 def unit_signatures(t: EventTable, rows: list[dict]) -> None:
     """Give each unit row (decode step, micro-/mini-batch) `ops_sig`: a short digest of the set of operator and
-    kernel names that start inside it, so units that run the same operators can be told apart from ones that do
+    kernel names placed inside it (a kernel at its launch), so units that run the same operators can be told apart from ones that do
     not (findings: repeating units). One pass per unit kind; units of one kind do not overlap."""
     import hashlib
 
     ops = np.flatnonzero(np.isin(t.kind, (CPU_OP, KERNEL, MEMCPY, MEMSET)))
     for kind in {r["unit"] for r in rows if r.get("unit")}:
         units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
-                       key=lambda r: r["start_us"])
+                       key=lambda r: host_window(r)[0])
         if not units or not len(ops):
             continue
-        lo = np.array([u["start_us"] for u in units])
-        hi = lo + np.array([u["wall_ms"] for u in units]) * 1e3
-        when = t.placed_at()[ops]
-        i = np.searchsorted(lo, when, side="right") - 1
-        inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
-        pairs = np.unique(np.stack([i[inside], t.name[ops][inside]]), axis=1)  # (unit, name), sorted by unit
-        cuts = np.searchsorted(pairs[0], np.arange(len(units) + 1))
+        lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
+        width = max(len(t.names), 1)
+        pairs = []
+        for a in range(0, len(ops), SEGMENT * 4):  # in segments: bounded temporaries on a large trace
+            seg = ops[a:a + SEGMENT * 4]
+            when = t.placed_at(seg)
+            i = np.searchsorted(lo, when, side="right") - 1
+            inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
+            pairs.append(np.unique(i[inside].astype(np.int64) * width + t.name[seg[inside]]))  # (unit, name)
+            del when, i, inside
+        pairs = np.unique(np.concatenate(pairs))
+        unit_of, name_of = pairs // width, pairs % width
+        cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):
-            names = sorted(t.names[n] for n in pairs[1, cuts[k]:cuts[k + 1]])
+            names = sorted(t.names[n] for n in name_of[cuts[k]:cuts[k + 1]])
             u["ops_sig"] = hashlib.blake2b("\n".join(names).encode(), digest_size=6).hexdigest() if names else None
 
 
@@ -223,9 +230,24 @@ class LaunchGaps:
         self.bound = issued > self.lo  # NaN compares False
         self.unknown = np.isnan(issued)
         self.span = (float(s[0]), float(busy_until[-1])) if len(s) else None
+        # the gaps are disjoint and sorted: a window's share is two searchsorted cuts and prefix sums (thousands of
+        # rows, decode steps or ProfilerSteps, each cost O(log gaps), not a pass over every gap)
+        length = self.hi - self.lo
+        self.cum = {k: np.concatenate([[0.0], np.cumsum(np.where(m, length, 0.0))]) for k, m in
+                    (("all", np.ones(len(length), bool)), ("bound", self.bound), ("unknown", self.unknown))}
 
     def within(self, lo: float, hi: float) -> dict[str, float]:
         """Device gap, launch-bound and unlinked gap time (ms) inside [lo, hi]."""
-        part = np.clip(np.minimum(self.hi, hi) - np.maximum(self.lo, lo), 0, None)
-        return {"device_gap_ms": float(part.sum()) / 1e3, "launch_bound_ms": float(part[self.bound].sum()) / 1e3,
-                "launch_unlinked_ms": float(part[self.unknown].sum()) / 1e3}
+        i, j = int(np.searchsorted(self.hi, lo, "right")), int(np.searchsorted(self.lo, hi, "left"))
+        out = {}
+        for key, name, flags in (("all", "device_gap_ms", None), ("bound", "launch_bound_ms", self.bound),
+                                 ("unknown", "launch_unlinked_ms", self.unknown)):
+            total = 0.0
+            if j > i:  # gaps i..j-1 meet the window; the first and the last may stick out of it
+                total = self.cum[key][j] - self.cum[key][i]
+                if flags is None or flags[i]:
+                    total -= max(0.0, lo - self.lo[i])
+                if flags is None or flags[j - 1]:
+                    total -= max(0.0, self.hi[j - 1] - hi)
+            out[name] = float(max(total, 0.0)) / 1e3
+        return out

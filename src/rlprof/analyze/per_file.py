@@ -48,12 +48,14 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     info["file"] = path.name
     device = trace.has_device
     rows = window_rows(trace.table, device, info)
+    release_free_memory()  # attribution by launch's sorted device columns, before the next phase's arrays
     if trace.partial:
         unknown_time(rows)
     tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
            "stage": info.get("stage"), "file": path.name}
     groups, windows = stage_of_events(trace.table, rows)
     unit_signatures(trace.table, rows)
+    release_free_memory()
     launch = {**tag, **launch_overhead(trace.table)} if device else None
     if device:
         gaps = LaunchGaps(trace.table)
@@ -62,6 +64,7 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
                 row.update(gaps.within(row["start_us"], row["start_us"] + row["wall_ms"] * 1e3))
         if gaps.span:
             launch.update(device_span_ms=(gaps.span[1] - gaps.span[0]) / 1e3, **gaps.within(*gaps.span))
+        del gaps  # before the operator tables: its prefix sums are 40 bytes a device gap
     release_free_memory()
     return {
         "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
@@ -187,8 +190,9 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     groups, windows = stage_of_events(table, rows)
     mem = memory(table) if len(table.memory) else None
     for row in rows:  # back to epoch µs, as every other reader (the windows are these same rows)
-        if row["start_us"] is not None:
-            row["start_us"] += trace.origin_us
+        for key in ("start_us", "host_start_us", "device_start_us"):
+            if row.get(key) is not None:
+                row[key] += trace.origin_us
     for point in mem["timeline"] if mem else ():
         point[0] += trace.origin_us
     return {

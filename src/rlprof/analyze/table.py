@@ -91,12 +91,15 @@ class EventTable:
     # Device events: when the host launched them (µs; NaN where the trace has no launch flow for the event)
     launch: np.ndarray | None = None
 
-    def placed_at(self) -> np.ndarray:
-        """The time that places each event in a stage window: its launch on the host where the trace links it
-        (a kernel queued at a stage's end belongs to that stage even if it runs in the next), else its start."""
+    def placed_at(self, sel: np.ndarray | None = None) -> np.ndarray:
+        """The time that places each event (of `sel`, else all) in a stage window: its launch on the host where
+        the trace links it (a kernel queued at a stage's end belongs to that stage even if it runs in the next;
+        -inf: launched before the trace began), else its start."""
+        start = self.start if sel is None else self.start[sel]
         if self.launch is None:
-            return self.start
-        return np.where(np.isnan(self.launch), self.start, self.launch)
+            return start
+        launch = self.launch if sel is None else self.launch[sel]
+        return np.where(np.isnan(launch), start, launch)
 
     def __len__(self) -> int:
         return len(self.start)

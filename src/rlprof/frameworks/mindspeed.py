@@ -87,6 +87,10 @@ DEVICE_PROCESS = "Ascend Hardware"  # every device task, one thread per stream
 HCCL_PROCESS = "HCCL"  # threads "Group N Communication" (the collectives, hcom_*) and "Plane N" (their tasks)
 OVERLAP_PROCESS = "Overlap Analysis"  # the exporter's own drawing of the step-trace lanes
 HOST_PROCESS = "Python"
+# trace_view.json's flows from a host launch to its device task, the first preferred: `async_npu` leaves the torch
+# op on the training thread (where the mstx ranges are), `HostToDevice` the CANN call on the dequeue thread. The
+# db keeps the same links as connection ids (PYTORCH_API -> CONNECTION_IDS -> TASK; CANN_API -> TASK).
+LAUNCH_FLOWS = ("async_npu", "HostToDevice")
 # CANN's host API events are named "{level}@{api}" (AscendCL@aclnnAdd, Node@launch, Hccl@..., Runtime@...).
 CANN_API = re.compile(r"^(AscendCL|Node|Hccl|HCCL|Runtime|Model|Acl|ACL|Opapi|GE)@")
 # Which device tasks are operators (computing in torch_npu's step trace), as CANN's op summary

@@ -38,20 +38,36 @@ def _lane(r: dict) -> str:
     return f"rank {r['rank']}" if r.get("rank") is not None else esc(r.get("file") or "trace")
 
 
+def _device_lane(r: dict) -> str:
+    """Rows attributed by launch are drawn twice: their device window on the rank's device lane, their host
+    range on its host lane (the device runs behind the host); other rows on the rank's one lane."""
+    return f"{_lane(r)} device" if r.get("attribution") else _lane(r)
+
+
 def timeline(doc: dict) -> dict | None:
-    """Gantt: one lane per rank, a bar per stage window (colour = stage), thin bars for marked units."""
+    """Gantt: one lane per rank (a host and a device lane where rows are attributed by launch), a bar per stage
+    window (colour = stage), thin bars for marked units."""
     rows = [r for r in doc["rows"] if r.get("start_us") is not None]
     if not rows:
         return None
-    t0 = min(r["start_us"] for r in rows)
+    hosts = [r for r in rows if r.get("attribution") and r.get("unit") is None]
+    t0 = min([r["start_us"] for r in rows] + [r["host_start_us"] for r in hosts])
     traces = []
+    if hosts:
+        traces.append({
+            "type": "bar", "orientation": "h", "name": "host range", "y": [f"{_lane(r)} host" for r in hosts],
+            "base": [(r["host_start_us"] - t0) / 1e3 for r in hosts], "x": [r["host_wall_ms"] for r in hosts],
+            "marker": {"color": [STAGE_COLORS.get(str(r.get("stage")), "#888888") for r in hosts], "opacity": 0.5},
+            "customdata": [[esc(r.get("step")), esc(r.get("role")), esc(r.get("stage"))] for r in hosts],
+            "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]} on the host<br>%{base:.2f} ms"
+                             " + %{x:.2f} ms<extra>%{y}</extra>"})
     by_stage: dict[str, list[dict]] = defaultdict(list)
     units = []
     for r in rows:
         (by_stage[str(r.get("stage") or "window")] if r.get("unit") is None else units).append(r)
     for stage, rs in by_stage.items():
         traces.append({
-            "type": "bar", "orientation": "h", "name": esc(stage), "y": [_lane(r) for r in rs],
+            "type": "bar", "orientation": "h", "name": esc(stage), "y": [_device_lane(r) for r in rs],
             "base": [(r["start_us"] - t0) / 1e3 for r in rs], "x": [r["wall_ms"] for r in rs],
             "marker": {"color": STAGE_COLORS.get(stage, "#888888")},
             "customdata": [[esc(r.get("step")), esc(r.get("role")), esc(stage), r["compute_ms"], r["comm_ms"],
@@ -62,11 +78,11 @@ def timeline(doc: dict) -> dict | None:
     if units:
         traces.append({
             "type": "bar", "orientation": "h", "name": "micro-batch / decode step", "width": 0.25,
-            "y": [_lane(r) for r in units], "base": [(r["start_us"] - t0) / 1e3 for r in units],
+            "y": [_device_lane(r) for r in units], "base": [(r["start_us"] - t0) / 1e3 for r in units],
             "x": [r["wall_ms"] for r in units], "marker": {"color": "#222222", "opacity": 0.55},
             "customdata": [[esc(r["unit"]), esc(r["index"]), esc(r.get("stage"))] for r in units],
             "hovertemplate": "%{customdata[0]} %{customdata[1]} in %{customdata[2]}<br>%{x:.3f} ms<extra>%{y}</extra>"})
-    lanes = sorted({_lane(r) for r in rows})
+    lanes = sorted({_device_lane(r) for r in rows} | {f"{_lane(r)} host" for r in hosts})
     return {"data": traces, "layout": _layout("Stage timeline per rank (ms from the first window)", barmode="overlay",
                                               xaxis={"title": {"text": "ms"}},
                                               yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]},

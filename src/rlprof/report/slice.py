@@ -1,6 +1,8 @@
 """`rlprof slice`: a small, valid Chrome trace of one stage / micro-batch / decode steps / time window.
 
-The window's events are kept byte for byte (args included); process/thread names and the trace's
+The window's events are kept byte for byte (args included); device work goes with the host range that launched
+it (Kineto's correlation ids: a micro-batch's slice keeps the kernels it launched, however late they ran, and
+leaves out another's that ran in its time); process/thread names and the trace's
 top-level objects come along so Perfetto and chrome://tracing show it as the original. The source
 window file is decoded whole (its raw events are views into the file's bytes: memory ~ its size).
 """
@@ -11,6 +13,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -23,12 +26,38 @@ class SliceError(RLProfError):
     pass
 
 
+class Launch(msgspec.Struct):
+    correlation: Any = None  # Kineto: a device event's id = its launch call's (any JSON value: never damage)
+
+
 class Stamp(msgspec.Struct):
     ph: str = ""
     name: str = ""
     cat: str = ""
     ts: float | str = 0.0
     dur: float | str = 0.0
+    id: Any = None
+    args: Launch | list | str | float | bool | None = None
+
+
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _correlation(s: Stamp):
+    return s.args.correlation if isinstance(s.args, Launch) else None
+
+
+def launched_in(stamps: list[Stamp], lo: float, hi: float) -> tuple[set, set]:
+    """(the correlation ids launched in [lo, hi], every id launched in the file): a device event belongs to
+    the slice of the host range that launched it (docs/analysis_schema.md, attribution by launch)."""
+    inside, every = set(), set()
+    for s in stamps:
+        if s.ph == "X" and s.cat in LAUNCH_CATS and (c := _correlation(s)) is not None:
+            every.add(c)
+            if lo <= _num(s.ts) <= hi:
+                inside.add(c)
+    return inside, every
 
 
 _raw_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
@@ -147,19 +176,27 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
     meta = json.loads(bytes(top["rlprof"])) if "rlprof" in top else {}
     steps = meta.get("steps") or [meta.get("step", sel.step)]
     lo, hi = window(_ranges(stamps), sel, steps, file)
-    keep = []
+    mine, linked = launched_in(stamps, lo, hi)
+    first = min((c for c in linked if isinstance(c, int)), default=None)  # ids below: launched before the file
+    keep, device_end = [], None
     for r, s in zip(raw, stamps):
         if s.ph == "M":
             keep.append(r)
             continue
         ts = _num(s.ts)
-        if s.ph == "X":
+        corr = _correlation(s) if s.cat in DEVICE_CATS else s.id if s.cat == "ac2g" and s.ph == "f" else None
+        if corr is not None and (corr in linked or isinstance(corr, int) and first is not None and corr < first):
+            inside = corr in mine  # device work (and its flow's end) goes with its launch; none launched earlier
+            if inside and s.ph == "X":
+                device_end = max(device_end or hi, ts + _num(s.dur))
+        elif s.ph == "X":
             inside = ts + _num(s.dur) > lo and ts < hi  # overlaps: a neighbour that only touches is left out
         else:
             inside = lo <= ts <= hi
         if inside:
             keep.append(r)
-    meta["slice"] = {"source": file.name, "start_us": lo, "end_us": hi, "step": sel.step, "role": sel.role,
+    meta["slice"] = {"source": file.name, "start_us": lo, "end_us": hi, "device_end_us": device_end,
+                     "step": sel.step, "role": sel.role,
                      "stage": sel.stage, "micro_batch": sel.micro_batch,
                      "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
                      "window_ms": list(sel.window_ms) if sel.window_ms else None}

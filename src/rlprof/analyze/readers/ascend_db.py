@@ -81,6 +81,8 @@ class _Reader:
             raise NotATrace(f"{db.path}: no {' or '.join(missing)} table; a torch_npu / msprof db export has "
                             f"{', '.join(mindspeed.REQUIRED_TABLES)} (found: {', '.join(sorted(db.tables)) or 'none'})")
         self.db, self.cols = db, ColumnBuilder()
+        self.launch_parts: list[np.ndarray] = []  # per add(), in table order: each event's host launch (µs, NaN)
+        self.linked: tuple[np.ndarray, np.ndarray] | None = None  # connection ids (sorted) -> launch ns
         self.strings = dict(db.rows("SELECT id, value FROM STRING_IDS"))
         starts = [db.rows(f"SELECT MIN(startNs) FROM {t}")[0][0] for t in self.TIMED if t in db.tables]
         self.origin = min((int(v) for v in starts if v is not None), default=0)
@@ -101,7 +103,10 @@ class _Reader:
         spans = [(int(i), float(self.us(s)), float(self.us(e))) for i, s, e in db.rows(
             "SELECT id, startNs, endNs FROM STEP_TIME ORDER BY startNs")] if "STEP_TIME" in db.tables else []
         steps = _step_trace(analysis) if analysis is not None else []
-        return AscendTrace(db.path, self.cols.build(), lanes_of(compute, comm), steps, warnings,
+        table = self.cols.build()
+        launch = np.concatenate(self.launch_parts) if self.launch_parts else np.zeros(0)
+        table.launch = launch if np.isfinite(launch).any() else None
+        return AscendTrace(db.path, table, lanes_of(compute, comm), steps, warnings,
                            partial=any(backwards.values()), step_spans=spans,
                            export="db", files=[str(db.path)] + ([str(analysis)] if analysis is not None else []),
                            origin_us=self.origin * NS, task_span=self.task_span(compute, comm))
@@ -139,16 +144,37 @@ class _Reader:
         if "COMPUTE_TASK_INFO" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
         name = self.op_type("COMPUTE_TASK_INFO", "c.", "name")
-        return self.add(self.db.rows(f"SELECT t.startNs, t.endNs, {name}, t.streamId FROM COMPUTE_TASK_INFO c "
-                                     "JOIN TASK t ON t.globalTaskId = c.globalTaskId WHERE t.endNs >= t.startNs"),
-                        KERNEL, "stream/")
+        return self.add(self.db.rows(f"SELECT t.startNs, t.endNs, {name}, t.streamId, t.connectionId "
+                                     "FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId "
+                                     "WHERE t.endNs >= t.startNs"), KERNEL, "stream/")
 
     def communication(self) -> Coverage:
         if "COMMUNICATION_OP" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
         name = self.op_type("COMMUNICATION_OP", "", "opName")
-        return self.add(self.db.rows(f"SELECT startNs, endNs, {name}, groupName FROM COMMUNICATION_OP "
+        linked = ", connectionId" if "connectionId" in self.db.columns("COMMUNICATION_OP") else ""
+        return self.add(self.db.rows(f"SELECT startNs, endNs, {name}, groupName{linked} FROM COMMUNICATION_OP "
                                      "WHERE endNs >= startNs"), KERNEL, "hccl/", comm=True)
+
+    def launches(self) -> tuple[np.ndarray, np.ndarray]:
+        """Connection id -> the host launch (ns) of the device work carrying it: the torch op that enqueued it
+        (PYTORCH_API through CONNECTION_IDS, trace_view's async_npu flow) where recorded, else the CANN call
+        (HostToDevice). Sorted by id, for searchsorted."""
+        if self.linked is None:
+            found: dict[int, int] = {}
+            tables = self.db.tables
+            if "CANN_API" in tables and "connectionId" in self.db.columns("CANN_API"):
+                found.update(self.db.rows("SELECT connectionId, MIN(startNs) FROM CANN_API "
+                                          "WHERE connectionId IS NOT NULL GROUP BY connectionId"))
+            if {"PYTORCH_API", "CONNECTION_IDS"} <= tables and "type" in self.db.columns("PYTORCH_API"):
+                found.update(self.db.rows(
+                    "SELECT ci.connectionId, MIN(CAST(p.startNs AS INTEGER)) FROM PYTORCH_API p JOIN CONNECTION_IDS "
+                    "ci ON ci.id = p.connectionId WHERE p.type = ? GROUP BY ci.connectionId", mindspeed.API_TYPE_OP))
+            ids = np.array([k for k, v in found.items() if isinstance(k, int) and v is not None], np.int64)
+            at = np.array([int(found[k]) for k in ids.tolist()], np.int64)
+            order = np.argsort(ids, kind="stable")
+            self.linked = ids[order], at[order]
+        return self.linked
 
     def host(self) -> None:
         if "PYTORCH_API" in self.db.tables:  # torch ops, and apart from them the task queue and Python trace
@@ -191,7 +217,21 @@ class _Reader:
         uniq, inverse = np.unique(data[:, 3].astype(str), return_inverse=True)
         lanes = np.array([cols.threads(f"{thread}{v}") for v in uniq], np.int32)
         cols.add(start, end, np.full(len(start), kind, np.uint8), name, lanes[inverse])
+        self.launch_parts.append(self.launch_of(data[:, 4]) if data.shape[1] > 4 else np.full(len(start), np.nan))
         return Coverage(start, end)
+
+    def launch_of(self, connection: np.ndarray) -> np.ndarray:
+        """The host launch (µs) of each row's connection id; NaN where none is recorded."""
+        ids, at = self.launches()
+        out = np.full(len(connection), np.nan)
+        known = np.array([isinstance(c, int) for c in connection.tolist()], bool)
+        if not len(ids) or not known.any():
+            return out
+        conn = connection[known].astype(np.int64)
+        pos = np.clip(np.searchsorted(ids, conn), 0, len(ids) - 1)
+        hit = ids[pos] == conn
+        out[np.flatnonzero(known)[hit]] = self.us(at[pos[hit]])
+        return out
 
 
 def _step_trace(path: Path) -> list[dict]:

@@ -24,7 +24,8 @@ import numpy as np
 from ...frameworks import mindspeed
 from ..intervals import Coverage
 from ..table import CPU_OP, KERNEL, KIND_OF_CATEGORY, OTHER, RUNTIME, USER_ANNOTATION, ColumnBuilder
-from .ascend_trace import AscendTrace, Dropped, duration_us, lanes_of, relative_us, step_row, whole_us
+from .ascend_trace import (AscendTrace, Dropped, duration_us, lanes_of, launches_by_start, relative_us, step_row,
+                           whole_us)
 from .kineto import Event, NotATrace, salvage_events
 
 PROFILER_STEP = "ProfilerStep#"
@@ -63,8 +64,8 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
         warnings.append(f"{details}: its operators run outside trace_view.json's time span (another run?); "
                         "the device tasks of trace_view.json are used")
         ops = None
-    spans, has_comm, lost = _add_view(events, origin or 0, cols, lanes, warnings, view,
-                                      operators_from_view=ops is None)
+    spans, has_comm, lost, linked = _add_view(events, origin or 0, cols, lanes, warnings, view,
+                                              operators_from_view=ops is None)
     partial |= lost
     if ops is not None:
         ops.add(cols, lanes, with_collectives=not has_comm)
@@ -72,7 +73,9 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
             spans = ops.step_extents()
     steps = _step_trace(files["step_trace_time.csv"], warnings) if "step_trace_time.csv" in files else []
     used = [str(p) for k, p in files.items() if k in mindspeed.TEXT_FILES]
-    return AscendTrace(Path(path), cols.build(), lanes_of(lanes.coverage("compute"), lanes.coverage("comm")), steps,
+    table = cols.build()
+    table.launch = launches_by_start(table, *linked)
+    return AscendTrace(Path(path), table, lanes_of(lanes.coverage("compute"), lanes.coverage("comm")), steps,
                        warnings, partial, step_spans=spans, export="text", files=used, origin_us=float(origin or 0),
                        task_span=lanes.task_span())
 
@@ -118,8 +121,9 @@ def _task_type(e: Event) -> str:
 def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lanes, warnings: list[str],
               path: Path | None, operators_from_view: bool) -> tuple[list[tuple[int, float, float]], bool, bool]:
     """trace_view's complete events into the table; its operator tasks (when kernel_details.csv does not give
-    them) and its collectives into the lanes. Returns the ProfilerStep spans, whether it had collectives and
-    whether events were dropped for values that are no time."""
+    them) and its collectives into the lanes. Returns the ProfilerStep spans, whether it had collectives,
+    whether events were dropped for values that are no time, and (task start, host launch) of the device tasks
+    the launch flows link (mindspeed.LAUNCH_FLOWS: a flow ends at its task's start)."""
     process, thread = {}, {}
     for e in events:
         if e.ph == "M" and e.name in ("process_name", "thread_name"):
@@ -128,7 +132,19 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
     spans: list[tuple[int, float, float]] = []
     start, end, kind, name, tid = [], [], [], [], []
     dropped, has_comm = Dropped(), False
+    flow_from: dict[tuple, float] = {}
+    flow_to: list[tuple] = []
     for e in events:
+        if e.ph in ("s", "f") and e.cat in mindspeed.LAUNCH_FLOWS:
+            try:
+                at = relative_us(e.ts, origin)
+            except (ValueError, TypeError):
+                continue
+            if e.ph == "s":
+                flow_from[(e.cat, str(e.id))] = at
+            else:
+                flow_to.append((mindspeed.LAUNCH_FLOWS.index(e.cat), at, (e.cat, str(e.id))))
+            continue
         if e.ph != "X":
             continue
         pname = process.get((str(e.pid),), "")
@@ -183,7 +199,12 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
         tid.append(cols.threads(f"{e.pid}/{e.tid}"))
     cols.add(start, end, kind, name, tid)
     warnings.extend(dropped.warning(path, "events") if path else [])
-    return sorted(spans, key=lambda s: s[1]), has_comm, bool(dropped.counts)
+    linked: dict[float, float] = {}
+    for _, at, key in sorted(flow_to, reverse=True):  # the preferred flow last: it wins
+        if key in flow_from:
+            linked[at] = flow_from[key]
+    return sorted(spans, key=lambda s: s[1]), has_comm, bool(dropped.counts), \
+        (np.fromiter(linked, np.float64, len(linked)), np.fromiter(linked.values(), np.float64, len(linked)))
 
 
 # ---- kernel_details.csv ---------------------------------------------------------------------------

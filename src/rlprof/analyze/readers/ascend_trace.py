@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..intervals import Coverage
-from ..table import EventTable
+from ..table import KERNEL, EventTable
 
 # As the Ascend tools name them; free is what a window leaves after the first and the third (OverlapBreakdown).
 LANES = ("Computing", "Communication", "Communication(Not Overlapped)")
@@ -100,3 +102,18 @@ def duration_us(raw) -> float:
     if value > MAX_TASK_US:
         raise ValueError("longer than a day")
     return value
+
+
+def launches_by_start(t: EventTable, task_start: np.ndarray, task_launch: np.ndarray) -> np.ndarray | None:
+    """Each device event's host launch (NaN: not linked), from the linked tasks' start times: the same task in
+    trace_view.json and kernel_details.csv starts at the same written time. Columnar: sorted + searchsorted."""
+    if not len(task_start) or not len(t):
+        return None
+    order = np.argsort(task_start, kind="stable")
+    starts, launch = task_start[order], task_launch[order]
+    dev = np.flatnonzero(t.kind == KERNEL)
+    pos = np.clip(np.searchsorted(starts, t.start[dev]), 0, len(starts) - 1)
+    hit = np.abs(starts[pos] - t.start[dev]) < 1e-3
+    out = np.full(len(t), np.nan)
+    out[dev[hit]] = launch[pos[hit]]
+    return out if hit.any() else None

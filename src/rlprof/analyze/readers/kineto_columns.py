@@ -14,11 +14,12 @@ import numpy as np
 from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
                      EventTable, Interner, release_free_memory, CPU_MEMORY, UNKNOWN_DEVICE)
 from .kineto_events import (MAX_DUR_US, MAX_US, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR, Event,
-                            ShapeEvent, _decode_args_list)
+                            LeanEvent, ShapeEvent, _decode_args_list)
 
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
 _PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
 _PID_TID = attrgetter("pid", "tid")
+_CORRELATION = attrgetter("correlation")
 _X, _FLOW_START, _FLOW_END, _INSTANT, _NO_PHASE = 1, 2, 3, 4, 5
 # the phases read; others are 0; an event without one is counted (it cannot be read as anything)
 _PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT, "": _NO_PHASE}
@@ -108,6 +109,7 @@ class _Sink:
         if phase.max() == _NO_PHASE:
             self.dropped[NO_PHASE] += int((phase == _NO_PHASE).sum())
         x_at = np.flatnonzero(is_x)  # positions in the batch
+        flows_before = len(self.flow_starts)
         if len(x_at) < n:
             flow_end_at = self._add_others(events, phase)
             xs = list(compress(events, is_x.tolist()))
@@ -139,8 +141,15 @@ class _Sink:
             runtime = kind == RUNTIME
             if runtime.any():
                 ids = self.runtime_names.ids.__getitem__
-                names = np.fromiter(map(ids, map(_NAME, compress(xs, runtime.tolist()))), np.int32)
+                calls = list(compress(xs, runtime.tolist()))
+                names = np.fromiter(map(ids, map(_NAME, calls)), np.int32)
                 self.runtime.append((names, end[runtime] - start[runtime]))
+                # where each launch call sits: the device events carrying its correlation are linked to it
+                corr, ok = _correlations(calls)
+                if ok.any():
+                    if len(self.flow_starts) > flows_before:  # Kineto's ac2g flows leave these same calls with
+                        self.flow_starts[flows_before] = _without(self.flow_starts[flows_before], corr[ok])  # these
+                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # ids: each kept once (memory)
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
                 xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
@@ -159,6 +168,13 @@ class _Sink:
         if not xs:
             return
         names = np.fromiter(map(self.cols.names.ids.__getitem__, map(_NAME, xs)), np.int32, len(xs))
+        on_device = np.isin(kind, DEVICE_KINDS)
+        if on_device.any():  # a device event's correlation names its launch call: matched at build like a flow end
+            corr, ok = _correlations(list(compress(xs, on_device.tolist())))
+            if ok.any():
+                if len(flow_end_at):  # the batch's ac2g flow ends that name these events by these ids: once
+                    self.flow_ends[-1] = _without(self.flow_ends[-1], corr[ok])
+                self.flow_ends.append((corr[ok], start[on_device][ok], threads[rank[x_at]][on_device][ok]))
         shapes = None
         if self.shapes:
             raw = [bytes(a.input_dims).replace(b" ", b"").decode() for a in map(_ARGS, xs)]
@@ -173,7 +189,7 @@ class _Sink:
             instants = compress(events, is_instant.tolist())
             counters = list(compress(instants, map("[memory]".__eq__, map(_NAME, instants))))
             if counters:
-                if not hasattr(counters[0], "args"):
+                if type(counters[0]) is LeanEvent:
                     raise _NeedArgs  # decoded without args (nothing added yet): the caller decodes them with args
                 self._add_memory(counters)
         is_flow = (phase == _FLOW_START) | (phase == _FLOW_END)
@@ -195,11 +211,7 @@ class _Sink:
         return at[is_end]
 
     def _add_memory(self, counters: list) -> None:
-        raws = [bytes(a) or b"{}" for a in map(_ARGS, counters)]
-        try:
-            args = _decode_args_list(b"[" + b",".join(raws) + b"]")
-        except msgspec.DecodeError:  # one damaged args object: the others still count
-            args = [e.decoded_args() for e in counters]
+        args = _decoded_args(counters)
         ts = _floats_of(counters, _TS)
         for t, a in zip(ts.tolist(), args):
             total = a.total_allocated
@@ -312,8 +324,11 @@ class _Sink:
         return t
 
     def _launch_times(self, t: EventTable) -> np.ndarray | None:
-        """Each device event's host launch time, through the trace's ac2g flows: a flow end sits on its device
-        event (same thread, same timestamp), its start at the launch. Vectorised: sorted keys + searchsorted."""
+        """Each device event's host launch time: through the trace's ac2g flows (a flow end sits on its device
+        event, same thread and timestamp; its start at the launch) and through Kineto's `correlation`, which a
+        kernel, copy or set shares with the runtime call that launched it (a graph launch's id on every kernel of
+        the graph), read as one more flow from that call to the event. -inf: launched before the file's window.
+        Vectorised: sorted keys + searchsorted."""
         if not self.flow_ends or not self.flow_starts or not len(t):
             return None
         # Each temporary is released as soon as it is used: on a 2 GB trace every array here is ~12 MB.
@@ -330,10 +345,14 @@ class _Sink:
         end_id = ids_of(ends)
         pos = np.clip(np.searchsorted(start_id, end_id), 0, len(start_id) - 1)
         found = start_id[pos] == end_id
+        # Kineto numbers launches in order: an id below every launch call in the file was launched before the
+        # file's window began (the previous step's work still running), which no range of the file launched
+        before = (end_id < start_id[0]) & ~found if not as_text else np.zeros(len(end_id), bool)
         del start_id, end_id
+        found |= before
         launch_of_end = start_ts[pos]
-        launch_of_end[~found] = np.nan
-        del start_ts, pos, found
+        launch_of_end[before] = -np.inf
+        del start_ts, pos, before
         # device events <- flow ends on the same thread at the same start time
         end_ts = np.concatenate([c[1] for c in ends])
         end_thread = np.concatenate([c[2] for c in ends])
@@ -342,7 +361,8 @@ class _Sink:
         base = float(min(t.start.min(), end_ts.min()))
         end_key = end_thread * width
         end_key += end_ts - base
-        del end_ts, end_thread
+        end_key[~found] = np.inf  # an end whose launch the file lacks links nothing: the event's other link counts
+        del end_ts, end_thread, found
         key_order = np.argsort(end_key, kind="stable")
         end_key, launch_of_end = end_key[key_order], launch_of_end[key_order]
         del key_order
@@ -360,6 +380,43 @@ def _floats_of(events: list, field) -> np.ndarray:
         return np.fromiter(map(field, events), np.float64, len(events))
     except (ValueError, TypeError, OverflowError):
         return _floats(list(map(field, events)))
+
+
+def _without(flows: tuple, ids: np.ndarray) -> tuple:
+    """A batch's flow columns without the flows whose id is among `ids` (the same links, read from correlation)."""
+    if flows[0].dtype.kind != "i":
+        return flows
+    keep = ~np.isin(flows[0], ids)
+    return flows if keep.all() else tuple(c[keep] for c in flows)
+
+
+def _decoded_args(events: list) -> list:
+    """The events' args as structs: as decoded already (shapes, correlation), or raw ones decoded in one call."""
+    args = list(map(_ARGS, events))
+    if args and isinstance(args[0], msgspec.Raw):
+        try:
+            return _decode_args_list(b"[" + b",".join(bytes(a) or b"{}" for a in args) + b"]")
+        except msgspec.DecodeError:  # one damaged args object: the others still count
+            return [e.decoded_args() for e in events]
+    return args
+
+
+def _correlations(events: list) -> tuple[np.ndarray, np.ndarray]:
+    """The `correlation` arg of each event as int64, and which events have one (an integer, as Kineto writes
+    it). In C for Kineto's events; args kept raw (a trace read with its memory counters) are decoded in one call."""
+    args = _decoded_args(events)
+    try:
+        values = list(map(_CORRELATION, args))
+        return np.fromiter(values, np.int64, len(values)), np.ones(len(values), bool)
+    except (AttributeError, ValueError, TypeError, OverflowError):  # some without one, or not an integer
+        values = [getattr(a, "correlation", None) for a in args]
+        ok = np.fromiter(map(isinstance, values, repeat(int)), bool, len(values))
+        ids = np.zeros(len(values), np.int64)
+        try:
+            ids[ok] = np.fromiter(compress(values, ok.tolist()), np.int64, int(ok.sum()))
+        except OverflowError:  # beyond int64: not an id Kineto writes
+            ok[:] = False
+        return ids, ok
 
 
 def _intern(values: list, interner: Interner) -> np.ndarray:

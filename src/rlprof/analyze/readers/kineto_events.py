@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -32,10 +33,19 @@ class Args(msgspec.Struct, gc=False):
     device_type: int | None = msgspec.field(default=None, name="Device Type")  # Kineto: 0 CPU, 1 CUDA
     device_id: int | None = msgspec.field(default=None, name="Device Id")
     name: str | None = None  # process_name / thread_name metadata events
+    correlation: Any = None  # Kineto: a device event's id = its host launch call's (any JSON: never damage)
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    """The one arg the hot path reads: `correlation`, which ties a kernel, copy or set (a graph's kernels
+    included) to the runtime call that launched it. Every other arg is skipped by the decoder."""
+
+    correlation: Any = None
 
 
 class LeanEvent(msgspec.Struct, gc=False):
-    """What the hot path reads: an event without its args (skipped by the decoder, not materialised)."""
+    """What the hot path reads: an event and, of its args, only `correlation` (the rest skipped by the decoder,
+    not materialised)."""
 
     ph: str = ""
     cat: str = ""
@@ -45,6 +55,7 @@ class LeanEvent(msgspec.Struct, gc=False):
     ts: float | str = float("nan")  # missing: dropped (not read as time 0)
     dur: float | str = float("nan")  # missing on a complete event: dropped and counted
     id: int | str = 0  # flow events ("ac2g": host launch -> device event) pair by id
+    args: LaunchArgs | list | str | float | bool | None = msgspec.field(default_factory=LaunchArgs)  # any JSON
 
 
 class Event(LeanEvent, gc=False):
@@ -64,6 +75,7 @@ class ShapeArgs(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
     device_type: int | None = msgspec.field(default=None, name="Device Type")
     device_id: int | None = msgspec.field(default=None, name="Device Id")
+    correlation: Any = None
 
 
 class ShapeEvent(Event, gc=False):
