@@ -124,7 +124,7 @@ def test_mstx_ranges_become_stage_rows_per_step_and_rank(run):
               if strings[m] == "ActorHybridWorkerBase.update"]
     mine = [r for r in rows if r["rank"] == 1 and r["stage"] == "actor_update"]
     for (lo, hi), row in zip(update, mine):
-        clip = lambda pairs: [(max(s, lo), min(e, hi)) for s, e in pairs if e > lo and s < hi]  # noqa: E731
+        clip = lambda pairs, lo=lo, hi=hi: [(max(s, lo), min(e, hi)) for s, e in pairs if e > lo and s < hi]  # noqa: E731
         busy = intervals_union(clip(comm) + clip(compute))
         assert row["wall_ms"] == pytest.approx((hi - lo) / 1e6)
         assert row["comm_ms"] == pytest.approx((busy - intervals_union(clip(compute))) / 1e6)  # inside: comm

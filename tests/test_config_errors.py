@@ -6,7 +6,7 @@ from conftest import run_cli
 
 A = "actor_rollout_ref.actor.profiler"
 T = f"{A}.tool_config.torch"
-I = "profiler_config.integrated"
+INTEGRATED = "profiler_config.integrated"
 BASE = ["global_profiler.tool=torch", "global_profiler.steps=[1]", f"{A}.enable=true"]
 
 # (id, overrides, key named in the message, value shown in the message)
@@ -33,15 +33,15 @@ CASES = [
      "-1"),
     ("step-not-integer", ["global_profiler.tool=torch", "global_profiler.steps=[1.5]"], "global_profiler.steps[0]",
      "1.5"),
-    ("integrated-end-le-start", [f"{I}.profile=true", f"{I}.profile_step_start=3", f"{I}.profile_step_end=3"],
-     f"{I}.profile_step_end", "3"),
-    ("integrated-start-zero", [f"{I}.profile=true", f"{I}.profile_step_start=0"], f"{I}.profile_step_start", "0"),
+    ("integrated-end-le-start", [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_step_start=3", f"{INTEGRATED}.profile_step_end=3"],
+     f"{INTEGRATED}.profile_step_end", "3"),
+    ("integrated-start-zero", [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_step_start=0"], f"{INTEGRATED}.profile_step_start", "0"),
     ("ranks-not-integers", BASE + [f"{A}.ranks=[a]"], f"{A}.ranks[0]", "a"),
     ("ranks-negative", BASE + [f"{A}.ranks=[-2]"], f"{A}.ranks[0]", "-2"),
     ("ranks-not-list", BASE + [f"{A}.ranks=0"], f"{A}.ranks", "0"),
-    ("integrated-ranks-word", [f"{I}.profile=true", f"{I}.profile_ranks=some"], f"{I}.profile_ranks", "some"),
+    ("integrated-ranks-word", [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_ranks=some"], f"{INTEGRATED}.profile_ranks", "some"),
     ("mixed-global-legacy", BASE + ["trainer.profile_steps=[1]"], "config", "global_profiler"),
-    ("mixed-integrated-global", BASE + [f"{I}.profile=true"], "config", "profiler_config"),
+    ("mixed-integrated-global", BASE + [f"{INTEGRATED}.profile=true"], "config", "profiler_config"),
     ("async-rollout-e2e", BASE + ["rollout.mode=async"],
      "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete", "False"),
     ("unknown-export-type", BASE + [f"{A}.tool=npu", f"{A}.tool_config.npu.export_type=csv"], f"{A}.tool_config.npu.export_type",
@@ -51,8 +51,8 @@ CASES = [
     ("budget-string", BASE + ["global_profiler.max_bytes_per_window=big"], "global_profiler.max_bytes_per_window",
      "big"),
     ("continuous-not-bool", BASE + ["global_profiler.continuous_steps=7"], "global_profiler.continuous_steps", "7"),
-    ("integrated-unknown-stage", [f"{I}.profile=true", f"{I}.stage=actor_train"], f"{I}.stage", "actor_train"),
-    ("integrated-unknown-key", [f"{I}.profile=true", f"{I}.profile_with_gpu=true"], f"{I}.profile_with_gpu", "True"),
+    ("integrated-unknown-stage", [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=actor_train"], f"{INTEGRATED}.stage", "actor_train"),
+    ("integrated-unknown-key", [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_with_gpu=true"], f"{INTEGRATED}.profile_with_gpu", "True"),
     ("legacy-unknown-level", ["trainer.profile_steps=[1]", "trainer.npu_profile.options.level=levelX"],
      "trainer.npu_profile.options.level", "levelX"),
     ("legacy-unknown-roles", ["trainer.profile_steps=[1]", "trainer.npu_profile.options.roles=[everything]"],

@@ -10,7 +10,7 @@ from rlprof.errors import ConfigError
 
 DOC = DATA / "mindspeed" / "doc"
 PPO_TEST = DATA / "mindspeed" / "config" / "test_ppo_trainer_qwen25_7b_integrated.yaml"
-I = "profiler_config.integrated"
+INTEGRATED = "profiler_config.integrated"
 
 
 def integrated(block: dict, device: str):
@@ -43,12 +43,12 @@ def test_mstx_changes_nothing_but_the_ranges():
 def test_profile_with_stack_is_refused_as_mindspeed_refuses_it():
     """config_cls/base_config.py ~29-33: a key ProfilerConfig lacks stops the setup."""
     with pytest.raises(ConfigError, match="profile_with_stack"):
-        load_plan(PPO_TEST, [f"+{I}.profile_with_stack=true"], device="npu")
+        load_plan(PPO_TEST, [f"+{INTEGRATED}.profile_with_stack=true"], device="npu")
 
 
 def test_an_integer_profile_ranks_falls_back_to_rank_0_as_mindspeed_does():
     """utils.py ~524-532: list(1) raises TypeError -> ranks [0]."""
-    plan = load_plan(PPO_TEST, [f"{I}.profile=true", f"{I}.profile_ranks=1"], device="npu")
+    plan = load_plan(PPO_TEST, [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_ranks=1"], device="npu")
     actor = plan.role("actor")
     assert actor.ranks == (0,) and not actor.all_ranks
     (line,) = [w for w in plan.warnings if "profile_ranks" in w]
@@ -56,13 +56,13 @@ def test_an_integer_profile_ranks_falls_back_to_rank_0_as_mindspeed_does():
 
 
 def test_a_string_profile_ranks_is_refused_saying_mindspeed_would_profile_nothing():
-    proc = run_cli("plan", PPO_TEST, f"{I}.profile=true", f"{I}.profile_ranks='0,1'")
+    proc = run_cli("plan", PPO_TEST, f"{INTEGRATED}.profile=true", f"{INTEGRATED}.profile_ranks='0,1'")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "profile no rank" in proc.stderr
 
 
 def test_the_real_test_configs_profile_ranks_list_is_kept():
-    data = load_config(PPO_TEST, [f"{I}.profile=true"])
+    data = load_config(PPO_TEST, [f"{INTEGRATED}.profile=true"])
     assert data["profiler_config"]["integrated"]["profile_ranks"] == [0]
     assert resolve_plan(data, device="npu").role("actor").ranks == (0,)
 
@@ -221,8 +221,8 @@ def test_keys_the_generated_yaml_holds_take_plain_overrides():
     (["global_profiler.tool=nsight"], "verl would run this config and profile nothing"),
     (["actor_rollout_ref.actor.profiler.tool=foo"], "verl would run this config and profile nothing"),
     (["global_profiler.tool=torch", "global_profiler.steps=[-1]"], "verl would run this config and profile no such step"),
-    ([f"{I}.profile=true", f"{I}.stage=actor_updat"], "MindSpeed-RL would run this config and profile nothing"),
-    ([f"{I}.profile=true", f"{I}.stage=[actor_update]", f"{I}.profile_step_start=3", f"{I}.profile_step_end=2"],
+    ([f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=actor_updat"], "MindSpeed-RL would run this config and profile nothing"),
+    ([f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=[actor_update]", f"{INTEGRATED}.profile_step_start=3", f"{INTEGRATED}.profile_step_end=2"],
      "MindSpeed-RL would run this config and profile no step"),
 ])
 def test_a_refusal_stricter_than_the_framework_says_what_it_would_do(overrides, said):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..analyze.load import machine_load
-from ..analyze.timeline_file import BUSY, COLUMNS_FILE, RECORD, columns, rank_file
+from ..analyze.timeline_file import COLUMNS_FILE, RECORD, columns, rank_file
 from ..vocab import STAGES
 from .cpu_wait import current_thread_times, sample, since
 

@@ -148,7 +148,7 @@ def captures_beside(doc: dict) -> list[dict]:
                 continue
             base_file, why = earlier[-1][1], f"step {earlier[-1][0]} on the same rank"
 
-        def rows_of(file):
+        def rows_of(file, stage=stage):
             rs = [r for r in doc["rows"] if r.get("file") == file and r.get("unit") is None]
             picked = [r for r in rs if r.get("stage") == stage]
             return picked or rs

@@ -61,7 +61,7 @@ def _why_not_event(value) -> str:
     """Why a parsed element is no typed event."""
     if not isinstance(value, dict):
         return NOT_OBJECT
-    for key, v in value.items():
+    for v in value.values():
         if isinstance(v, float) and not math.isfinite(v) or isinstance(v, int) and not isinstance(v, bool) and \
                 abs(v) > 2 ** 63:
             return NOT_A_NUMBER
