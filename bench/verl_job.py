@@ -40,21 +40,22 @@ PYTHON = VENV / "bin" / "python"
 TAG = "RLPROF_VERL_JOB"
 SHM = Path("/dev/shm")
 
-# The job: 2 GRPO steps of 4 prompts x 2 samples, 64-token responses, one colocated "GPU" (a logical Ray GPU on the
+# The job: 2 GRPO steps of 4 prompts x 2 samples (two micro-batches of 4 in each log-prob pass and update), 64-token
+# responses, one colocated "GPU" (a logical Ray GPU on the
 # CPU), vLLM as the agent loop's server. The lines after "CPU:" are what this machine needs (see the module's text).
 JOB_OVERRIDES = [
     "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
     "data.train_batch_size=4", "data.max_prompt_length=64", "data.max_response_length=64",
     "data.filter_overlong_prompts=False", "data.truncation=error", "data.dataloader_num_workers=0",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
     "actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.model.use_remove_padding=False",
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
     "actor_rollout_ref.actor.use_torch_compile=False", "actor_rollout_ref.ref.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.param_offload=False",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.n=2",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.ignore_eos=True",
     "actor_rollout_ref.rollout.agent.num_workers=1", "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
@@ -72,6 +73,7 @@ JOB_OVERRIDES = [
 
 def job_environment(tag: str, workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH", "RLPROF_PLAN")}
+    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as an activated venv: verl's hooks find rlprof
     env.update({TAG: tag, "VERL_PLATFORM": "cpu", "VERL_CPU_RAY_RESOURCE": "GPU", "VERL_ENGINE_DEVICE": "cuda",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "5", "VERL_LOGGING_LEVEL": "WARN",
@@ -79,6 +81,43 @@ def job_environment(tag: str, workdir: Path) -> dict[str, str]:
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
                 "RAY_TMPDIR": str(workdir / "ray") if len(str(workdir)) < 60 else f"/tmp/rv{tag[:8]}"})
     return env
+
+
+class Unavailable(RuntimeError):
+    """The side venv could not be made here (no registry, no wheel for this Python or machine)."""
+
+
+def _digest() -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted([HERE / "setup_verl_job.sh", *(HERE / "verl_cpu_shim").glob("*.py*"),
+                     *(HERE / "verl_job_harness").rglob("*.py*")]):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_venv() -> Path:
+    """The side venv's python, made by bench/setup_verl_job.sh on first use, or again when it or the harness changed;
+    a lock keeps two test processes from making it at the same time."""
+    import fcntl
+
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / ".venv-verljob.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mark = VENV / ".rlprof-setup"
+        if PYTHON.exists() and mark.exists() and mark.read_text().strip() == _digest():
+            return PYTHON
+        try:
+            proc = subprocess.run(["bash", str(HERE / "setup_verl_job.sh")], capture_output=True, text=True,
+                                  timeout=2400, env=dict(os.environ, RLPROF_VERLJOB_VENV=str(VENV)))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise Unavailable(f"bench/setup_verl_job.sh: {exc}") from None
+        if proc.returncode != 0 or not PYTHON.exists():
+            last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+            raise Unavailable(f"the verl job venv could not be made in {VENV}: {last}")
+        mark.write_text(_digest())
+    return PYTHON
 
 
 # ---- the model and the data ----------------------------------------------------------------------------------------
@@ -260,9 +299,10 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
         time.sleep(1)
     removed = []
     for name in sorted(watch.segments | {p.name for p in SHM.glob("verl_weights_*")} - before):
-        if (name.startswith("psm_") or name.startswith("verl_weights_")) and (SHM / name).exists():
+        if name.startswith(("psm_", "verl_weights_")) and (SHM / name).exists():
             (SHM / name).unlink(missing_ok=True)
             removed.append(name)
+    left = sorted(name for name in watch.segments - before if (SHM / name).exists())
     hydra = workdir / "outputs"
     if hydra.exists():
         import shutil
@@ -271,7 +311,7 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
     log.close()
     return {"exit_code": code, "timed_out": timed_out, "seconds": round(seconds, 1),
             "peak_pss_gb": round(watch.peak_kb / 2**20, 2), "stray_processes_killed": killed,
-            "shm_removed": removed, "log": str(workdir / "main_ppo.log"), "command": cmd[1:]}
+            "shm_removed": removed, "shm_left": left, "processes_left": len(tagged_pids(tag)), "tag": tag, "log": str(workdir / "main_ppo.log"), "command": cmd[1:]}
 
 
 def main() -> None:
@@ -284,7 +324,11 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=2)
     r.add_argument("--timeout", type=float, default=600)
     r.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args, rest = parser.parse_known_args()  # overrides may follow the options
+    if args.cmd == "make" and rest or any(r.startswith("--") for r in rest):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.cmd == "run":
+        args.overrides += rest
     if args.cmd == "make":
         print(json.dumps({"model": str(make_model(args.workdir / "model")),
                           "data": str(make_data(args.workdir / "data"))}))

@@ -325,3 +325,29 @@ def test_overhead_bench_prints_documented_json(verl091):
                                                      - figures["median_ms"]["verl_alone"], abs=2e-3)
     recorded = json.loads((ROOT / "bench" / "results" / "verl_plugin_overhead_cpu.json").read_text())
     assert set(recorded) >= set(figures)
+
+
+# ---- the rollout's decode window: verl's command line handed to rlprof's vLLM plugin ----------------------------
+def test_main_ppos_command_line_hands_the_rollouts_decode_window_to_the_vllm_plugin():
+    """In main_ppo's driver the verl plugin turns the command line's profiler overrides into the plan rlprof's vLLM
+    plugin reads in the engine processes (which inherit the driver's environment through Ray); only when the
+    rollout asks for decode steps, and never over a plan the user gave (tests/test_verl_job.py runs it live)."""
+    from rlprof.integrations import verl_plugin
+    from rlprof.integrations.vllm_plugin import engine_settings
+
+    R = "actor_rollout_ref.rollout.profiler"
+    window = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
+    argv = ["algorithm.adv_estimator=grpo", "global_profiler.tool=torch", "global_profiler.steps=[1,2]",
+            f"{A}.enable=True", f"{A}.ranks=[0]", *TWO_LINES, f"{R}.enable=True", f"{R}.ranks=[0]",
+            f"{R}.tool_config.torch.discrete=True", window]
+    env: dict = {}
+    handed = verl_plugin._hand_rollout_plan(argv, env)
+    assert env["RLPROF_PLAN"] == handed and "algorithm.adv_estimator" not in handed
+    settings = engine_settings(handed, {"RLPROF_REPLICA": "0"})
+    assert settings.steps == (1, 2) and settings.rollout.schedule.unit == "decode_step"
+    assert (settings.rollout.schedule.wait, settings.rollout.schedule.warmup, settings.rollout.schedule.active) == (
+        29, 1, 30)
+    assert engine_settings(handed, {"RLPROF_REPLICA": "1"}) is None  # ranks [0]: replica 0 only
+    assert verl_plugin._hand_rollout_plan(argv[:-1], {}) is None  # no decode window asked: vLLM is left alone
+    mine = {"RLPROF_PLAN": "my_plan.yaml"}
+    assert verl_plugin._hand_rollout_plan(argv, mine) is None and mine == {"RLPROF_PLAN": "my_plan.yaml"}
