@@ -71,6 +71,11 @@ JOB_OVERRIDES = [
 ]
 
 
+def ray_tmpdir(tag: str) -> str:
+    """Ray's session directory for this run: short (its sockets' paths must stay under 108 bytes), removed after."""
+    return f"/tmp/rlprof-ray-{tag[:12]}"
+
+
 def job_environment(tag: str, workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH", "RLPROF_PLAN")}
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as an activated venv: verl's hooks find rlprof
@@ -79,7 +84,7 @@ def job_environment(tag: str, workdir: Path) -> dict[str, str]:
                 "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "5", "VERL_LOGGING_LEVEL": "WARN",
                 "RAY_DEDUP_LOGS": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0",
                 "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
-                "RAY_TMPDIR": str(workdir / "ray") if len(str(workdir)) < 60 else f"/tmp/rv{tag[:8]}"})
+                "RAY_TMPDIR": ray_tmpdir(tag)})
     return env
 
 
@@ -109,7 +114,7 @@ def ensure_venv() -> Path:
         if PYTHON.exists() and mark.exists() and mark.read_text().strip() == _digest():
             return PYTHON
         try:
-            proc = subprocess.run(["bash", str(HERE / "setup_verl_job.sh")], capture_output=True, text=True,
+            proc = subprocess.run(["bash", str(HERE / "setup_verl_job.sh")], check=False, capture_output=True, text=True,
                                   timeout=2400, env=dict(os.environ, RLPROF_VERLJOB_VENV=str(VENV)))
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise Unavailable(f"bench/setup_verl_job.sh: {exc}") from None
@@ -140,7 +145,12 @@ def make_model(dest: Path) -> Path:
         return dest
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+    from transformers import (
+        GenerationConfig,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen2Tokenizer,
+    )
 
     rng = random.Random(0)
     corpus = [question(rng)[0] + "\n#### " + str(rng.randint(0, 99)) for _ in range(2000)]
@@ -303,11 +313,10 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
             (SHM / name).unlink(missing_ok=True)
             removed.append(name)
     left = sorted(name for name in watch.segments - before if (SHM / name).exists())
-    hydra = workdir / "outputs"
-    if hydra.exists():
-        import shutil
+    import shutil
 
-        shutil.rmtree(hydra, ignore_errors=True)
+    for leftover in (workdir / "outputs", Path(ray_tmpdir(tag))):  # Hydra's, and Ray's session files
+        shutil.rmtree(leftover, ignore_errors=True)
     log.close()
     return {"exit_code": code, "timed_out": timed_out, "seconds": round(seconds, 1),
             "peak_pss_gb": round(watch.peak_kb / 2**20, 2), "stray_processes_killed": killed,
