@@ -218,3 +218,20 @@ def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discr
     for _, a0, a1 in rollout:
         for _, b0, b1 in trainer:
             assert a1 <= b0 or b1 <= a0, (a0, a1, b0, b1)
+
+
+def test_rlprof_plan_shows_the_seeds_npu_meaning_of_the_same_command():
+    """The seeds say npu where this CPU runs torch: `rlprof plan` of the same command with tool npu keeps the same
+    windows (micro-batch 1 of each call in verl's workers, engine iterations 30-59 on replica 0)."""
+    as_npu = [a.replace("tool=torch", "tool=npu").replace(".torch.", ".npu.") for a in
+              (*SEED_002, *DISCRETE, *TWO_LINES, DECODE_WINDOW)]
+    as_npu = [f"+{a}" if a.startswith(f"{A}.tool_config.npu.schedule.") else a for a in as_npu]  # no npu schedule
+    out = run_cli("plan", ROOT / "tests/data/verl/config/v0.9.1_generated_ppo_trainer.yaml", *as_npu,
+                  "actor_rollout_ref.rollout.mode=async")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    rollout = next(line for line in text.splitlines() if line.lstrip().startswith("rollout "))
+    assert "tool npu, discrete, steps 1, 2" in rollout and "replicas 0" in rollout
+    assert "on decode_step ticks: skip_first 0, wait 29, warmup 1, active 30" in text
+    assert "micro-batch 1 of each call of actor_compute_log_prob, actor_update" in text
+    assert "micro-batch 1 of each call of ref_compute_log_prob" in text
