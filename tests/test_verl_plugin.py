@@ -303,8 +303,12 @@ def test_the_readmes_two_lines_are_these():
     text = (ROOT / "README.md").read_text()
     section = text.split("## rlprof inside verl", 1)[1].split("\n## ", 1)[0]
     blocks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
-    commands = [shlex.split(line.split("   #")[0]) for b in blocks for line in b.splitlines() if "main_ppo" in line]
-    current, legacy = ([a for a in c if "=" in a] for c in commands)
+    # the block's shell variables ($A, $R: the actor's and the rollout's profiler keys), as the shell expands them
+    blocks = [b.replace("$A.", "actor_rollout_ref.actor.profiler.").replace("$R.", "actor_rollout_ref.rollout.profiler.")
+              for b in blocks]
+    lines = [line.split("   #")[0] for b in blocks for line in b.splitlines()]
+    commands = [shlex.split(line) for line in lines if "main_ppo" in line]
+    current, legacy, whole_job = ([a for a in c if "=" in a] for c in commands)
     assert [a for a in current if "schedule" in a] == [TWO_LINES[0], TWO_LINES[2]]  # the two lines
     plan = plan_json(FSDP, *current)
     assert plan["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
@@ -312,6 +316,12 @@ def test_the_readmes_two_lines_are_these():
     assert f"+{facts.RUNTIME_ENV_VARS}.{facts.EXTERNAL_MODULES_ENV}={facts.PLUGIN_MODULE}" in legacy
     old = plan_json(*PROFILE, "global_profiler.steps=[1]", *legacy)
     assert old["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
+    # the whole job's command (tests/test_verl_job.py runs it): micro-batch 1 (and every second one after it: discrete
+    # mode, verl's repeat 0), and the rollout's decode window
+    job = plan_json(FSDP, *whole_job)
+    assert job["roles"]["actor"]["verl_plugin"]["micro_batches"][:3] == [1, 3, 5]
+    window = job["roles"]["rollout"]["schedule"]
+    assert (window["unit"], window["wait"], window["warmup"], window["active"]) == ("decode_step", 29, 1, 30)
 
 
 def test_overhead_bench_prints_documented_json(verl091):
