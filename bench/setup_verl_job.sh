@@ -9,6 +9,7 @@
 # (transformers 5.16-5.19, ...) win over verl's. Installed besides: this checkout of rlprof (editable, --no-deps: its
 # verl.plugins and vllm.general_plugins entry points) and bench/verl_job_harness, a TEST HARNESS (CPU platform with a
 # logical Ray GPU for verl, vLLM CPU weight reload, the `vllm` distribution name; inert unless VERL_PLATFORM=cpu).
+# verl's head (0.10.0.dev, not on the registry) is not what this installs: the whole job is proven on 0.9.1 only.
 # Idempotent: a venv that already imports all of it is only refreshed (rlprof, the harness). Last line: the python.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
