@@ -305,7 +305,7 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
     watch.stop.set()
     watch.join()
     killed = kill_tagged(tag)  # what outlives main_ppo (Ray's own services on a timeout)
-    for p in tagged_pids(tag) or ():
+    for _ in tagged_pids(tag) or ():  # a second for each process still dying
         time.sleep(1)
     removed = []
     for name in sorted(watch.segments | {p.name for p in SHM.glob("verl_weights_*")} - before):

@@ -28,7 +28,7 @@ from conftest import ROOT, run_cli
 pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(ROOT / "bench"))
-import verl_job
+import verl_job  # noqa: E402 (bench/ on the path first)
 
 A, R = "actor_rollout_ref.actor.profiler", "actor_rollout_ref.rollout.profiler"
 STEPS = "[1,2]"

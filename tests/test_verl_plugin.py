@@ -163,7 +163,7 @@ def test_verl_0_9_1_keeps_exactly_micro_batch_1_of_each_stage(sampled091):
     out, result = sampled091
     files = by_stage(out / "profile")
     assert sorted(files) == sorted((step, stage) for step in range(1, 7) for stage in STAGES)
-    for (step, stage), path in files.items():
+    for (_, stage), path in files.items():
         evs = assert_keeps_micro_batch(path, 1)
         backward = [e for e in evs if "Backward" in e["name"]]
         assert bool(backward) == (stage == "actor_update"), path.name  # the update's window holds its backward
