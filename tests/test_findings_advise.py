@@ -52,6 +52,21 @@ def test_bucket_shares_fire_above_their_thresholds_only(bucket, kind):
     assert kind not in kinds(below)
 
 
+def test_idle_in_several_stages_is_one_finding_holding_them_all():
+    limit = THRESHOLDS["idle_share"]
+    one = doc([row("actor_update", 100, idle=100 * limit + 2), row("rollout_generate", 100, idle=0)])
+    (single,) = [f for f in findings(one) if f["kind"] == "idle"]
+    assert single["text"].startswith("idle is ") and "of actor/actor_update" in single["text"]
+    several = doc([row("actor_update", 100, idle=30), row("rollout_generate", 80, idle=40),
+                   row("ref_compute_log_prob", 60, idle=5)])
+    (merged,) = [f for f in findings(several) if f["kind"] == "idle"]
+    stages = [(s["stage"], s["bucket_ms"], s["wall_ms"]) for s in merged["evidence"]["stages"]]
+    assert stages == [("rollout_generate", 40, 80), ("actor_update", 30, 100)]  # largest idle first; ref is below
+    assert merged["impact_ms"] == pytest.approx(70) and merged["evidence"]["share"] == pytest.approx(70 / 180)
+    assert merged["stage"] == "rollout_generate"
+    assert "of 2 stages (70.0 of 180.0 ms)" in merged["text"] and "actor/rollout_generate 50% (40.0 of 80.0 ms)" in merged["text"]
+
+
 def test_exposed_communication_names_the_collectives():
     d = doc([row("actor_update", 100, comm=30), row("rollout_generate", 100, idle=0)],
             collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_reduce", "total_ms": 25.0}])

@@ -1,8 +1,9 @@
-"""`rlprof train`'s first screen is rlprof's own: no C++ log line of Kineto's and no library deprecation warning in
-the middle of it, while what a user must see (errors, warnings of rlprof's) still reaches stderr; `--verbose`
-keeps Kineto's lines."""
+"""`rlprof train`'s first screen is rlprof's own, each finding said once: no C++ log line of Kineto's and no
+library deprecation warning in the middle of it, while what a user must see (errors, warnings of rlprof's) still
+reaches stderr; `--verbose` keeps Kineto's lines."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,9 @@ def test_no_foreign_line_on_the_first_screen_and_verbose_keeps_kinetos(tmp_path)
     lines = (quiet.stdout + quiet.stderr).splitlines()
     assert [line for line in lines if any(mark in line for mark in FOREIGN)] == []
     assert any(line.startswith("step   2") for line in lines) and "findings" in quiet.stdout
+    numbered = [re.sub(r"^\s+\d+\. ", "", line) for line in lines if re.match(r"^\s+\d+\. ", line)]
+    assert numbered
+    assert sum(text.startswith("idle is") for text in numbered) <= 1  # one idle finding for the run
     verbose = train(tmp_path, "--verbose")
     assert verbose.returncode == 0
     assert any(line.startswith("USDT:") and "profiler_start" in line for line in verbose.stderr.splitlines())

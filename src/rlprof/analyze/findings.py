@@ -202,6 +202,7 @@ def findings_of(doc: dict) -> list[dict]:
                 text += " (" + ", ".join(f"{c['name']} {c['ms']:.1f} ms" for c in top) + ")"
                 ev["collectives"] = top
             out.append(_finding(kind, m[bucket], text, ev, role=role, stage=stage))
+    out = _one_idle_finding(out)
 
     out += _variance(doc)
     for i in doc.get("inputs", []):
@@ -303,6 +304,25 @@ def _ranges_only(doc: dict) -> set[tuple]:
         key = (r.get("role"), r.get("stage"))
         seen[key] = seen.get(key, True) and r.get("file") in markers
     return {k for k, only in seen.items() if only}
+
+
+def _one_idle_finding(found: list[dict]) -> list[dict]:
+    """Idle in several stages is one finding for the run, its stages inside it (largest idle first): idle is where
+    nothing ran, and its stages share the same few reasons, so one sentence per stage only repeats itself."""
+    idle = [f for f in found if f["kind"] == "idle"]
+    if len(idle) < 2:
+        return found
+    idle.sort(key=lambda f: -f["evidence"]["bucket_ms"])
+    idle_ms = sum(f["evidence"]["bucket_ms"] for f in idle)
+    wall_ms = sum(f["evidence"]["wall_ms"] for f in idle)
+    stages = [{"role": f["role"], "stage": f["stage"], **f["evidence"]} for f in idle]
+    parts = ", ".join(f"{_where(s['role'], s['stage'])} {s['share']:.0%} ({s['bucket_ms']:.1f} of {s['wall_ms']:.1f} ms)"
+                      for s in stages)
+    text = (f"idle is {idle_ms / wall_ms:.0%} of {len(stages)} stages ({idle_ms:.1f} of {wall_ms:.1f} ms): {parts}: "
+            "no operator or kernel running (host overhead, waiting, gaps between launches)")
+    merged = _finding("idle", idle_ms, text, {"share": idle_ms / wall_ms, "bucket_ms": idle_ms, "wall_ms": wall_ms,
+                                             "stages": stages}, role=idle[0]["role"], stage=idle[0]["stage"])
+    return [f for f in found if f["kind"] != "idle"] + [merged]
 
 
 def _finding(kind: str, impact_ms: float, text: str, evidence: dict, **where) -> dict:
