@@ -13,6 +13,14 @@ def __getattr__(name):
         from . import collect
 
         return getattr(collect, name)
+    if name == "analyze":  # the analysis package, callable: rlprof.analyze(path) -> Analysis
+        import importlib
+
+        return importlib.import_module(".analyze", __name__)
+    if name == "Analysis":
+        from .analyze.result import Analysis
+
+        return Analysis
     if name in ("ProfilePlan", "load_plan"):
         from . import config
 
@@ -20,5 +28,5 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["Profiler", "ProfilePlan", "load_plan", "stage", "mark", "tick", "current", "ConfigError",
+__all__ = ["analyze", "Analysis", "Profiler", "ProfilePlan", "load_plan", "stage", "mark", "tick", "current", "ConfigError",
            "RLProfError", "__version__"]

@@ -10,7 +10,7 @@ from pathlib import Path
 TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures")
 
 
-def _columns(records: list[dict]) -> list[str]:
+def scalar_columns(records: list[dict]) -> list[str]:
     cols: dict[str, None] = {}
     for r in records:
         for k, v in r.items():
@@ -29,7 +29,7 @@ def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "")
     written = []
     for name, records in tables.items():
         path = out_dir / f"{prefix}{name}.csv"
-        cols = _columns(records) or ["empty"]
+        cols = scalar_columns(records) or ["empty"]
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
@@ -46,7 +46,7 @@ def write_csv(doc: dict, out_dir: Path) -> list[Path]:
     return write_tables(analysis_tables(doc), out_dir)
 
 
-def _sql_type(values: list) -> str:
+def sql_type(values: list) -> str:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
         return "BOOLEAN"
@@ -65,10 +65,10 @@ def write_duckdb(doc: dict, path: Path) -> Path:
     con = duckdb.connect(str(path))
     try:
         for name, records in analysis_tables(doc).items():
-            cols = _columns(records)
+            cols = scalar_columns(records)
             if not cols:
                 continue
-            types = {c: _sql_type([r.get(c) for r in records]) for c in cols}
+            types = {c: sql_type([r.get(c) for r in records]) for c in cols}
             con.execute(f'CREATE TABLE "{name}" (' + ", ".join(f'"{c}" {types[c]}' for c in cols) + ")")
             rows = [[(str(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
                     for r in records]

@@ -1,0 +1,474 @@
+"""The analysis result as typed values: one msgspec Struct per record of analysis.json (a row, an operator, a
+collective, a launch record, a memory record, an input, a measure, a finding and its saving, the run over time)
+and `Analysis`, the whole document, with `rlprof.analyze(path)` as its front door.
+
+The Structs mirror the JSON exactly: a field that is sometimes absent from a record is `UNSET` there (and stays
+absent when encoded), one that is always present but may be null is `... | None`. Encoding an Analysis made from
+a document gives that document's keys and values (tests/test_analysis_result.py); docs/analysis_schema.md's field
+reference is generated from these types (`schema_reference`, checked by tests/test_docs_schema... the same test).
+The document is still assembled as dicts (analyze/document.py, findings, savings); `Analysis.from_document`
+types it at the end, strictly: a key the types do not know is an error, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ..errors import AnalyzeError
+from .document import SCHEMA_VERSION
+
+# Numbers a sum over nothing leaves as the integer 0 (or a count) and otherwise floats: kept as written.
+Number = Union[int, float]
+# Steps, ranks and indices are integers from rlprof and the frameworks it reads; other tools' traces may name them.
+Label = Union[int, str, None]
+
+
+class Record(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A record of analysis.json (an unknown key is an error, an absent optional one stays absent)."""
+
+    def get(self, key: str, default=None):
+        """The field's value as the JSON gives it: `default` where the record does not hold it."""
+        value = getattr(self, key, default)
+        return default if value is UNSET else value
+
+
+class Buckets(Record, kw_only=True):
+    """Where a window's time went (ms); compute + comm + memcpy + idle = wall."""
+
+    wall_ms: Number
+    compute_ms: Number
+    comm_ms: Number
+    overlap_ms: Number
+    memcpy_ms: Number
+    idle_ms: Number
+
+
+class Row(Record, kw_only=True):
+    """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it."""
+
+    step: Label
+    role: str | None
+    stage: str | None
+    rank: Label
+    replica: Label
+    file: str | None
+    unit: str | None
+    index: Label
+    start_us: float | None
+    wall_ms: Number
+    compute_ms: Number
+    comm_ms: Number
+    overlap_ms: Number
+    memcpy_ms: Number
+    idle_ms: Number
+    unknown_ms: Number | UnsetType = UNSET
+    host_start_us: float | UnsetType = UNSET
+    host_wall_ms: float | UnsetType = UNSET
+    device_start_us: float | None | UnsetType = UNSET
+    attribution: str | UnsetType = UNSET
+    unlinked_events: int | UnsetType = UNSET
+    device_overlap_next_ms: float | UnsetType = UNSET
+    device_gap_ms: float | UnsetType = UNSET
+    launch_bound_ms: float | UnsetType = UNSET
+    launch_unlinked_ms: float | UnsetType = UNSET
+    ops_sig: str | None | UnsetType = UNSET
+    seqs: int | UnsetType = UNSET
+    tokens: int | UnsetType = UNSET
+    real_tokens: int | UnsetType = UNSET
+    active: int | UnsetType = UNSET
+    prefill_seqs: int | UnsetType = UNSET
+    prefill_tokens: int | UnsetType = UNSET
+    units_only: int | UnsetType = UNSET
+
+
+class Op(Record, kw_only=True):
+    """A CPU operator or a kernel, totalled per stage window."""
+
+    rank: Label
+    step: Label
+    role: str | None
+    stage: str | None
+    file: str
+    name: str
+    kind: str
+    count: int
+    total_ms: Number
+    self_ms: Number
+    mean_ms: Number
+    max_ms: Number
+    share: Number
+    shape: str | UnsetType = UNSET
+
+
+class Collective(Record, kw_only=True):
+    """A collective by name, totalled per stage window."""
+
+    rank: Label
+    step: Label
+    role: str | None
+    stage: str | None
+    file: str
+    name: str
+    count: int
+    total_ms: Number
+    mean_ms: Number
+    max_ms: Number
+
+
+class Launch(Record, kw_only=True):
+    """A device trace's host-side launch calls and the device's idle gaps over the file."""
+
+    rank: Label
+    step: Label
+    role: str | None
+    stage: str | None
+    file: str
+    launches: int
+    total_ms: Number
+    mean_us: Number
+    device_span_ms: Number | UnsetType = UNSET
+    device_gap_ms: Number | UnsetType = UNSET
+    launch_bound_ms: Number | UnsetType = UNSET
+    launch_unlinked_ms: Number | UnsetType = UNSET
+
+
+class Memory(Record, kw_only=True):
+    """One allocator's peak and its down-sampled timeline of [ts_us, allocated_bytes]."""
+
+    rank: Label
+    step: Label
+    role: str | None
+    stage: str | None
+    file: str
+    peak_bytes: Number | None
+    device: int | str | None | UnsetType = UNSET
+    timeline: list[list[Number]]
+    capacity_bytes: Number | UnsetType = UNSET
+    reserved_bytes: Number | UnsetType = UNSET
+    live_bytes: Number | UnsetType = UNSET
+
+
+class AnalysedOn(Record, kw_only=True):
+    """Where an input was analysed."""
+
+    host: str | None
+    node_id: str | None
+    reused: bool | UnsetType = UNSET
+
+
+class Input(Record, kw_only=True):
+    """One file or Ascend directory read."""
+
+    path: str
+    kind: str | UnsetType = UNSET
+    export: str | UnsetType = UNSET
+    files: list[str] | UnsetType = UNSET
+    device_totals: Buckets | None | UnsetType = UNSET
+    device_totals_all_tasks: Buckets | None | UnsetType = UNSET
+    events: int
+    device: bool | UnsetType = UNSET
+    rank: Label | UnsetType = UNSET
+    partial: bool
+    bytes_read: int | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+    window_status: str | None | UnsetType = UNSET
+    window_bytes: int | None | UnsetType = UNSET
+    tool: str | None | UnsetType = UNSET
+    step: Label | UnsetType = UNSET
+    cpu_ms: Number | None | UnsetType = UNSET
+    run_wait_ms: Number | None | UnsetType = UNSET
+    span_ms: Number | None | UnsetType = UNSET
+    host_busy_ms: Number | None | UnsetType = UNSET
+    job_cpu_ms: Number | None | UnsetType = UNSET
+    host_cpus: int | None | UnsetType = UNSET
+    analysed_on: AnalysedOn | None | UnsetType = UNSET
+
+
+class Unprofiled(Record, kw_only=True):
+    """The run's steady unprofiled steps, from the metrics.jsonl beside its traces."""
+
+    source: str
+    steps: list[Label]
+    step_ms: Number | None
+    stage_ms: dict[str, Number]
+
+
+class RunConfig(Record, kw_only=True):
+    """What the run that wrote the traces left beside them."""
+
+    source: str
+    framework: str | None
+    reference_pass: bool
+    kl_coef: Number
+    config: dict[str, Any] | None
+    unprofiled: Unprofiled | None
+
+
+class Measure(Record, kw_only=True):
+    """An RL measure, with the inputs of its formula (those of its kind; `why` where not measurable)."""
+
+    measure: str
+    role: str | None
+    stage: str | None
+    value: Number | None
+    status: str
+    why: str | UnsetType = UNSET
+    tail_ms: Number | UnsetType = UNSET
+    decode_ms: Number | UnsetType = UNSET
+    tail_steps: int | UnsetType = UNSET
+    decode_steps: int | UnsetType = UNSET
+    mean_active_share: Number | UnsetType = UNSET
+    tokens: int | UnsetType = UNSET
+    real_tokens: int | UnsetType = UNSET
+    micro_batches: int | UnsetType = UNSET
+    fixed_ms: Number | UnsetType = UNSET
+    per_token_us: Number | UnsetType = UNSET
+    units_per_pass: Number | UnsetType = UNSET
+    mean_seqs: Number | UnsetType = UNSET
+    fixed_ms_per_pass: Number | UnsetType = UNSET
+    ref_ms: Number | UnsetType = UNSET
+    old_log_prob_ms: Number | UnsetType = UNSET
+    update_ms: Number | UnsetType = UNSET
+    reference_needed: bool | None | UnsetType = UNSET
+    stage_ms: Number | UnsetType = UNSET
+    step_ms: Number | UnsetType = UNSET
+    launch_bound_ms: Number | UnsetType = UNSET
+    device_gap_ms: Number | UnsetType = UNSET
+    unlinked_ms: Number | UnsetType = UNSET
+    wall_ms: Number | UnsetType = UNSET
+    rank: Label | UnsetType = UNSET
+    file: str | None | UnsetType = UNSET
+    device: int | str | None | UnsetType = UNSET
+    peak_bytes: Number | UnsetType = UNSET
+    capacity_bytes: Number | UnsetType = UNSET
+
+
+class Lever(Record, kw_only=True):
+    """A config key that acts on a cause in one framework."""
+
+    key: str
+    set: str
+    why: str
+    text: str
+
+
+class Saving(Record, kw_only=True):
+    """What turning a cause's first lever is predicted to save per step."""
+
+    status: str
+    saving_ms: Number | None
+    saving_share: Number | None
+    assumption: str | UnsetType = UNSET
+    why: str | UnsetType = UNSET
+    setting: dict[str, Any]
+    by_stage_ms: dict[str, Number] | UnsetType = UNSET
+    profiled_ms: dict[str, Number] | UnsetType = UNSET
+    step_ms: Number | UnsetType = UNSET
+    reward_after_ms: Number | UnsetType = UNSET
+    responses_cut: Number | UnsetType = UNSET
+    dialect: str | UnsetType = UNSET
+
+
+class Finding(Record, kw_only=True):
+    """One ranked sentence with its numbers. `evidence` is the record it rests on, whose keys depend on the kind
+    (a cause's measure record, a slow rank's comparison, a bucket's share): a mapping, as the JSON gives it."""
+
+    kind: str
+    impact_ms: Number
+    text: str
+    evidence: dict[str, Any]
+    role: str | None
+    stage: str | None
+    rank: Label
+    cause: str | None
+    levers: dict[str, list[Lever]]
+    actionable: bool
+    levers_text: str
+    saving: Saving | UnsetType = UNSET
+    saving_ms: Number | None | UnsetType = UNSET
+    saving_share: Number | None | UnsetType = UNSET
+    saving_text: str | UnsetType = UNSET
+
+
+class PerStep(Record, kw_only=True):
+    """One stage's time per watched step (seconds; null where no rank ran it)."""
+
+    max: list[Number | None]
+    median: list[Number | None]
+
+
+class Spike(Record, kw_only=True):
+    step: int
+    stage: str
+    seconds: Number
+    baseline_seconds: Number
+    rank: Label
+
+
+class Drift(Record, kw_only=True):
+    stage: str
+    first_seconds: Number
+    last_seconds: Number
+    ratio: Number | None
+
+
+class Straggler(Record, kw_only=True):
+    rank: Label
+    stage: str
+    steps: int
+    first_step: int
+    median_ratio: Number
+
+
+class Trigger(Record, kw_only=True):
+    """Why a window was captured (its manifest row's `trigger`)."""
+
+    reason: str
+    step: Label
+    stage: str | None
+    rank: Label
+    seconds: Number | None
+    baseline_seconds: Number | None
+    request_id: int | str | UnsetType = UNSET
+
+
+class Capture(Record, kw_only=True):
+    """A manifest row of a window a trigger captured."""
+
+    step: Label
+    role: str | None
+    stage: str | None
+    rank: Label
+    path: str | None
+    status: str | None
+    trigger: Trigger
+
+
+class Timeline(Record, kw_only=True):
+    """The run over time, from the per-rank timeline the watch wrote."""
+
+    rules: dict[str, Number]
+    ranks: list[Label]
+    steps: list[int]
+    busy_steps: list[int]
+    warmup_steps: list[int]
+    captured_steps: list[int]
+    per_step: dict[str, PerStep]
+    spikes: list[Spike]
+    drift: list[Drift]
+    stragglers: list[Straggler]
+    captures: list[Capture]
+
+
+class Analysis(Record, kw_only=True):
+    """The analysis of one run, trace or directory: analysis.json as typed values.
+
+    `rlprof.analyze(path)` makes one; `Analysis.load(path)` reads an analysis.json; `to_json()` writes one.
+    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory) as
+    numpy columns, the same scalar columns the CSV / DuckDB export writes."""
+
+    schema_version: int
+    inputs: list[Input]
+    warnings: list[str]
+    partial: bool
+    rows: list[Row]
+    ops: list[Op]
+    collectives: list[Collective]
+    launch: list[Launch]
+    memory: list[Memory]
+    timeline: Timeline | UnsetType = UNSET
+    run_config: RunConfig | None
+    measures: list[Measure]
+    findings: list[Finding]
+
+    @classmethod
+    def from_document(cls, doc: dict) -> Analysis:
+        """The typed form of a document as analyze assembles it (its JSON: keys as `json.dumps` writes them)."""
+        return _typed(json.loads(json.dumps(doc)), "the analysis document")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Analysis:
+        """An analysis.json written by `rlprof analyze` (one line naming what is wrong otherwise)."""
+        return _typed(read_document(path), str(path))
+
+    def to_json(self, indent: int | None = None) -> str:
+        """analysis.json's text: the same keys and values as the document it was made from."""
+        text = msgspec.json.encode(self)
+        return (msgspec.json.format(text, indent=indent) if indent is not None else text).decode()
+
+    def to_dict(self) -> dict:
+        """The document as plain dicts and lists (what the report, compare, cluster and advise read)."""
+        return msgspec.to_builtins(self)
+
+    def columns(self, table: str) -> dict[str, Any]:
+        """One table as numpy columns, name -> array: bool, int64 or float64 where every value is one (float64
+        with NaN for a number some records lack), else object. The columns are the export's (scalar fields)."""
+        import numpy as np
+
+        from .export import analysis_tables, scalar_columns, sql_type
+
+        tables = analysis_tables(self.to_dict())
+        if table not in tables:
+            raise AnalyzeError(f"no table {table!r} in an analysis; allowed: {', '.join(tables)}")
+        records = tables[table]
+        out = {}
+        for name in scalar_columns(records):
+            values = [r.get(name) for r in records]
+            kind = sql_type(values)
+            missing = any(v is None for v in values)
+            if kind == "BOOLEAN" and not missing:
+                out[name] = np.array(values, dtype=bool)
+            elif kind == "BIGINT" and not missing:
+                out[name] = np.array(values, dtype=np.int64)
+            elif kind in ("BIGINT", "DOUBLE"):
+                out[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            else:
+                out[name] = np.array(values, dtype=object)
+        return out
+
+
+def read_document(path: str | Path) -> dict:
+    """An analysis.json's JSON, its schema version checked: one line naming the file and what is allowed."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise AnalyzeError(f"{path}: cannot be read ({exc.strerror or exc}); allowed: an analysis.json written "
+                           "by rlprof analyze") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AnalyzeError(f"{path}: not JSON ({exc}); allowed: an analysis.json written by rlprof analyze") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise AnalyzeError(f"{path}: not an analysis (no schema_version); allowed: an analysis.json written by "
+                           "rlprof analyze")
+    if doc["schema_version"] != SCHEMA_VERSION or "rows" not in doc:
+        raise AnalyzeError(f"{path}: analysis schema {doc['schema_version']!r} is not readable; "
+                           f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
+    if "findings" not in doc:  # written before findings existed: made from its tables, as then
+        from .findings import findings
+
+        doc["findings"] = findings(doc)
+    return doc
+
+
+def _typed(doc: dict, what: str) -> Analysis:
+    try:
+        return msgspec.convert(doc, Analysis)
+    except msgspec.ValidationError as exc:
+        raise AnalyzeError(f"{what} does not match analysis schema {SCHEMA_VERSION}: {exc} "
+                           "(docs/analysis_schema.md lists its fields)") from None
+
+
+def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, top: int | None = 50,
+            by_shape: bool = False, progress=None) -> Analysis:
+    """Analyse a run directory, manifest, trace file or Ascend directory: what `rlprof analyze PATH` writes to
+    analysis.json, as an Analysis. `workers`: processes (default: every core); `use_ray`: each file on the Ray
+    node that holds it; `top`: operators kept per window (None: all); `by_shape`: operators by input shape too."""
+    from .engine import analyze as analyze_document
+
+    return Analysis.from_document(analyze_document(path, workers=workers, use_ray=use_ray, progress=progress,
+                                                   top=top, by_shape=by_shape))
