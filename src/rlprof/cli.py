@@ -135,24 +135,34 @@ def analyze(
     ray: bool = RAY_OPTION,
     workers: Optional[int] = WORKERS_OPTION,
 ):
-    """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory."""
+    """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory.
+
+    Given an analysis.json, reads it back (checked against its schema) and writes its tables again.
+    """
     from pathlib import Path
 
     from .analyze.engine import analyze as run_analysis
+    from .analyze.inputs import is_analysis_file
+    from .analyze.result import Analysis
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
-    doc = _analyze_with_progress(run_analysis, path, workers, ray, quiet=as_json)
+    if is_analysis_file(Path(path)):
+        analysis = Analysis.load(path)
+        doc = analysis.to_dict()
+    else:
+        doc = _analyze_with_progress(run_analysis, path, workers, ray, quiet=as_json)
+        analysis = Analysis.from_document(doc)  # the document as its types say (an unknown key is an error)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
     if as_json:
-        typer.echo(json.dumps(doc))
+        typer.echo(analysis.to_json())
         return
     from .analyze.export import write_analysis
     from .report.terminal import print_analysis
 
     out_dir = Path(out) if out else _default_out(Path(path), "analysis")
-    written = write_analysis(doc, out_dir, export)
+    written = write_analysis(doc, out_dir, export, document_json=analysis.to_json(indent=1))
     print_analysis(doc)
     typer.echo(f"wrote {', '.join(str(p) for p in written[:3])}" + (" ..." if len(written) > 3 else ""))
 

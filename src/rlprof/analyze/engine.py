@@ -48,13 +48,35 @@ def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = Fa
     """An analysis document from anything `rlprof analyze` reads, or from its analysis.json."""
     path = Path(path)
     if is_analysis_file(path):
-        import json
-
-        doc = json.loads(path.read_text())
-        if doc.get("schema_version") != SCHEMA_VERSION or "rows" not in doc:
-            raise AnalyzeError(f"{path}: analysis schema {doc.get('schema_version')!r} is not readable; "
-                               f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
-        if "findings" not in doc:  # written before findings existed
-            doc["findings"] = findings(doc)
-        return doc
+        return read_document(path)
     return analyze(path, workers=workers, top=top, by_shape=by_shape, use_ray=use_ray)
+
+
+def read_document(path: str | Path) -> dict:
+    """An analysis.json's JSON, its schema version checked: one line naming the file and what is allowed."""
+    import json
+
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise AnalyzeError(f"{path}: cannot be read ({exc.strerror or exc}); allowed: an analysis.json written "
+                           "by rlprof analyze") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AnalyzeError(f"{path}: not JSON ({exc}); allowed: an analysis.json written by rlprof analyze") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise AnalyzeError(f"{path}: not an analysis (no schema_version); allowed: an analysis.json written by "
+                           "rlprof analyze")
+    if doc["schema_version"] != SCHEMA_VERSION or "rows" not in doc:
+        raise AnalyzeError(f"{path}: analysis schema {doc['schema_version']!r} is not readable; "
+                           f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
+    if "findings" not in doc:  # written before findings existed: made from its tables, as then
+        try:
+            doc["findings"] = findings(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # tables findings cannot read
+            raise AnalyzeError(f"{path}: not an analysis of schema {SCHEMA_VERSION} (its tables lack what findings "
+                               f"read: {type(exc).__name__}: {exc}); allowed: an analysis.json written by rlprof "
+                               "analyze") from None
+    return doc
+
+

@@ -78,10 +78,12 @@ def write_duckdb(doc: dict, path: Path) -> Path:
     return path
 
 
-def write_analysis(doc: dict, out_dir: Path, export: str = "csv") -> list[Path]:
+def write_analysis(doc: dict, out_dir: Path, export: str = "csv", document_json: str | None = None) -> list[Path]:
+    """analysis.json (`document_json`: its text as the typed Analysis encodes it, else the document's JSON) and
+    its tables."""
     out_dir.mkdir(parents=True, exist_ok=True)
     main = out_dir / "analysis.json"
-    main.write_text(json.dumps(doc, indent=1))
+    main.write_text(document_json if document_json is not None else json.dumps(doc, indent=1))
     if export == "db":
         return [main, write_duckdb(doc, out_dir / "analysis.duckdb")]
     return [main, *write_csv(doc, out_dir)]

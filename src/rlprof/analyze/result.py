@@ -4,10 +4,12 @@ and `Analysis`, the whole document, with `rlprof.analyze(path)` as its front doo
 
 The Structs mirror the JSON exactly: a field that is sometimes absent from a record is `UNSET` there (and stays
 absent when encoded), one that is always present but may be null is `... | None`. Encoding an Analysis made from
-a document gives that document's keys and values (tests/test_analysis_result.py); docs/analysis_schema.md's field
-reference is generated from these types (`schema_reference`, checked by tests/test_docs_schema... the same test).
-The document is still assembled as dicts (analyze/document.py, findings, savings); `Analysis.from_document`
-types it at the end, strictly: a key the types do not know is an error, never dropped.
+a document gives that document's keys and values (tests/test_analysis_result.py). docs/analysis_schema.md's field
+reference is generated from these types (`schema_reference`; a test checks that it is up to date). The document
+is still assembled as dicts (analyze/document.py, findings.py, savings.py); `Analysis.from_document` types it at
+the end, strictly: a key the types do not know is an error, never dropped.
+
+Over 400 lines because it is the schema: one line per field of every record.
 """
 
 from __future__ import annotations
@@ -303,6 +305,8 @@ class PerStep(Record, kw_only=True):
 
 
 class Spike(Record, kw_only=True):
+    """A stage's job time (its slowest rank) over the spike factor x the median of the steps before."""
+
     step: int
     stage: str
     seconds: Number
@@ -311,6 +315,8 @@ class Spike(Record, kw_only=True):
 
 
 class Drift(Record, kw_only=True):
+    """A stage whose last quarter of judged steps is the drift factor x slower than its first."""
+
     stage: str
     first_seconds: Number
     last_seconds: Number
@@ -318,6 +324,8 @@ class Drift(Record, kw_only=True):
 
 
 class Straggler(Record, kw_only=True):
+    """A rank slower than the others in one stage, step after step."""
+
     rank: Label
     stage: str
     steps: int
@@ -394,6 +402,8 @@ class Analysis(Record, kw_only=True):
     @classmethod
     def load(cls, path: str | Path) -> Analysis:
         """An analysis.json written by `rlprof analyze` (one line naming what is wrong otherwise)."""
+        from .engine import read_document
+
         return _typed(read_document(path), str(path))
 
     def to_json(self, indent: int | None = None) -> str:
@@ -432,29 +442,6 @@ class Analysis(Record, kw_only=True):
         return out
 
 
-def read_document(path: str | Path) -> dict:
-    """An analysis.json's JSON, its schema version checked: one line naming the file and what is allowed."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise AnalyzeError(f"{path}: cannot be read ({exc.strerror or exc}); allowed: an analysis.json written "
-                           "by rlprof analyze") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AnalyzeError(f"{path}: not JSON ({exc}); allowed: an analysis.json written by rlprof analyze") from None
-    if not isinstance(doc, dict) or "schema_version" not in doc:
-        raise AnalyzeError(f"{path}: not an analysis (no schema_version); allowed: an analysis.json written by "
-                           "rlprof analyze")
-    if doc["schema_version"] != SCHEMA_VERSION or "rows" not in doc:
-        raise AnalyzeError(f"{path}: analysis schema {doc['schema_version']!r} is not readable; "
-                           f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
-    if "findings" not in doc:  # written before findings existed: made from its tables, as then
-        from .findings import findings
-
-        doc["findings"] = findings(doc)
-    return doc
-
-
 def _typed(doc: dict, what: str) -> Analysis:
     try:
         return msgspec.convert(doc, Analysis)
@@ -472,3 +459,49 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
 
     return Analysis.from_document(analyze_document(path, workers=workers, use_ray=use_ray, progress=progress,
                                                    top=top, by_shape=by_shape))
+
+
+# ---- docs/analysis_schema.md's field reference, generated from the types above -----------------------------------
+REFERENCE_ORDER = (Analysis, Input, AnalysedOn, Buckets, Row, Op, Collective, Launch, Memory, RunConfig, Unprofiled,
+                   Measure, Finding, Lever, Saving, Timeline, PerStep, Spike, Drift, Straggler, Capture, Trigger)
+
+
+def _type_words(t) -> str:
+    from msgspec import inspect as mi
+
+    simple = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool",
+              mi.NoneType: "null", mi.AnyType: "any"}
+    if type(t) in simple:
+        return simple[type(t)]
+    if isinstance(t, mi.UnionType):
+        words = [_type_words(x) for x in t.types]  # UNSET is not among them: `present` says it
+        if "int" in words and "float" in words:
+            words = ["number" if w == "int" else w for w in words if w != "float"]
+        return " \\| ".join(words)
+    if isinstance(t, mi.ListType):
+        return f"list of {_type_words(t.item_type)}"
+    if isinstance(t, mi.DictType):
+        return f"object of {_type_words(t.value_type)}"
+    if isinstance(t, mi.StructType):
+        return f"`{t.cls.__name__}`"
+    raise TypeError(f"no words for {t!r}")
+
+
+def schema_reference() -> str:
+    """The field reference of docs/analysis_schema.md: each Struct's fields, their JSON types and whether a
+    record always holds them (`python3 -m rlprof.analyze.result` prints it)."""
+    from msgspec import inspect as mi
+
+    out = []
+    for cls in REFERENCE_ORDER:
+        info = mi.type_info(cls)
+        out += [f"### `{cls.__name__}`", "", (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " "), "",
+                "| field | type | present |", "| --- | --- | --- |"]
+        for f in info.fields:
+            out.append(f"| `{f.encode_name}` | {_type_words(f.type)} | {'always' if f.required else 'optional'} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_reference(), end="")
