@@ -303,6 +303,17 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     over_time = analyze_timeline(d)
     assert any(s["rank"] == 1 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
     assert not any(s["rank"] == 0 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
+    from rlprof.analyze.engine import analyze
+
+    (item,) = analyze(d, workers=1)["timeline"]["beside"]  # the slow rank's window beside the healthy rank's
+    assert (item["rank"], item["stage"], item["why"]) == (1, "reward_compute", "rank 0 at the same step")
+    causes = {c["cause"]: c for c in item["cause"]["causes"]}
+    assert item["cause"]["verdict"] == "cause" and item["cause"]["causes"][0]["cause"] == "slow_rank"
+    slow = causes["slow_rank"]
+    assert slow["rank"] == 1 and slow["levers"]["verl"][0]["key"] == "trainer.balance_batch"
+    # rank 1 keeping pace saves at most its excess in the stage (the 0.4 s sleep), and something
+    assert 0 < slow["saving_ms"] <= item["buckets"]["wall_ms"]["captured_ms"]
+    assert "slow_reward" in causes  # the sleep was in the reward, on rank 1 alone
 
 
 @pytest.mark.slow
@@ -404,7 +415,10 @@ def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(t
     cause = item["cause"]
     assert cause["verdict"] == "cause" and [c["cause"] for c in cause["causes"]] == ["slow_reward"]
     (reward,) = cause["causes"]
-    assert reward["how"] == "new" and reward["stage"] == "reward_compute"  # 2 of 62 ms in the normal step: no cause
+    normal = {r["stage"]: r["wall_ms"] for r in doc["rows"] if r["file"] == item["normal"] and r["unit"] is None}
+    # 2 of 62 ms in the normal step: no cause there, unless a loaded machine stretched its reward's sleep
+    share = normal["reward_compute"] / sum(normal.values())
+    assert reward["how"] == ("new" if share < 0.15 else "grew") and reward["stage"] == "reward_compute"
     assert reward["levers"]["verl"][0]["key"] == "reward.num_workers"  # a loop of its own writes no run config
     assert reward["levers"]["rlprof"][0]["key"] == "reward.workers"
     wall = item["buckets"]["wall_ms"]
@@ -412,7 +426,7 @@ def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(t
     saving = reward["saving"]
     assert saving["status"] == "predicted" and saving["dialect"] == "verl" and saving["setting"]["workers"] > 1
     assert 0 < saving["saving_ms"] <= wall["captured_ms"]  # less reward time, never more than the reward took
-    assert "slow_reward" in proc.stdout and "lever (verl): raise reward.num_workers" in proc.stdout
+    assert "slow_reward lever (verl): raise reward.num_workers" in proc.stdout
     assert "predicted saving" in proc.stdout
     from rlprof.report.page import build_page
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from ..vocab import STAGE_ROLE
 from .breakdown import BUCKETS
-from .capture_cause import judge
+from .capture_cause import judge, slow_rank_cause
 
 SHOWN_BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "idle_ms")
 TOP_GREW = 5
+MIN_GREW_MS = 0.05  # an operator that grew less is timer noise
 
 
 def attach_beside(doc: dict) -> None:
@@ -61,26 +62,26 @@ def captures_beside(doc: dict) -> list[dict]:
         pair = _straggler_pair(cap, captures)
         if pair is not None:
             normal_file, why = pair["path"], f"rank {pair['rank']} at the same step"
-            judged_files = {cap["path"], normal_file}  # both ranks: a slow rank is told against the other
         else:
             earlier = sorted(f for f in normal_files.get((cap["rank"], stage), ())
                              if f[0] is not None and f[0] < cap["step"])
-            judged_files = {cap["path"]}
             if not earlier:
                 wall = sum(r["wall_ms"] for r in _rows_of(doc, cap["path"], stage))
                 out.append({"capture": cap["path"], "step": cap["step"], "rank": cap["rank"], "stage": stage,
                             "reason": t.get("reason"), "normal": None,
                             "why": "no normal window of this stage on this rank to put it beside (set "
                                    "global_profiler.trigger.baseline: true, or list a normal step in steps)",
-                            "cause": judge(window_doc(doc, judged_files, cap["step"]), None, wall)})
+                            "cause": judge(window_doc(doc, {cap["path"]}, cap["step"]), None, wall)})
                 continue
             normal_file, why = earlier[-1][1], f"step {earlier[-1][0]} on the same rank"
         new, base = _rows_of(doc, cap["path"], stage), _rows_of(doc, normal_file, stage)
         buckets = {b: {"normal_ms": sum(r[b] for r in base), "captured_ms": sum(r[b] for r in new)}
                    for b in SHOWN_BUCKETS}
         normal_step = next((r.get("step") for r in base), None)
-        cause = judge(window_doc(doc, judged_files, cap["step"]), window_doc(doc, {normal_file}, normal_step),
-                      buckets["wall_ms"]["captured_ms"] - buckets["wall_ms"]["normal_ms"])
+        slow = (slow_rank_cause(window_doc(doc, {cap["path"], normal_file}, cap["step"]), cap["rank"], pair["rank"],
+                                stage) if pair is not None else None)
+        cause = judge(window_doc(doc, {cap["path"]}, cap["step"]), window_doc(doc, {normal_file}, normal_step),
+                      buckets["wall_ms"]["captured_ms"] - buckets["wall_ms"]["normal_ms"], slow)
         out.append({"capture": cap["path"], "step": cap["step"], "rank": cap["rank"], "stage": stage,
                     "reason": t.get("reason"), "normal": normal_file, "why": why, "buckets": buckets,
                     "grew": _grew(doc, cap["path"], normal_file, stage), "cause": cause})
@@ -105,7 +106,7 @@ def _grew(doc: dict, captured: str, normal: str, stage) -> list[dict]:
     grew = []
     for key in set(ops_new) | set(ops_base):
         n, c = ops_base.get(key, 0.0), ops_new.get(key, 0.0)
-        if c > n:
+        if c - n >= MIN_GREW_MS:
             grew.append({"kind": key[0], "name": key[1], "normal_ms": n, "captured_ms": c, "diff_ms": c - n,
                          "status": _status(n, c)})
     return sorted(grew, key=lambda o: -o["diff_ms"])[:TOP_GREW]

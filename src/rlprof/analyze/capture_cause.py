@@ -8,11 +8,17 @@ contrast, documented in docs/analysis_schema.md ("timeline", `beside`):
 - a cause found in both is why only where its time (`impact_ms`) grew by at least GREW_SHARE of what the
   captured stage's wall time grew (`grew`); else it is the run's own, there in a normal step too, and said so
   (`in_both`: not why this step was slow).
+For a straggler, the slow rank's window is judged beside the healthy rank's at the same step, and the two together
+for a slow rank: findings' own rule (excess compute, the others waiting in the same stage's collectives) where it
+holds, else the straggler the timeline's rule saw (a stage slower on that rank, the others waiting for it at their
+next collective, wherever that is), its excess and the others' extra wait measured on the two windows.
 """
 
 from __future__ import annotations
 
-from .findings import findings_of
+from ..frameworks.levers import CAUSES, levers
+from .findings import findings_of, prediction_context
+from .savings import predict, saving_text
 
 GREW_SHARE = 0.5
 
@@ -35,12 +41,44 @@ def _entry(f: dict, normal: dict | None, how: str) -> dict:
             "saving": saving or None, "saving_ms": saving.get("saving_ms"), "saving_text": f.get("saving_text")}
 
 
-def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float) -> dict:
+def slow_rank_cause(pair_doc: dict, slow: int, healthy: int, stage: str) -> dict | None:
+    """The slow rank of a straggler capture as a cause finding (with its levers and saving): findings' own where its
+    rule holds on the two windows, else from the straggler the timeline saw: its excess wall time in `stage` over
+    the healthy rank's, and the healthy rank's extra wait in collectives over the whole window."""
+    own = [f for f in cause_findings(pair_doc) if f["kind"] == "slow_rank" and f.get("rank") == slow]
+    if own:
+        return own[0]
+
+    def total(rank, bucket, only=None):
+        return sum(r[bucket] for r in pair_doc["rows"] if r.get("unit") is None and r.get("rank") == rank
+                   and r.get("file") is not None and (only is None or r.get("stage") == only))
+
+    excess = total(slow, "wall_ms", stage) - total(healthy, "wall_ms", stage)
+    wait, others_wait = total(slow, "comm_ms"), total(healthy, "comm_ms")
+    if excess <= 0:
+        return None
+    f = {"kind": "slow_rank", "role": next((r.get("role") for r in pair_doc["rows"] if r.get("stage") == stage), None),
+         "stage": stage, "rank": slow, "impact_ms": excess, "cause": CAUSES["slow_rank"].title,
+         "levers": levers("slow_rank", stage), "actionable": True,
+         "evidence": {"excess_ms": excess, "wait_ms": wait, "others_wait_ms": others_wait, "rule": "timeline"},
+         "text": (f"slow rank: rank {slow} spends {excess:.1f} ms more than rank {healthy} in {stage} (the timeline's "
+                  f"straggler rule), and rank {healthy} waits {others_wait - wait:.1f} ms more in collectives")}
+    if others_wait - wait <= 0:
+        f["saving"] = {"status": "not predictable", "saving_ms": None, "saving_share": None, "setting": {},
+                       "why": f"rank {healthy} waits no longer than rank {slow} in the collectives the trace shows"}
+    else:
+        f["saving"] = predict(prediction_context(pair_doc), f)
+    f["saving_text"] = saving_text(f["saving"])
+    return f
+
+
+def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float, slow_rank: dict | None = None) -> dict:
     """{verdict, causes, in_both, text}: the causes that explain the captured window against its normal window.
     verdict: `cause` (at least one new or grown cause), `in_both` (causes only a normal step has too), `none` (no
     cause rlprof names in the captured window); `uncontrasted` where no normal window was there to judge against
-    (the causes are the captured window's, not told from the run's own)."""
-    found = cause_findings(captured_doc)
+    (the causes are the captured window's, not told from the run's own). `slow_rank`: a straggler's slow rank
+    (slow_rank_cause), which its healthy rank's window cannot have."""
+    found = cause_findings(captured_doc) + ([slow_rank] if slow_rank else [])
     if normal_doc is None:
         causes = [_entry(f, None, "uncontrasted") for f in found]
         text = ("no normal window to contrast with; in the captured window: "
@@ -56,6 +94,8 @@ def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float) ->
             causes.append(_entry(f, base, "grew"))
         else:
             in_both.append(_entry(f, base, "in_both"))
+    # as findings rank them: a slow rank first (the others' times hold their wait for it), then by predicted saving
+    causes.sort(key=lambda c: (c["cause"] != "slow_rank", c["saving_ms"] is None, -(c["saving_ms"] or 0.0)))
     parts = []
     if causes:
         parts.append("; ".join(f"{c['title']} ({c['cause']}, {_where(c)}, "

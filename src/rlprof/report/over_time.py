@@ -136,9 +136,9 @@ def cause_lines(cause: dict | None) -> list[str]:
         for dialect in ("rlprof", "verl", "mindspeed"):
             levers = c["levers"].get(dialect) or []
             if levers:
-                out.append(f"    lever ({dialect}): {levers[0]['text']}")
+                out.append(f"    {c['cause']} lever ({dialect}): {levers[0]['text']}")
         if c.get("saving_text"):
-            out.append(f"    {_short(c)}")
+            out.append(f"    {c['cause']} {_short(c)}")
     return out
 
 
