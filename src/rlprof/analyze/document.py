@@ -4,6 +4,7 @@ warnings, stage rows made from units, the findings."""
 from __future__ import annotations
 
 from ..errors import AnalyzeError
+from .beside import attach_beside
 from .breakdown import BUCKETS, UNIT_ARGS, order_key
 from .findings import findings
 from .inputs import directory_warnings, run_config
@@ -37,6 +38,7 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
     doc["findings"] = findings(doc)
+    attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/beside.py)
     return doc
 
 

@@ -96,94 +96,58 @@ def print_over_time(console, doc: dict) -> None:
     console.print(summary_line(timeline))
     lines = flagged_lines(timeline) or ["nothing flagged (no spike, drift or straggler)"]
     for line in lines + beside_lines(captures_beside(doc)):
-        console.print("  " + line, markup=False, highlight=False)
-
-
-def _normal_for(cap: dict, captures: list[dict]) -> tuple[dict | None, str]:
-    """The normal window a capture is put beside: for a straggler, the healthy rank captured at the same step;
-    else the latest earlier window of the same role and window stage on the same rank that no trigger flagged
-    (a `baseline` capture or a step listed in global_profiler.steps)."""
-    t = cap["trigger"]
-    if t.get("reason") == "straggler" and cap["rank"] == t.get("rank"):
-        same = [c for c in captures if c["step"] == cap["step"] and c["rank"] != cap["rank"]
-                and c["stage"] == cap["stage"]]
-        if same:
-            return same[0], f"rank {same[0]['rank']} at the same step"
-    return None, ""
+        console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
 
 
 def captures_beside(doc: dict) -> list[dict]:
-    """Each captured window beside a normal window of the same stage: per bucket the two times, and the operators
-    that grew most (compare.py's matching by name). The stage compared is the one the trigger saw slow (within an
-    end-to-end window, its range); the step when the trigger judged the whole step."""
-    from ..compare import _status
-
+    """The document's `timeline.beside` (analyze/beside.py); computed here for an analysis.json written before it."""
     timeline = doc.get("timeline") or {}
-    captures = [c for c in timeline.get("captures", []) if c["trigger"].get("reason") != "baseline"]
-    if not captures:
-        return []
-    normal_files = {}  # (rank, stage) -> {(step, file)} of windows no trigger flagged as slow
-    flagged = {c["path"] for c in captures}
-    for r in doc["rows"]:
-        if r.get("unit") is None and r.get("file") not in flagged:
-            normal_files.setdefault((r.get("rank"), r.get("stage")), set()).add((r.get("step"), r.get("file")))
-            if "_e2e_" in str(r.get("file")):
-                normal_files.setdefault((r.get("rank"), "step"), set()).add((r.get("step"), r.get("file")))
-    out = []
-    for cap in captures:
-        t = cap["trigger"]
-        if t.get("reason") == "straggler" and cap["rank"] != t.get("rank"):
-            continue  # the healthy rank captured beside the straggler: it is the normal window
-        stage = t.get("stage")
-        normal, why = _normal_for(cap, captures)
-        if normal is not None:
-            base_file = normal["path"]
-        else:
-            earlier = sorted(f for f in normal_files.get((cap["rank"], stage), ())
-                             if f[0] is not None and f[0] < cap["step"])
-            if not earlier:
-                out.append({"capture": cap["path"], "stage": stage, "normal": None,
-                            "why": "no normal window of this stage on this rank to put it beside (set "
-                                   "global_profiler.trigger.baseline: true, or list a normal step in steps)"})
-                continue
-            base_file, why = earlier[-1][1], f"step {earlier[-1][0]} on the same rank"
+    if "beside" in timeline:
+        return timeline["beside"]
+    from ..analyze.beside import captures_beside as compute
 
-        def rows_of(file, stage=stage):
-            rs = [r for r in doc["rows"] if r.get("file") == file and r.get("unit") is None]
-            picked = [r for r in rs if r.get("stage") == stage]
-            return picked or rs
-
-        new, base = rows_of(cap["path"]), rows_of(base_file)
-        buckets = {b: (sum(r[b] for r in base), sum(r[b] for r in new))
-                   for b in ("wall_ms", "compute_ms", "comm_ms", "idle_ms")}
-        ops_new, ops_base = {}, {}
-        for op in doc["ops"]:
-            side = ops_new if op.get("file") == cap["path"] else ops_base if op.get("file") == base_file else None
-            if side is not None and (op.get("stage") in (stage, "e2e") or stage == "step"):
-                key = (op["kind"], op["name"])
-                side[key] = side.get(key, 0.0) + (op["self_ms"] if op["kind"] == "cpu_op" else op["total_ms"])
-        grew = sorted(({"kind": k[0], "name": k[1], "normal_ms": ops_base.get(k, 0.0), "captured_ms": ops_new.get(k, 0.0),
-                        "diff_ms": ops_new.get(k, 0.0) - ops_base.get(k, 0.0),
-                        "status": _status(ops_base.get(k, 0.0), ops_new.get(k, 0.0),
-                                          ops_new.get(k, 0.0) - ops_base.get(k, 0.0))}
-                       for k in set(ops_new) | set(ops_base)), key=lambda o: -o["diff_ms"])[:5]
-        out.append({"capture": cap["path"], "stage": stage, "normal": base_file, "why": why,
-                    "buckets": {b: {"normal_ms": v[0], "captured_ms": v[1]} for b, v in buckets.items()},
-                    "grew": [g for g in grew if g["diff_ms"] > 0]})
-    return out
+    return compute(doc)
 
 
 def beside_lines(items: list[dict]) -> list[str]:
+    """Per capture: what grew beside its normal window, then its cause with the lever and predicted saving."""
     out = []
     for it in items:
         if it["normal"] is None:
             out.append(f"{it['capture']} ({it['stage']}): {it['why']}")
-            continue
-        b = it["buckets"]
-        grew = ", ".join(f"{g['name'][:40]} +{g['diff_ms']:.1f} ms" for g in it["grew"][:3]) or "no operator grew"
-        out.append(f"{it['capture']} ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
-                   f"{b['wall_ms']['normal_ms']:.1f} -> {b['wall_ms']['captured_ms']:.1f} ms, compute "
-                   f"{b['compute_ms']['normal_ms']:.1f} -> {b['compute_ms']['captured_ms']:.1f}, comm "
-                   f"{b['comm_ms']['normal_ms']:.1f} -> {b['comm_ms']['captured_ms']:.1f}, idle "
-                   f"{b['idle_ms']['normal_ms']:.1f} -> {b['idle_ms']['captured_ms']:.1f}; grew: {grew}")
+        else:
+            b = it["buckets"]
+            grew = ", ".join(f"{g['name'][:40]} +{g['diff_ms']:.1f} ms" for g in it["grew"][:3]) or "no operator grew"
+            out.append(f"{it['capture']} ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
+                       f"{b['wall_ms']['normal_ms']:.1f} -> {b['wall_ms']['captured_ms']:.1f} ms, compute "
+                       f"{b['compute_ms']['normal_ms']:.1f} -> {b['compute_ms']['captured_ms']:.1f}, comm "
+                       f"{b['comm_ms']['normal_ms']:.1f} -> {b['comm_ms']['captured_ms']:.1f}, idle "
+                       f"{b['idle_ms']['normal_ms']:.1f} -> {b['idle_ms']['captured_ms']:.1f}; grew: {grew}")
+        out += cause_lines(it.get("cause"))
     return out
+
+
+def cause_lines(cause: dict | None) -> list[str]:
+    """The verdict in one line, then each cause's first lever per dialect and its predicted saving."""
+    if not cause:
+        return []
+    out = [f"  cause: {cause['text']}"]
+    for c in cause["causes"]:
+        for dialect in ("rlprof", "verl", "mindspeed"):
+            levers = c["levers"].get(dialect) or []
+            if levers:
+                out.append(f"    {c['cause']} lever ({dialect}): {levers[0]['text']}")
+        if c.get("saving_text"):
+            out.append(f"    {c['cause']} {_short(c)}")
+    return out
+
+
+def _short(c: dict) -> str:
+    s = c["saving"] or {}
+    if s.get("status") != "predicted":
+        return c["saving_text"]
+    share = f" ({s['saving_share']:.0%} of the captured step)" if s.get("saving_share") is not None else ""
+    setting = ", ".join(f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}"
+                        for k, v in (s.get("setting") or {}).items())
+    return (f"predicted saving {s['saving_ms']:.1f} ms in this step{share}" + (f" with {setting}" if setting else "")
+            + f" [{s.get('dialect')}'s first lever; assumes: {s['assumption'].split('; ')[0]}]")
