@@ -357,6 +357,66 @@ class Capture(Record, kw_only=True):
     trigger: Trigger
 
 
+class BucketPair(Record, kw_only=True):
+    """One bucket of the compared stage in the normal and the captured window (ms)."""
+
+    normal_ms: Number
+    captured_ms: Number
+
+
+class OperatorGrowth(Record, kw_only=True):
+    """An operator whose time grew from the normal window to the captured one."""
+
+    kind: str
+    name: str
+    normal_ms: Number
+    captured_ms: Number
+    diff_ms: Number
+    status: str
+
+
+class CaptureCause(Record, kw_only=True):
+    """A cause judged on a captured window against its normal window."""
+
+    cause: str
+    title: str | None
+    how: str
+    role: str | None
+    stage: str | None
+    rank: Label
+    text: str
+    impact_ms: Number
+    normal_impact_ms: Number | None
+    levers: dict[str, list[Lever]]
+    saving: Saving | None
+    saving_ms: Number | None
+    saving_text: str | None
+
+
+class CaptureVerdict(Record, kw_only=True):
+    """Why a captured window was slow, against its normal window."""
+
+    verdict: str
+    causes: list[CaptureCause]
+    in_both: list[CaptureCause]
+    text: str
+
+
+class Beside(Record, kw_only=True):
+    """A captured window beside a normal window of the same stage."""
+
+    capture: str | None
+    step: Label
+    rank: Label
+    stage: str | None
+    reason: str | None
+    normal: str | None
+    why: str
+    buckets: dict[str, BucketPair] | UnsetType = UNSET
+    grew: list[OperatorGrowth] | UnsetType = UNSET
+    cause: CaptureVerdict
+
+
 class Timeline(Record, kw_only=True):
     """The run over time, from the per-rank timeline the watch wrote."""
 
@@ -371,6 +431,7 @@ class Timeline(Record, kw_only=True):
     drift: list[Drift]
     stragglers: list[Straggler]
     captures: list[Capture]
+    beside: list[Beside] | UnsetType = UNSET
 
 
 class Analysis(Record, kw_only=True):
@@ -463,7 +524,8 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
 
 # ---- docs/analysis_schema.md's field reference, generated from the types above -----------------------------------
 REFERENCE_ORDER = (Analysis, Input, AnalysedOn, Buckets, Row, Op, Collective, Launch, Memory, RunConfig, Unprofiled,
-                   Measure, Finding, Lever, Saving, Timeline, PerStep, Spike, Drift, Straggler, Capture, Trigger)
+                   Measure, Finding, Lever, Saving, Timeline, PerStep, Spike, Drift, Straggler, Capture, Trigger,
+                   Beside, BucketPair, OperatorGrowth, CaptureVerdict, CaptureCause)
 
 
 def _type_words(t) -> str:
