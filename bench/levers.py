@@ -138,7 +138,7 @@ def first_cause(doc: dict) -> str | None:
 
 
 def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     name, cause, nproc = case["name"], case["cause"], case["nproc"]
     before_overrides = [*diagnose.BASE, *case["overrides"], *HOLD.get(name, ())]
@@ -225,7 +225,7 @@ def _stage_savings(times: dict) -> dict:
 
 
 def control(case: dict, work: Path, steps: int) -> dict:
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     b = train(case["name"], work, case["nproc"], [*diagnose.BASE, *case["overrides"]], steps=steps)
     doc = analyze(b["run_dir"], workers=1)

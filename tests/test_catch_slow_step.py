@@ -117,7 +117,7 @@ def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
     """A slow update caught as one micro-batch: the role's `schedule` (unit micro_batch, active 1) applies inside
     the captured stage, and a timeline-only run (before anything was captured) is analysed too."""
     from helpers import load_trace, names
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, "
                          "active: 1}"), run_id="run")
@@ -344,7 +344,7 @@ def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
 
 
 def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tmp_path):
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
     from rlprof.report.over_time import captures_beside
     from rlprof.report.page import build_page
 

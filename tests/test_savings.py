@@ -19,9 +19,11 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, run_cli
 from rlprof.analyze import savings
-from rlprof.analyze.engine import analyze
+from rlprof.analyze.causes import predict
+from rlprof.analyze.finding import Finding
+from rlprof.analyze.pipeline import analyze
 from rlprof.analyze.findings import THRESHOLDS, findings, prediction_context
-from rlprof.analyze.load import machine_load
+from rlprof.analyze.busy_machine import machine_load
 
 RUNS = ROOT / "tests" / "data" / "runs"
 VERL_YAML = ROOT / "tests" / "data" / "verl" / "config" / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
@@ -54,7 +56,7 @@ def _metrics(run) -> list[dict]:
 
 def _steady_median(run, key=None, stage=None) -> float:
     """The median over the run's steady steps, read straight from metrics.jsonl: unprofiled, after the first, not
-    busy (analyze/load.py's rule over the step's own host fields)."""
+    busy (analyze/busy_machine.py's rule over the step's own host fields)."""
     later = [m for m in _metrics(run) if not m["profiled"]][1:]
     rows = [m for m in later if not machine_load(m)["busy"]]
     assert rows  # the recorded runs have quiet steady steps
@@ -280,7 +282,7 @@ def test_weight_sync_and_kept_gathers_on_two_ranks():
     f = next(f for f in findings(doc) if f["kind"] == "weight_sync")
     # the copy saved, less five decode steps each gathering as one log-prob micro-batch's forward (3 ms)
     assert f["saving"]["saving_ms"] == pytest.approx(40.0 - 5 * 3.0)
-    verl = savings.predict(prediction_context(doc), f, "verl")
+    verl = predict(prediction_context(doc), Finding.of(f), "verl")
     assert verl["status"] == "not predictable"  # bucket size: no number from this data, said
     kept = savings.keep_gathered(prediction_context(doc))
     assert kept["by_stage_ms"] == {"actor_compute_log_prob": pytest.approx(0.0)}  # one micro-batch: none re-gathered
@@ -356,12 +358,12 @@ def test_fix_in_other_dialects_uses_their_real_keys(recorded, tmp_path, name, di
 
 def test_every_lever_value_and_companion_key_is_the_frameworks():
     """What --fix writes beside a lever (actor.max_token_len with use_dynamic_bsz) is a key of the trainer."""
-    from rlprof.frameworks.levers import CAUSES
+    from rlprof.frameworks.levers import LEVERS
     from rlprof.trainer.config import parse_train_config
 
     seen = 0
-    for cause in CAUSES.values():
-        for dialect, levers in cause.levers.items():
+    for by_dialect in LEVERS.values():
+        for dialect, levers in by_dialect.items():
             for lv in levers:
                 if lv.set in ("raise", "lower") and lv.value:
                     seen += 1
@@ -503,5 +505,5 @@ def test_kept_gathers_are_the_re_gathers_of_each_actor_stage():
     assert kept["by_stage_ms"] == {"rollout_generate": pytest.approx(7.5), "actor_compute_log_prob": pytest.approx(6.0),
                                    "actor_update": pytest.approx(8.0 * 0.75 * 3 / 4)}
     # verl's prefetch: the stage's exposed communication at best
-    f = {"kind": "exposed_comm", "stage": "actor_update", "evidence": {"bucket_ms": 8.0}}
-    assert savings.predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)
+    f = Finding("exposed_comm", 8.0, {"bucket_ms": 8.0}, stage="actor_update")
+    assert predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)

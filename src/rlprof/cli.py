@@ -138,7 +138,7 @@ def analyze(
     """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory."""
     from pathlib import Path
 
-    from .analyze.engine import analyze as run_analysis
+    from .analyze.pipeline import analyze as run_analysis
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
@@ -205,7 +205,7 @@ def cluster(
     """Per rank and stage buckets, spread across ranks, and slow-rank detection with the evidence."""
     from pathlib import Path
 
-    from .analyze.engine import load_analysis
+    from .analyze.pipeline import load_analysis
     from .cluster import cluster as run_cluster
     from .report.terminal import print_cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import AnalyzeError
 from .document import SCHEMA_VERSION, document
-from .findings import findings
+from .findings import diagnose
 from .inputs import find_inputs, is_analysis_file
 from .schedule import run_inputs
 from .timeline import timeline_only
@@ -55,6 +55,6 @@ def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = Fa
             raise AnalyzeError(f"{path}: analysis schema {doc.get('schema_version')!r} is not readable; "
                                f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
         if "findings" not in doc:  # written before findings existed
-            doc["findings"] = findings(doc)
+            doc["measures"], doc["findings"] = diagnose(doc)
         return doc
     return analyze(path, workers=workers, top=top, by_shape=by_shape, use_ray=use_ray)
