@@ -101,14 +101,6 @@ def _bucket_sentence(label: str, why: str) -> Callable[[dict], str]:
 
 
 CAUSES: dict[str, Cause] = {c.name: c for c in (
-    Cause("slow_rank", "one rank is slower and every collective waits for it",
-          measure="slow_rank", threshold=None,
-          impact="the other ranks' wait for it in collectives, less its own",
-          sentence="{summary}", saving=savings.slow_rank),
-    Cause("exposed_comm", "communication the compute does not hide (FSDP all-gathers, reduce-scatters)",
-          measure="comm_share", threshold="comm_share",
-          impact="the stage's communication time not hidden behind compute",
-          sentence=_comm_sentence, saving=savings.exposed_comm),
     Cause("rollout_tail", "long-tail responses: most of the batch has finished and the engine decodes for a few",
           measure="rollout_tail", threshold="tail_share",
           impact="the decode-step time in the tail, per pass",
@@ -135,6 +127,12 @@ CAUSES: dict[str, Cause] = {c.name: c for c in (
           saving=savings.small_units_lever,
           judge=lambda m, j: (m["fixed_ms_per_pass"] if m["value"] >= j.t["fixed_share"]
                               and m["units_per_pass"] >= j.t["fixed_units"] and j.large(m) else None)),
+    Cause("unused_reference", "the reference forward runs but its KL term has coefficient 0: no gradient uses it",
+          measure="ref_ms", threshold="min_ms",
+          impact="the reference pass's time per step",
+          sentence="unused reference pass: ref_compute_log_prob takes {ref_ms:.1f} ms per step ({step_share:.0%}) and "
+                   "the run's KL coefficient is 0 ({source}): the log-probs it computes change no gradient",
+          saving=savings.unused_reference),
     Cause("slow_reward", "the reward function runs on the critical path: every device waits while it scores",
           measure="reward_share", threshold="reward_share",
           impact="the reward stage's time per step",
@@ -148,6 +146,14 @@ CAUSES: dict[str, Cause] = {c.name: c for c in (
           sentence="weight sync takes {value:.0%} of the step ({stage_ms:.1f} of {step_ms:.1f} ms)",
           saving=savings.weight_sync,
           judge=lambda m, j: m["stage_ms"] if m["value"] >= j.t["weight_sync_share"] else None),
+    Cause("exposed_comm", "communication the compute does not hide (FSDP all-gathers, reduce-scatters)",
+          measure="comm_share", threshold="comm_share",
+          impact="the stage's communication time not hidden behind compute",
+          sentence=_comm_sentence, saving=savings.exposed_comm),
+    Cause("slow_rank", "one rank is slower and every collective waits for it",
+          measure="slow_rank", threshold=None,
+          impact="the other ranks' wait for it in collectives, less its own",
+          sentence="{summary}", saving=savings.slow_rank),
     Cause("launch_bound", "launch-bound device: the GPU waits for the host to issue the next kernel",
           measure="launch_bound", threshold="launch_bound_share",
           impact="the device's gaps the host had not yet launched into, per pass",
@@ -163,12 +169,6 @@ CAUSES: dict[str, Cause] = {c.name: c for c in (
           saving="unused memory costs no time by itself: larger micro-batches use it, and their saving is the fixed "
                  "cost per micro-batch's (fixed_cost) where that was measured",
           judge=lambda m, j: 0.0 if m["value"] < j.t["memory_use_low"] else None),
-    Cause("unused_reference", "the reference forward runs but its KL term has coefficient 0: no gradient uses it",
-          measure="ref_ms", threshold="min_ms",
-          impact="the reference pass's time per step",
-          sentence="unused reference pass: ref_compute_log_prob takes {ref_ms:.1f} ms per step ({step_share:.0%}) and "
-                   "the run's KL coefficient is 0 ({source}): the log-probs it computes change no gradient",
-          saving=savings.unused_reference),
 )}
 
 

@@ -24,7 +24,7 @@ CONSOLE_PAIR = re.compile(r"([\w/@.\-]+):((?:np\.\w+\()?[-+0-9.eE]+|nan|inf)\)?"
 OUTLIER_FACTOR = 1.5  # a step taking this many times the median step is an outlier
 TREND_R = 0.7  # correlation of a stage's time with response length (or the step index) that makes a trend
 MIN_TREND_STEPS = 5
-DOMINANT_SHARE = 0.35  # as findings.THRESHOLDS["dominant_share"]
+DOMINANT_SHARE = 0.35  # as analyze/causes.py THRESHOLDS["dominant_share"]
 
 
 def _number(text: str) -> float | None:
