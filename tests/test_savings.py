@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 from omegaconf import OmegaConf
 
 from conftest import ROOT, run_cli
-from rlprof.analyze import savings
+from rlprof.analyze import prediction, savings
 from rlprof.analyze.causes import predict
 from rlprof.analyze.finding import Finding
 from rlprof.analyze.pipeline import analyze
@@ -162,15 +162,15 @@ def test_lengths_read_from_decode_steps_are_the_generated_ones():
                    decode_step=lambda **held: seen.append(held) or __import__("contextlib").nullcontext())
     rows = [{"unit": "decode_step", "stage": "rollout_generate", "step": 1, "rank": 0, "file": "f", "index": k,
              "start_us": float(k), "wall_ms": 1.0, **held} for k, held in enumerate(seen)]
-    got = savings.response_lengths({"rows": rows})[(1, 0)]
+    got = prediction.response_lengths({"rows": rows})[(1, 0)]
     assert got == sorted(out.response_mask.sum(1).tolist())
     assert len(set(got)) > 1  # the case is not trivial: lengths differ
 
 
 def test_expected_longest_row_of_a_random_micro_batch():
     # 4 rows of lengths 1..4, 2 drawn: the longest is 2, 3, 4 in 1, 2, 3 of the 6 pairs
-    assert savings.expected_max([1, 2, 3, 4], 2) == pytest.approx((2 * 1 + 3 * 2 + 4 * 3) / 6)
-    assert savings.expected_max([1, 2, 3, 4], 4) == 4 and savings.expected_max([5, 5, 5], 1) == 5
+    assert prediction.expected_max([1, 2, 3, 4], 2) == pytest.approx((2 * 1 + 3 * 2 + 4 * 3) / 6)
+    assert prediction.expected_max([1, 2, 3, 4], 4) == 4 and prediction.expected_max([5, 5, 5], 1) == 5
 
 
 @settings(max_examples=60, deadline=None)
@@ -188,7 +188,7 @@ def test_budget_packing_is_the_trainers_own(lengths, prompt, budget):
                     torch.ones(n, width, dtype=torch.long), resp_mask)
     groups = plan_micro_batches(batch, torch.arange(n), 1, True, budget)
     tokens = sum(len(g) * (prompt + max(lengths[i] for i in g.tolist())) for g in groups)
-    assert savings.dynamic_groups(lengths, prompt, budget) == (len(groups), pytest.approx(tokens))
+    assert prediction.dynamic_groups(lengths, prompt, budget) == (len(groups), pytest.approx(tokens))
 
 
 # ---- formulas on measures made to order (the recorded runs have no such cause) ---------------------------------
@@ -231,14 +231,14 @@ def test_fixed_cost_saving_is_the_intercept_times_the_micro_batches_removed_less
     f = next(f for f in found if f["kind"] == "small_units")
     s = f["saving"]
     m = s["setting"]["micro_batch_size"]["actor_compute_log_prob"]
-    groups, tokens = savings.fixed_groups(sorted(lengths), prompt, 32, m)
+    groups, tokens = prediction.fixed_groups(sorted(lengths), prompt, 32, m)
     now = sum(prompt + L for L in lengths)  # one row a micro-batch: no pad now
     assert groups == math.ceil(32 / m)
     assert s["profiled_ms"]["actor_compute_log_prob"] == pytest.approx(
         fixed * (32 - groups) - per_token * (tokens - now), rel=1e-6)
     # the size chosen is the best of the sizes tried (the smallest within 1% of the best)
     for other in savings._sizes(1, 32):
-        g, t = savings.fixed_groups(sorted(lengths), prompt, 32, other)
+        g, t = prediction.fixed_groups(sorted(lengths), prompt, 32, other)
         assert fixed * (32 - g) - per_token * (t - now) <= s["profiled_ms"]["actor_compute_log_prob"] * 1.01 + 1e-9
 
 
@@ -260,7 +260,7 @@ def test_padding_budget_adds_no_micro_batch_whose_cost_is_unknown():
     run = prediction_context({**doc, "findings": []})
     s = savings.padding_budget(run)
     budget = s["setting"]["max_token_len"]
-    groups, tokens = savings.dynamic_groups(sorted(lengths), 5.0, budget)
+    groups, tokens = prediction.dynamic_groups(sorted(lengths), 5.0, budget)
     assert groups <= 2 and budget <= 32 * (5 + 16)  # as many micro-batches as now at most, none larger
     assert s["profiled_ms"]["actor_compute_log_prob"] > 0  # rows of like length together: less pad
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..analyze import savings
 from ..analyze.causes import CAUSES, predict
 from ..analyze.finding import Finding
+from ..analyze.prediction import predicted
 from ..frameworks.levers import levers_for
 from .shared import AdviseError, check_dialect, is_metrics_input, nest
 
@@ -120,7 +121,7 @@ def _fix_sizes(ctx, same: list[dict], dialect: str) -> tuple[dict | None, str]:
         if ctx.conf("actor.log_prob_micro_batch_size") is None and ctx.conf("actor.micro_batch_size") is not None:
             overrides["actor.log_prob_micro_batch_size"] = ctx.conf("actor.micro_batch_size")
             words.append("actor.log_prob_micro_batch_size kept at its value now (unset, it follows the update's)")
-    pred = savings.predicted(ctx, parts, "; ".join(words))
+    pred = predicted(ctx, parts, "; ".join(words))
     pred["dialect"] = dialect
     f = same[0]
     return _fix_record(f, dialect, overrides, pred, texts, stages=[g["stage"] for g in same]), ""

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from ..frameworks.levers import LEVERS
 from . import savings
 from .finding import Finding
-from .savings import PredictionContext, not_predictable
+from .prediction import PredictionContext, not_predictable
 
 THRESHOLDS = {
     "dominant_share": 0.35,  # a stage holding at least this share of the step (with 2+ stages marked)

@@ -29,7 +29,7 @@ from .causes import CAUSES, ORDER, THRESHOLDS, UNIT_WORDS, Judging, predict
 from .finding import Finding
 from .measures import measures
 from .ranks import per_rank, slow_ranks
-from .savings import PredictionContext, not_predictable
+from .prediction import PredictionContext, not_predictable
 from .sentences import render
 
 __all__ = ["THRESHOLDS", "UNIT_WORDS", "Diagnosis", "diagnose", "findings", "findings_of", "stage_means",
