@@ -1,17 +1,20 @@
 """The registry of causes: every cause of a slow RL step rlprof can name is one record here, with all its parts:
 the measure it is judged on and its threshold, when it fires and what its finding costs per step (impact), the
 formula of what its first lever saves (analyze/savings.py) or why that cannot be predicted, its title and the
-template of its sentence. Its levers (the config keys that act on it per framework) are framework facts, kept as
-data in frameworks/levers.py under the cause's name, below analyze, where `config` could read them too; the
-record reaches them by that name. Read by analyze/findings.py (judging), savings (predict, below),
-analyze/sentences.py (the text), `rlprof advise --fix` (levers, measure, threshold) and the report (title, levers).
+template of its sentence. Its levers (the config keys that act on it per framework) are the one part kept
+elsewhere, as data in frameworks/levers.py under the cause's name: they are facts about verl's, MindSpeed-RL's and
+rlprof's configs, checked against those configs like the rest of frameworks/, and the layer of framework facts
+sits below analyze. Read by analyze/findings.py (judging), `predict` below (the saving), analyze/sentences.py
+(the text), `rlprof advise --fix` (levers, measure, threshold, `--cause`'s names) and, through the findings
+rendered from it, the report (title, levers).
 
 The descriptive findings (where the time goes, not why) have their templates here too (DESCRIPTIONS), so that
 every kind of finding the analysis emits is in one table (tests/test_causes.py checks both).
 
-Adding a cause: one record in CAUSES (its threshold in THRESHOLDS, its levers in frameworks/levers.py), and a
-case in tests/test_causes.py. A cause judged on a measure of analyze/measures.py needs nothing else: `judge` says
-when it fires and its impact, and findings loop over the records.
+Adding a cause: one record in CAUSES (its threshold in THRESHOLDS, its levers in frameworks/levers.py, its formula
+beside the others in analyze/savings.py where its saving can be predicted), and its firing case in
+tests/test_causes.py. A cause judged on a measure of analyze/measures.py needs nothing else: `judge` says when it
+fires and its impact, and findings loop over the records.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from .prediction import PredictionContext, not_predictable
 from .sentences import render
 
 __all__ = ["THRESHOLDS", "UNIT_WORDS", "Diagnosis", "diagnose", "findings", "findings_of", "stage_means",
-           "prediction_context", "ranked_document", "busy_windows"]
+           "prediction_context", "ranked_document", "ranked_findings", "busy_windows"]
 
 
 class Diagnosis(NamedTuple):
@@ -64,12 +64,13 @@ def stage_means(doc: dict) -> dict[tuple, dict]:
 
 
 def diagnose(doc: dict) -> Diagnosis:
-    """The measures and ranked findings of one analysis document. Windows recorded while the machine was busy
-    (their threads waited for a core) are said first and, where quieter windows exist, left out of what ranks."""
+    """The measures and ranked findings of one analysis document, the findings rendered (analyze/sentences.py) once
+    all is computed. Windows recorded while the machine was busy (their threads waited for a core) are said first
+    and, where quieter windows exist, left out of what ranks."""
     busy, quiet_left = busy_windows(doc)
-    said = [render(_busy_finding(i, load, quiet_left)) for i, load in busy]
-    ranked = diagnose_windows(ranked_document(doc, busy, quiet_left))
-    return Diagnosis(ranked.measures, said + ranked.findings)
+    said = [_busy_finding(i, load, quiet_left) for i, load in busy]
+    found_measures, ranked = ranked_findings(ranked_document(doc, busy, quiet_left))
+    return Diagnosis(found_measures, [render(f) for f in said] + [render(f, saving) for f, saving in ranked])
 
 
 def findings(doc: dict) -> list[dict]:
@@ -78,20 +79,19 @@ def findings(doc: dict) -> list[dict]:
 
 
 def findings_of(doc: dict) -> list[dict]:
-    """The ranked findings of every window of one analysis document (no window left out as busy)."""
-    return diagnose_windows(doc).findings
+    """The ranked findings of every window of one analysis document (no window left out as busy), rendered."""
+    return [render(f, saving) for f, saving in ranked_findings(doc)[1]]
 
 
-def diagnose_windows(doc: dict) -> Diagnosis:
-    """Measures, findings and their savings over every window of `doc`, ranked, then rendered."""
+def ranked_findings(doc: dict) -> tuple[list[dict], list[tuple[Finding, dict | None]]]:
+    """(the RL measures, [(finding, its predicted saving or None)] ranked) over every window of `doc`."""
     means = stage_means(doc)
     step_total = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
     found_measures = measures(doc, means)
     found = find(doc, means, found_measures)
     ctx = PredictionContext({**doc, "measures": found_measures}, means, step_total, THRESHOLDS)
-    saved = [_saving(ctx, f) if actionable(f) else None for f in found]
-    order = sorted(range(len(found)), key=lambda k: _rank(found[k], saved[k]))
-    return Diagnosis(found_measures, [render(found[k], saved[k]) for k in order])
+    pairs = [(f, _saving(ctx, f) if actionable(f) else None) for f in found]
+    return found_measures, sorted(pairs, key=lambda pair: _rank(*pair))
 
 
 def actionable(f: Finding) -> bool:

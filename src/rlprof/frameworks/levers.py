@@ -2,7 +2,7 @@
 analyze/causes.py, the registry of causes, which refers to them).
 
 They stay here, not in the registry, because they are facts about verl's, MindSpeed-RL's and rlprof's configs, as
-the rest of frameworks/ is: `config` reads frameworks too, and sits below analyze.
+the rest of frameworks/ is, and this layer sits below analyze.
 
 A lever is a key of the framework's own config, the value or direction to turn it, and why it acts on the
 cause. Keys are checked against each framework's real config (tests/test_levers.py): verl's generated trainer
