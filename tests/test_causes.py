@@ -3,6 +3,7 @@ emits is in the registry, and each cause, made to fire, is said from its templat
 (predicted, or why not). Adding a cause means adding its record there and its firing case here (FIRING)."""
 
 import ast
+import copy
 import shutil
 import string
 
@@ -185,3 +186,22 @@ def test_each_cause_fires_and_is_said_from_its_record(name, tmp_path):
     for dialect in DIALECTS:  # the saving in each framework: a prediction or the reason, never an error
         s = predict(ctx, Finding.of(f), dialect)
         assert s["dialect"] == dialect and s["status"] in ("predicted", "not predictable")
+
+
+@pytest.mark.parametrize("name", sorted(set(FIRING) - {"slow_rank"}))
+def test_the_analysis_returns_new_values_and_leaves_the_document_alone(name):
+    """diagnose, findings_of and advise --fix's prediction read the document and change nothing in it: the measures
+    and findings are returned for the assembly to put in the document."""
+    from rlprof.advise import fix_from
+
+    doc = FIRING[name]()
+    before = copy.deepcopy(doc)
+    found_measures, found = diagnose(doc)
+    assert doc == before and found and isinstance(found_measures, list)
+    assert findings_module.findings_of(doc) == [f for f in found if f["kind"] != "busy_machine"]
+    assert doc == before
+    with_findings = {**doc, "findings": found}
+    kept = copy.deepcopy(with_findings)
+    for dialect in DIALECTS:
+        fix_from(with_findings, dialect)
+    assert with_findings == kept
