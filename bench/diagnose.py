@@ -96,7 +96,7 @@ def run_case(case: dict, work: Path, timeout: int = 900, steps: str = "[2,3]", e
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{case['name']}: trainer exited {proc.returncode}: {proc.stderr[-2000:]}")
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     run_dir = save / case["name"]
     doc = analyze(run_dir, workers=1)

@@ -44,11 +44,6 @@ HOLD = {"skewed_lengths": ("actor.lr=1e-9",)}
 PROFILED = (2, 3)
 CRITERION = 0.30  # measured within this relative distance of the predicted saving
 DIAGNOSE_TRIES = 3  # runs tried before saying the cause was not found (a busy machine blurs a 2-rank diagnosis)
-# the measure each cause is diagnosed from, read from the analysis: (measure, threshold key or None)
-MEASURE = {"rollout_tail": ("rollout_tail", "tail_share"), "padding": ("padding", "padding_share"),
-           "small_units": ("fixed_cost", "fixed_share"), "slow_reward": ("reward_share", "reward_share"),
-           "unused_reference": ("ref_ms", "min_ms"), "slow_rank": ("slow_rank_wait_ms", None),
-           "weight_sync": ("weight_sync_share", "weight_sync_share"), "exposed_comm": ("comm_share", "comm_share")}
 
 
 def _key(override: str) -> str:
@@ -100,9 +95,13 @@ def step_times(metrics: list[dict]) -> dict:
 
 def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
     """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired."""
-    from rlprof.analyze.findings import THRESHOLDS, stage_means
+    from rlprof.analyze.causes import CAUSES, THRESHOLDS
+    from rlprof.analyze.findings import stage_means
 
-    measure, threshold_key = MEASURE[cause]
+    # the measure the cause is judged on and its threshold (analyze/causes.py); a slow rank's, here, the time the
+    # others wait for it (its finding's impact)
+    measure, threshold_key = (("slow_rank_wait_ms", None) if cause == "slow_rank" else
+                              (CAUSES[cause].measure, CAUSES[cause].threshold))
     fired = [f for f in doc["findings"] if f.get("actionable") and f["kind"] == cause]
     means = stage_means(doc)
     if measure == "ref_ms":
@@ -138,7 +137,7 @@ def first_cause(doc: dict) -> str | None:
 
 
 def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     name, cause, nproc = case["name"], case["cause"], case["nproc"]
     before_overrides = [*diagnose.BASE, *case["overrides"], *HOLD.get(name, ())]
@@ -225,7 +224,7 @@ def _stage_savings(times: dict) -> dict:
 
 
 def control(case: dict, work: Path, steps: int) -> dict:
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     b = train(case["name"], work, case["nproc"], [*diagnose.BASE, *case["overrides"]], steps=steps)
     doc = analyze(b["run_dir"], workers=1)

@@ -17,7 +17,7 @@ import pytest
 
 import rlprof
 from conftest import DATA, REAL, ROOT, run_cli
-from rlprof.analyze.engine import analyze as analyze_document
+from rlprof.analyze.pipeline import analyze as analyze_document
 from rlprof.analyze.result import REFERENCE_ORDER, Analysis, Finding, Row, schema_reference
 from rlprof.errors import AnalyzeError
 
@@ -225,7 +225,7 @@ def _structs(t):
 
 def test_import_rlprof_stays_light_and_analyze_is_callable_after_its_package_loads():
     probe = ("import sys, rlprof; light = not any(m.split('.')[0] in ('numpy', 'msgspec') for m in sys.modules); "
-             "import rlprof.analyze.engine; print(light, callable(rlprof.analyze), rlprof.Analysis.__name__)")
+             "import rlprof.analyze.pipeline; print(light, callable(rlprof.analyze), rlprof.Analysis.__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT / "src")
     assert out.stdout.split() == ["True", "True", "Analysis"]
 

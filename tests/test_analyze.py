@@ -310,7 +310,7 @@ def test_kernels_belong_to_the_stage_that_launched_them(tmp_path):
                        "ts": a, "dur": b - a})
     path = tmp_path / "staged.pt.trace.json"
     path.write_text(json.dumps(trace))
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     doc = analyze(path, workers=1, top=None)  # every kernel name, not the top 50 per window
     mine = sum(o["count"] for o in doc["ops"] if o["kind"] == "kernel" and o["stage"] == "actor_compute_log_prob")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REAL, ROOT, run_cli
-from rlprof.analyze.engine import analyze
+from rlprof.analyze.pipeline import analyze
 
 DATA = ROOT / "tests" / "data" / "ascend"
 MINDSPEED = DATA / "mindspeed"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import open_page, run_cli
 from helpers import set_csv_cells
-from rlprof.analyze.engine import analyze
+from rlprof.analyze.pipeline import analyze
 
 LEVELS = ("level0", "level1", "level2")
 TEXT = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv")

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from rlprof.analyze.findings import findings
-from rlprof.analyze.load import EXTERNAL_SHARE, WAIT_SHARE, machine_load
+from rlprof.analyze.findings import diagnose, findings
+from rlprof.analyze.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
 from rlprof.analyze.step_metrics import diagnose_steps, read_step_metrics
 from rlprof.collect.cpu_wait import sample, since
 from rlprof.trainer.threads import affinity, choose_threads, free_cores
@@ -63,13 +63,13 @@ def test_a_busy_window_is_left_out_of_what_ranks():
     rows = [_row("busy.json.gz", "reward_compute", 900, step=2), _row("busy.json.gz", "actor_update", 100, step=2),
             _row("quiet.json.gz", "reward_compute", 10, step=3), _row("quiet.json.gz", "actor_update", 100, step=3)]
     doc = _doc([("busy.json.gz", _load(400.0, 600.0, 0.5)), ("quiet.json.gz", _load(900.0, 10.0, 0.0))], rows)
-    out = findings(doc)
+    found_measures, out = diagnose(doc)
     assert [f["kind"] for f in out][0] == "busy_machine" and "busy.json.gz" in out[0]["text"]
     assert "left out of the causes" in out[0]["text"]
     dominant = next(f for f in out if f["kind"] == "dominant_stage")
     assert dominant["stage"] == "actor_update"
     assert not any(f["kind"] == "slow_reward" for f in out)
-    (reward,) = [m for m in doc["measures"] if m["measure"] == "reward_share"]
+    (reward,) = [m for m in found_measures if m["measure"] == "reward_share"]
     assert reward["value"] == pytest.approx(10 / 110)
 
 

@@ -117,7 +117,7 @@ def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
     """A slow update caught as one micro-batch: the role's `schedule` (unit micro_batch, active 1) applies inside
     the captured stage, and a timeline-only run (before anything was captured) is analysed too."""
     from helpers import load_trace, names
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, "
                          "active: 1}"), run_id="run")
@@ -303,7 +303,7 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     over_time = analyze_timeline(d)
     assert any(s["rank"] == 1 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
     assert not any(s["rank"] == 0 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     (item,) = analyze(d, workers=1)["timeline"]["beside"]  # the slow rank's window beside the healthy rank's
     assert (item["rank"], item["stage"], item["why"]) == (1, "reward_compute", "rank 0 at the same step")
@@ -355,7 +355,7 @@ def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
 
 
 def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tmp_path):
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
     from rlprof.report.over_time import captures_beside
     from rlprof.report.page import build_page
 
@@ -440,7 +440,7 @@ def test_a_captured_window_without_a_known_cause_says_so(tmp_path):
     assert bool(slow) == expected, busy_steps(d)
     if not slow:
         return
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     doc = analyze(d, workers=1)
     item = the_beside(doc, slow[0])
@@ -457,7 +457,7 @@ def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path
     assert bool(slow) == expected, busy_steps(d)
     if not slow:
         return
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
     from rlprof.report.terminal import print_analysis
 
     doc = analyze(d, workers=1)
@@ -482,7 +482,7 @@ def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tm
     if not slow:
         return
     assert "slow_reward" in proc.stdout  # the first screen says the cause of the captured step
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
 
     doc = analyze(d, workers=1)
     item = the_beside(doc, slow[0])

@@ -142,7 +142,7 @@ def test_mark_ranges_and_analysis_hook(tmp_path):
     assert [(r["step"], r["stage"], r["rank"]) for r in analysis["rows"]] == [(1, "actor_update", 0)]
     assert analysis["input"]["events"] > 0
     # the manifest says where the window was written; `rlprof analyze` reuses the background tables
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
     from rlprof.collect.manifest import read_rows
 
     (row,) = read_rows(tmp_path / "r")

@@ -20,11 +20,11 @@ from omegaconf import OmegaConf
 
 from conftest import REAL, ROOT, open_page, run_cli
 from rlprof.analyze.breakdown import unit_label
-from rlprof.analyze.engine import analyze
-from rlprof.analyze.findings import THRESHOLDS, findings
+from rlprof.analyze.pipeline import analyze
+from rlprof.analyze.findings import THRESHOLDS, diagnose, findings
 from rlprof.analyze.measures import TAIL_ACTIVE
 from rlprof.analyze.step_metrics import OUTLIER_FACTOR, TREND_R, diagnose_steps, read_step_metrics
-from rlprof.frameworks.levers import CAUSES
+from rlprof.frameworks.levers import LEVERS
 from rlprof.trainer.config import TrainConfig
 
 DATA = ROOT / "tests" / "data"
@@ -62,18 +62,18 @@ def test_every_lever_is_a_key_of_its_frameworks_config():
     verl_cfg = OmegaConf.to_container(OmegaConf.load(VERL_YAML), resolve=False)
     ms = json.loads((DATA / "mindspeed" / "config_keys.json").read_text())["sections"]
     seen = 0
-    for cause in CAUSES.values():
-        for lv in cause.levers.get("verl", ()):
-            assert _has_path(verl_cfg, lv.key), f"{cause.name}: {lv.key} is not in verl's trainer YAML"
+    for name, by_dialect in LEVERS.items():
+        for lv in by_dialect.get("verl", ()):
+            assert _has_path(verl_cfg, lv.key), f"{name}: {lv.key} is not in verl's trainer YAML"
             seen += 1
-        for lv in cause.levers.get("mindspeed", ()):
+        for lv in by_dialect.get("mindspeed", ()):
             section, *rest = lv.key.split(".")
             keys = ms[section]
             ok = rest[0] in keys["keys"] and (len(rest) == 1 or rest[1] in keys["dict_keys"].get(rest[0], []))
-            assert ok, f"{cause.name}: {lv.key} is not a key MindSpeed-RL's {section} accepts"
+            assert ok, f"{name}: {lv.key} is not a key MindSpeed-RL's {section} accepts"
             seen += 1
-        for lv in cause.levers.get("rlprof", ()):
-            assert _rlprof_key(lv.key), f"{cause.name}: {lv.key} is not in rlprof's TrainConfig"
+        for lv in by_dialect.get("rlprof", ()):
+            assert _rlprof_key(lv.key), f"{name}: {lv.key} is not in rlprof's TrainConfig"
             seen += 1
     assert seen >= 30
     # a key that is not there fails the same check (the check can fail)
@@ -84,8 +84,8 @@ def test_every_lever_is_a_key_of_its_frameworks_config():
 def test_rlprof_levers_are_accepted_by_the_trainer():
     from rlprof.trainer.config import parse_train_config
 
-    for cause in CAUSES.values():
-        for lv in cause.levers.get("rlprof", ()):
+    for by_dialect in LEVERS.values():
+        for lv in by_dialect.get("rlprof", ()):
             if lv.set in ("raise", "lower"):
                 continue
             section, *rest = lv.key.split(".")
@@ -174,8 +174,7 @@ def test_fixed_cost_threshold_and_mergeable_units():
     same = _fixed_doc(fixed(0.9), per_token_ms=0.0)
     for r in same["rows"]:
         r["tokens"] = 100
-    findings(same)
-    m = next(m for m in same["measures"] if m["measure"] == "fixed_cost")
+    m = next(m for m in diagnose(same).measures if m["measure"] == "fixed_cost")
     assert m["status"] == "not measurable" and "same tokens" in m["why"]
 
 

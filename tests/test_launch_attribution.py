@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA, REAL
 from helpers import union
-from rlprof.analyze.engine import analyze
+from rlprof.analyze.pipeline import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 INFERENCE = ["vllm_decode_full_graph_mi300x.json.gz", "vllm_prefilldecode_piecewise_mi300x.json.gz",

@@ -209,7 +209,7 @@ def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
 
 
 def test_ray_missing_is_one_clear_error(tmp_path, monkeypatch):
-    from rlprof.analyze.engine import analyze
+    from rlprof.analyze.pipeline import analyze
     from rlprof.errors import AnalyzeError
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as on an install without Ray

@@ -18,10 +18,12 @@ from hypothesis import given, settings, strategies as st
 from omegaconf import OmegaConf
 
 from conftest import ROOT, run_cli
-from rlprof.analyze import savings
-from rlprof.analyze.engine import analyze
+from rlprof.analyze import prediction, savings
+from rlprof.analyze.causes import predict
+from rlprof.analyze.finding import Finding
+from rlprof.analyze.pipeline import analyze
 from rlprof.analyze.findings import THRESHOLDS, findings, prediction_context
-from rlprof.analyze.load import machine_load
+from rlprof.analyze.busy_machine import machine_load
 
 RUNS = ROOT / "tests" / "data" / "runs"
 VERL_YAML = ROOT / "tests" / "data" / "verl" / "config" / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
@@ -54,7 +56,7 @@ def _metrics(run) -> list[dict]:
 
 def _steady_median(run, key=None, stage=None) -> float:
     """The median over the run's steady steps, read straight from metrics.jsonl: unprofiled, after the first, not
-    busy (analyze/load.py's rule over the step's own host fields)."""
+    busy (analyze/busy_machine.py's rule over the step's own host fields)."""
     later = [m for m in _metrics(run) if not m["profiled"]][1:]
     rows = [m for m in later if not machine_load(m)["busy"]]
     assert rows  # the recorded runs have quiet steady steps
@@ -160,15 +162,15 @@ def test_lengths_read_from_decode_steps_are_the_generated_ones():
                    decode_step=lambda **held: seen.append(held) or __import__("contextlib").nullcontext())
     rows = [{"unit": "decode_step", "stage": "rollout_generate", "step": 1, "rank": 0, "file": "f", "index": k,
              "start_us": float(k), "wall_ms": 1.0, **held} for k, held in enumerate(seen)]
-    got = savings.response_lengths({"rows": rows})[(1, 0)]
+    got = prediction.response_lengths({"rows": rows})[(1, 0)]
     assert got == sorted(out.response_mask.sum(1).tolist())
     assert len(set(got)) > 1  # the case is not trivial: lengths differ
 
 
 def test_expected_longest_row_of_a_random_micro_batch():
     # 4 rows of lengths 1..4, 2 drawn: the longest is 2, 3, 4 in 1, 2, 3 of the 6 pairs
-    assert savings.expected_max([1, 2, 3, 4], 2) == pytest.approx((2 * 1 + 3 * 2 + 4 * 3) / 6)
-    assert savings.expected_max([1, 2, 3, 4], 4) == 4 and savings.expected_max([5, 5, 5], 1) == 5
+    assert prediction.expected_max([1, 2, 3, 4], 2) == pytest.approx((2 * 1 + 3 * 2 + 4 * 3) / 6)
+    assert prediction.expected_max([1, 2, 3, 4], 4) == 4 and prediction.expected_max([5, 5, 5], 1) == 5
 
 
 @settings(max_examples=60, deadline=None)
@@ -186,7 +188,7 @@ def test_budget_packing_is_the_trainers_own(lengths, prompt, budget):
                     torch.ones(n, width, dtype=torch.long), resp_mask)
     groups = plan_micro_batches(batch, torch.arange(n), 1, True, budget)
     tokens = sum(len(g) * (prompt + max(lengths[i] for i in g.tolist())) for g in groups)
-    assert savings.dynamic_groups(lengths, prompt, budget) == (len(groups), pytest.approx(tokens))
+    assert prediction.dynamic_groups(lengths, prompt, budget) == (len(groups), pytest.approx(tokens))
 
 
 # ---- formulas on measures made to order (the recorded runs have no such cause) ---------------------------------
@@ -229,14 +231,14 @@ def test_fixed_cost_saving_is_the_intercept_times_the_micro_batches_removed_less
     f = next(f for f in found if f["kind"] == "small_units")
     s = f["saving"]
     m = s["setting"]["micro_batch_size"]["actor_compute_log_prob"]
-    groups, tokens = savings.fixed_groups(sorted(lengths), prompt, 32, m)
+    groups, tokens = prediction.fixed_groups(sorted(lengths), prompt, 32, m)
     now = sum(prompt + L for L in lengths)  # one row a micro-batch: no pad now
     assert groups == math.ceil(32 / m)
     assert s["profiled_ms"]["actor_compute_log_prob"] == pytest.approx(
         fixed * (32 - groups) - per_token * (tokens - now), rel=1e-6)
     # the size chosen is the best of the sizes tried (the smallest within 1% of the best)
     for other in savings._sizes(1, 32):
-        g, t = savings.fixed_groups(sorted(lengths), prompt, 32, other)
+        g, t = prediction.fixed_groups(sorted(lengths), prompt, 32, other)
         assert fixed * (32 - g) - per_token * (t - now) <= s["profiled_ms"]["actor_compute_log_prob"] * 1.01 + 1e-9
 
 
@@ -258,7 +260,7 @@ def test_padding_budget_adds_no_micro_batch_whose_cost_is_unknown():
     run = prediction_context({**doc, "findings": []})
     s = savings.padding_budget(run)
     budget = s["setting"]["max_token_len"]
-    groups, tokens = savings.dynamic_groups(sorted(lengths), 5.0, budget)
+    groups, tokens = prediction.dynamic_groups(sorted(lengths), 5.0, budget)
     assert groups <= 2 and budget <= 32 * (5 + 16)  # as many micro-batches as now at most, none larger
     assert s["profiled_ms"]["actor_compute_log_prob"] > 0  # rows of like length together: less pad
 
@@ -280,7 +282,7 @@ def test_weight_sync_and_kept_gathers_on_two_ranks():
     f = next(f for f in findings(doc) if f["kind"] == "weight_sync")
     # the copy saved, less five decode steps each gathering as one log-prob micro-batch's forward (3 ms)
     assert f["saving"]["saving_ms"] == pytest.approx(40.0 - 5 * 3.0)
-    verl = savings.predict(prediction_context(doc), f, "verl")
+    verl = predict(prediction_context(doc), Finding.of(f), "verl")
     assert verl["status"] == "not predictable"  # bucket size: no number from this data, said
     kept = savings.keep_gathered(prediction_context(doc))
     assert kept["by_stage_ms"] == {"actor_compute_log_prob": pytest.approx(0.0)}  # one micro-batch: none re-gathered
@@ -356,12 +358,12 @@ def test_fix_in_other_dialects_uses_their_real_keys(recorded, tmp_path, name, di
 
 def test_every_lever_value_and_companion_key_is_the_frameworks():
     """What --fix writes beside a lever (actor.max_token_len with use_dynamic_bsz) is a key of the trainer."""
-    from rlprof.frameworks.levers import CAUSES
+    from rlprof.frameworks.levers import LEVERS
     from rlprof.trainer.config import parse_train_config
 
     seen = 0
-    for cause in CAUSES.values():
-        for dialect, levers in cause.levers.items():
+    for by_dialect in LEVERS.values():
+        for dialect, levers in by_dialect.items():
             for lv in levers:
                 if lv.set in ("raise", "lower") and lv.value:
                     seen += 1
@@ -503,5 +505,5 @@ def test_kept_gathers_are_the_re_gathers_of_each_actor_stage():
     assert kept["by_stage_ms"] == {"rollout_generate": pytest.approx(7.5), "actor_compute_log_prob": pytest.approx(6.0),
                                    "actor_update": pytest.approx(8.0 * 0.75 * 3 / 4)}
     # verl's prefetch: the stage's exposed communication at best
-    f = {"kind": "exposed_comm", "stage": "actor_update", "evidence": {"bucket_ms": 8.0}}
-    assert savings.predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)
+    f = Finding("exposed_comm", 8.0, {"bucket_ms": 8.0}, stage="actor_update")
+    assert predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)

@@ -141,7 +141,7 @@ def analyze(
     """
     from pathlib import Path
 
-    from .analyze.engine import analyze as run_analysis
+    from .analyze.pipeline import analyze as run_analysis
     from .analyze.inputs import is_analysis_file
     from .analyze.result import Analysis
 
@@ -215,7 +215,7 @@ def cluster(
     """Per rank and stage buckets, spread across ranks, and slow-rank detection with the evidence."""
     from pathlib import Path
 
-    from .analyze.engine import load_analysis
+    from .analyze.pipeline import load_analysis
     from .cluster import cluster as run_cluster
     from .report.terminal import print_cluster
 
@@ -250,15 +250,6 @@ def advise(
 ):
     """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget. With
     --fix: the next training config, the overrides that act on the first cause."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    from . import advise as adv
-    from .config import resolve_plan
-    from .config.describe import plan_words
-    from .report.terminal import print_advice, print_check, print_fix
-
     if cause and not fix:
         fail("--cause goes with --fix (the cause whose lever to write)")
     if fix:
@@ -267,33 +258,66 @@ def advise(
                  "with the next profiling config")
         if run is None:
             fail("advise --fix needs RUN (a profiled run)")
-        result = adv.fix_for_run(run, dialect, cause)
-        print_fix(result)
-        if result["fix"] is None:
-            typer.echo("nothing written" + (f" ({out} not created)" if out else ""))
-            return
-        text = adv.fix_text(result)
-        if out:
-            Path(out).write_text(text)
-            sidecar = Path(out).with_suffix(".fix.json")
-            sidecar.write_text(json.dumps(result, indent=1, default=str))
-            how = f"rlprof train {out}" if dialect == "rlprof" else "merge it into the run's config, or pass the line above"
-            typer.echo(f"wrote {out} (and {sidecar}); apply it: {how}")
-        else:
-            typer.echo("---\n" + text)
-        return
-    if check:
+        _advise_fix(run, dialect, cause, out)
+    elif check:
         if not advice_file:
             fail("--check needs --advice NEXT.advice.json (written beside the config by `rlprof advise -o NEXT.yaml`)")
-        try:
-            advice = json.loads(Path(advice_file).read_text())
-        except (OSError, ValueError) as exc:
-            fail(f"--advice {advice_file}: not an advice file ({exc}); allowed: the NEXT.advice.json advise wrote")
-        print_check(adv.check(check, advice))
-        return
-    if run is None:
+        _advise_check(check, advice_file)
+    elif run is None:
         fail("advise needs RUN (a profiled run) or --check NEW_RUN --advice NEXT.advice.json")
-    result = adv.advise(run, adv.parse_size(budget), dialect, save_path)
+    else:
+        _advise_next(run, budget, dialect, out, save_path)
+
+
+def _advise_fix(run: str, dialect: str, cause: Optional[str], out: Optional[str]) -> None:
+    """advise --fix: the overrides that act on the first cause, printed or written with their sidecar."""
+    from pathlib import Path
+
+    from .advise import fix_for_run, fix_text
+    from .report.terminal import print_fix
+
+    result = fix_for_run(run, dialect, cause)
+    print_fix(result)
+    if result["fix"] is None:
+        typer.echo("nothing written" + (f" ({out} not created)" if out else ""))
+        return
+    text = fix_text(result)
+    if out:
+        Path(out).write_text(text)
+        sidecar = Path(out).with_suffix(".fix.json")
+        sidecar.write_text(json.dumps(result, indent=1, default=str))
+        how = f"rlprof train {out}" if dialect == "rlprof" else "merge it into the run's config, or pass the line above"
+        typer.echo(f"wrote {out} (and {sidecar}); apply it: {how}")
+    else:
+        typer.echo("---\n" + text)
+
+
+def _advise_check(new_run: str, advice_file: str) -> None:
+    """advise --check: a run made with the advice against the size it predicted."""
+    from pathlib import Path
+
+    from .advise import check
+    from .report.terminal import print_check
+
+    try:
+        advice = json.loads(Path(advice_file).read_text())
+    except (OSError, ValueError) as exc:
+        fail(f"--advice {advice_file}: not an advice file ({exc}); allowed: the NEXT.advice.json advise wrote")
+    print_check(check(new_run, advice))
+
+
+def _advise_next(run: str, budget: str, dialect: str, out: Optional[str], save_path: str) -> None:
+    """advise RUN: the next profiling config, printed or written with its advice sidecar."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from .advise import advise as next_config, parse_size
+    from .config import resolve_plan
+    from .config.describe import plan_words
+    from .report.terminal import print_advice
+
+    result = next_config(run, parse_size(budget), dialect, save_path)
     text = OmegaConf.to_yaml(OmegaConf.create(result["config"]))
     header = (f"# rlprof advise ({dialect} dialect) from {run}\n# target: {result['target']['stage']} at step "
               f"{result['target']['step']}, ranks {result['target']['ranks']}; predicted "

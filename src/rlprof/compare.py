@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .analyze.breakdown import BUCKETS, order_key
-from .analyze.engine import load_analysis
+from .analyze.pipeline import load_analysis
 from .analyze.inputs import is_analysis_file
 from .analyze.readers.ascend import is_ascend
 from .errors import RLProfError
@@ -54,7 +54,7 @@ def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_
 
 def load_sides(new_path: str, base_path: str, **kw) -> tuple[tuple[str, dict], tuple[str, dict]]:
     """Both sides; where both are traces or runs to read, their files share the cores in one schedule."""
-    from .analyze.engine import analyze_each
+    from .analyze.pipeline import analyze_each
 
     sides = ((new_path, "-d"), (base_path, "-bp"))
     if kw["use_ray"] or any(not Path(p).exists() or is_analysis_file(Path(p)) for p, _ in sides):

@@ -1,6 +1,7 @@
-"""Why a captured window was slow: the causes rlprof names (analyze/findings.py, with their levers from
-frameworks/levers.py and predicted savings from analyze/savings.py), judged on the captured window and on the
-normal window beside it (analyze/beside.py builds both as small documents of their own).
+"""Why a captured window was slow: the causes rlprof names (analyze/causes.py, judged by analyze/findings.py,
+with their levers from frameworks/levers.py and predicted savings from their formulas in analyze/savings.py),
+judged on the captured window and on the normal window beside it (analyze/beside.py builds both as small
+documents of their own).
 
 This module is the one place the capture analysis calls the cause machinery (`cause_findings`); the rest is the
 contrast, documented in docs/analysis_schema.md ("timeline", `beside`):
@@ -16,9 +17,11 @@ next collective, wherever that is), its excess and the others' extra wait measur
 
 from __future__ import annotations
 
-from ..frameworks.levers import CAUSES, levers
+from ..frameworks.levers import levers
+from .causes import CAUSES, predict
+from .finding import Finding
 from .findings import findings_of, prediction_context
-from .savings import predict, saving_text
+from .sentences import saving_text
 
 GREW_SHARE = 0.5
 
@@ -67,7 +70,7 @@ def slow_rank_cause(pair_doc: dict, slow: int, healthy: int, stage: str) -> dict
         f["saving"] = {"status": "not predictable", "saving_ms": None, "saving_share": None, "setting": {},
                        "why": f"rank {healthy} waits no longer than rank {slow} in the collectives the trace shows"}
     else:
-        f["saving"] = predict(prediction_context(pair_doc), f)
+        f["saving"] = predict(prediction_context(pair_doc), Finding.of(f))
     f["saving_text"] = saving_text(f["saving"])
     return f
 

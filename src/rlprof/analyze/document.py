@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import AnalyzeError
 from .beside import attach_beside
 from .breakdown import BUCKETS, UNIT_ARGS, order_key
-from .findings import findings
+from .findings import diagnose
 from .inputs import directory_warnings, run_config
 from .timeline import run_timeline
 
@@ -37,7 +37,7 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
-    doc["findings"] = findings(doc)
+    doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/beside.py)
     return doc
 

@@ -463,7 +463,7 @@ class Analysis(Record, kw_only=True):
     @classmethod
     def load(cls, path: str | Path) -> Analysis:
         """An analysis.json written by `rlprof analyze` (one line naming what is wrong otherwise)."""
-        from .engine import read_document
+        from .pipeline import read_document
 
         return _typed(read_document(path), str(path))
 
@@ -516,7 +516,7 @@ def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = Fal
     """Analyse a run directory, manifest, trace file or Ascend directory: what `rlprof analyze PATH` writes to
     analysis.json, as an Analysis. `workers`: processes (default: every core); `use_ray`: each file on the Ray
     node that holds it; `top`: operators kept per window (None: all); `by_shape`: operators by input shape too."""
-    from .engine import analyze as analyze_document
+    from .pipeline import analyze as analyze_document
 
     return Analysis.from_document(analyze_document(path, workers=workers, use_ray=use_ray, progress=progress,
                                                    top=top, by_shape=by_shape))

@@ -1,22 +1,15 @@
 """Predicted saving per cause: what turning a cause's first lever saves per step, from the measures it was
 diagnosed from (each formula in docs/analysis_schema.md, "savings").
 
-Pure functions over the analysis document (rows, measures, run_config). One function per cause, each returning
+Pure functions over the analysis document (rows, measures, run_config). One formula per cause that has one, named
+by the cause's record in analyze/causes.py; each takes (context, finding, dialect) and returns
 {status: "predicted", saving_ms, saving_share, assumption, setting, lever} or {status: "not predictable", why}.
 `setting` is the value the prediction is made for, computed from the run (the cap on response length, the
 micro-batch size, the token budget, the reward workers); `rlprof advise --fix` writes it into the dialect's keys
 (frameworks/levers.py: Lever.value). A setting aims the cause's measure at MARGIN of its threshold, with the least
 change that gets there (the next run's lengths and timings vary around this one's).
 
-What the predictions rest on, besides the stage and unit times:
-- the rows' response lengths, from the decode steps (`active`: rows still generating at each step, so the rows
-  of length >= k+1 are those active at step k); prompts of about equal length (their mean, from the log-prob
-  pass's real tokens less the response tokens);
-- the micro-batch cost `wall = fixed + per_token x tokens` fitted by the fixed_cost measure; where it could not be
-  fitted, all of a micro-batch's time is taken to grow with its tokens (no fixed part), and a setting may not add
-  micro-batches (their fixed cost is unknown);
-- rows in random order of length (fixed-size micro-batches are random subsets: the expected longest row of m
-  rows drawn from the batch sets their width).
+What the formulas read, and the cost model they share, are analyze/prediction.py's.
 """
 
 from __future__ import annotations
@@ -24,260 +17,26 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..frameworks.levers import CAUSES, DIALECTS
-from .measures import TAIL_ACTIVE, _passes, _units_by_stage
+from ..frameworks.levers import levers_for
+from .finding import Finding
+from .measures import TAIL_ACTIVE, _units_by_stage
+from .prediction import (Cost, PredictionContext, dynamic_groups, fixed_groups, not_predictable, predicted, rows_of,
+                         stratified)
 
 MARGIN = 0.5  # a setting computed from the run aims the cause's measure at this share of its threshold
-LOG_PROB_STAGES = ("ref_compute_log_prob", "actor_compute_log_prob", "critic_compute_values")
 # stages where the actor's FSDP-sharded weights are gathered for a forward
 ACTOR_FORWARD_STAGES = ("rollout_generate", "actor_compute_log_prob", "actor_update")
 
 
-def predicted(run: "Run", parts: dict[str, float], assumption: str, setting: dict | None = None,
-              scaled: bool = True, **detail) -> dict:
-    """A prediction from what each stage saves in the profiled step (`parts`), as ms per step and share of the step.
-    `scaled`: the parts are operators' time, inflated by the profiler's own cost per operator, and are scaled stage
-    by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
-    operators holds none of that cost and is taken as it is."""
-    by_stage = {stage: float(ms * (run.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
-    saving = sum(by_stage.values())
-    basis = run.step_basis()
-    words = run.basis_words() if scaled else (
-        "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
-        f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
-        + ("the unprofiled steps' median)" if run.unprofiled().get("step_ms") else "the profiled step)"))
-    return {"status": "predicted", "saving_ms": float(saving), "saving_share": saving / basis if basis > 0 else None,
-            "assumption": assumption + "; " + words, "setting": setting or {},
-            "by_stage_ms": by_stage, "profiled_ms": {k: float(v) for k, v in parts.items()}, "step_ms": basis,
-            **detail}
-
-
-def not_predictable(why: str, setting: dict | None = None) -> dict:
-    return {"status": "not predictable", "saving_ms": None, "saving_share": None, "why": why,
-            "setting": setting or {}}
-
-
-class Run:
-    """What the predictions read from one analysis document: stage means, the staged step, the run's own config,
-    the units per stage and the rows' lengths per (step, rank)."""
-
-    def __init__(self, doc: dict, means: dict, step_ms: float, thresholds: dict):
-        self.doc, self.means, self.step_ms, self.t = doc, means, step_ms, thresholds
-        self.cfg = ((doc.get("run_config") or {}).get("config")) or {}
-        self.micro = _units_by_stage(doc, "micro_batch")
-        self.mini = _units_by_stage(doc, "mini_batch")
-        self.measures = {(m["measure"], m.get("stage")): m for m in doc.get("measures", [])}
-        self.lengths = response_lengths(doc)
-        self.dialect = dialect_of(doc)
-
-    def stage_ms(self, stage) -> float:
-        return sum(v["wall_ms"] for k, v in self.means.items() if k[1] == stage)
-
-    def unprofiled(self) -> dict:
-        return ((self.doc.get("run_config") or {}).get("unprofiled")) or {}
-
-    def scale(self, stage) -> float:
-        """The stage's median time in the run's unprofiled steps over its time in the profiled one (1 where the run
-        left no step metrics)."""
-        u = self.unprofiled().get("stage_ms") or {}
-        profiled = self.stage_ms(stage)
-        return u[stage] / profiled if u.get(stage) and profiled > 0 else 1.0
-
-    def step_basis(self) -> float:
-        return self.unprofiled().get("step_ms") or self.step_ms
-
-    def basis_words(self) -> str:
-        u = self.unprofiled()
-        if u.get("step_ms"):
-            return (f"scaled stage by stage to the run's unprofiled steps {u['steps']} (median step "
-                    f"{u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} ms of stages)")
-        return f"times of the profiled step ({self.step_ms:.1f} ms of stages; the profiler's own cost included)"
-
-    def stage_mean(self, stage, bucket: str) -> float:
-        return sum(v[bucket] for k, v in self.means.items() if k[1] == stage)
-
-    def conf(self, dotted: str, default=None):
-        node = self.cfg
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        return default if node is None else node
-
-    def micro_stages(self) -> list[str]:
-        """The stages whose micro-batches say what they hold."""
-        return sorted({stage for (_, stage), units in self.micro.items() if any(u.get("tokens") for u in units)})
-
-    def units(self, stage) -> list[dict]:
-        return [u for (_, s), us in self.micro.items() if s == stage for u in us if u.get("tokens")]
-
-
-def dialect_of(doc: dict) -> str:
-    """The framework whose first levers a finding's prediction is made for: the run's own (rlprof's trainer
-    leaves trainer_config.json), MindSpeed-RL for Ascend collections, else verl."""
-    framework = (doc.get("run_config") or {}).get("framework")
-    if framework in DIALECTS:
-        return framework
-    if any(i.get("kind") == "ascend" for i in doc.get("inputs", [])):
-        return "mindspeed"
-    return "verl"
-
-
-# ---- rows, lengths and the micro-batch cost model ------------------------------------------------------------
-def response_lengths(doc: dict) -> dict[tuple, list[int]]:
-    """(step, rank) -> the response length of every row generated in that step, sorted, from the decode steps'
-    active rows (a row of length L is active in decode steps 0..L-1). A new generation pass starts where the
-    active rows rise or the rows change."""
-    per: dict[tuple, list[dict]] = defaultdict(list)
-    for r in doc["rows"]:
-        if (r.get("unit") == "decode_step" and r.get("stage") == "rollout_generate" and r.get("active") is not None
-                and r.get("seqs")):
-            per[(r.get("step"), r.get("rank"))].append(r)
-    out = {}
-    for key, units in per.items():
-        units.sort(key=lambda u: (u.get("file") or "", u.get("start_us") or 0.0, u.get("index") or 0))
-        lengths: list[int] = []
-        run: list[int] = []
-        seqs = None
-        for u in units:
-            if run and (u["active"] > run[-1] or u["seqs"] != seqs):
-                lengths += _lengths_of(run, seqs)
-                run = []
-            run.append(u["active"])
-            seqs = u["seqs"]
-        lengths += _lengths_of(run, seqs)
-        out[key] = sorted(lengths)
-    return out
-
-
-def _lengths_of(active: list[int], seqs) -> list[int]:
-    out = []
-    for k, a in enumerate(active):
-        after = active[k + 1] if k + 1 < len(active) else 0
-        out += [k + 1] * max(0, a - after)
-    return out
-
-
-def prompt_width(run: Run, key: tuple) -> float | None:
-    """Mean prompt tokens of a row in (step, rank): a log-prob pass's real tokens less the response tokens."""
-    lengths = run.lengths.get(key)
-    if not lengths:
-        return None
-    for stage in ("actor_compute_log_prob", "ref_compute_log_prob"):
-        units = [u for u in run.units(stage) if (u.get("step"), u.get("rank")) == key
-                 and u.get("real_tokens") is not None and u.get("seqs")]
-        if units and sum(u["seqs"] for u in units) == len(lengths):
-            return max(0.0, (sum(u["real_tokens"] for u in units) - sum(lengths)) / len(lengths))
-    return None
-
-
-def _rows_of(run: Run) -> tuple[list[int], float] | None:
-    """The lengths and prompt width of one profiled (step, rank) that has both (the first in order)."""
-    for key in sorted(run.lengths, key=lambda k: (str(k[0]), str(k[1]))):
-        p = prompt_width(run, key)
-        if p is not None:
-            return run.lengths[key], p
-    return None
-
-
-class Cost:
-    """A stage's micro-batch time: fixed + per_token x tokens, from the fixed_cost fit where it was measured,
-    else all of it per token (fitted = False)."""
-
-    def __init__(self, run: Run, stage: str):
-        units = run.units(stage)
-        self.units = units
-        self.passes = _passes(units) if units else 1
-        m = run.measures.get(("fixed_cost", stage))
-        tokens = sum(u["tokens"] for u in units)
-        wall = sum(u["wall_ms"] for u in units)
-        self.fitted = bool(m and m.get("status") == "measured" and m.get("fixed_ms") is not None)
-        if self.fitted:
-            self.fixed, self.per_token = m["fixed_ms"], m["per_token_us"] / 1e3
-        else:
-            self.fixed, self.per_token = 0.0, (wall / tokens if tokens else 0.0)
-        self.count = len(units) / self.passes  # micro-batches per pass
-        self.rows = sum(u.get("seqs") or 0 for u in units) / self.passes  # rows computed per pass (x epochs)
-        mini = [u for (_, s), us in run.mini.items() if s == stage for u in us]
-        self.minis = (len(mini) / _passes(mini)) if mini else 1.0  # optimizer steps x epochs per pass
-        self.has_minis = bool(mini)  # the update: a micro-batch size must divide the mini-batch
-        self.tokens = tokens / self.passes
-        self.seqs_now = (self.rows / self.count) if self.count else 0.0
-
-    def time(self, groups: float, tokens: float) -> float:
-        return self.fixed * groups + self.per_token * tokens
-
-    def now(self) -> float:
-        return self.time(self.count, self.tokens)
-
-    def words(self) -> str:
-        if self.fitted:
-            return (f"{self.fixed:.2f} ms fixed + {self.per_token * 1e3:.1f} us per token computed per micro-batch "
-                    "(the fixed_cost fit)")
-        return ("all of a micro-batch's time taken to grow with its tokens (no fixed part could be fitted: "
-                f"{self.per_token * 1e3:.1f} us per token)")
-
-
-def expected_max(lengths: list[int], m: int) -> float:
-    """E[the longest of m rows drawn at random, without replacement, from `lengths` (sorted)]."""
-    n = len(lengths)
-    m = min(m, n)
-    if m <= 0:
-        return 0.0
-    out, prev = 0.0, 0.0
-    below = 0
-    for value in sorted(set(lengths)):
-        below += lengths.count(value)
-        p = 1.0
-        for i in range(m):  # P(all m drawn rows are <= value)
-            p *= max(0, below - i) / (n - i)
-        out += value * (p - prev)
-        prev = p
-    return out
-
-
-def fixed_groups(lengths: list[int], width: float, rows: int, m: int) -> tuple[int, float]:
-    """(micro-batches, tokens computed) for `rows` rows split in groups of m in random order of length, each
-    padded to its longest row (width: the prompt's tokens)."""
-    groups, tokens = 0, 0.0
-    left = rows
-    while left > 0:
-        size = min(m, left)
-        groups += 1
-        tokens += size * (width + expected_max(lengths, size))
-        left -= size
-    return groups, tokens
-
-
-def dynamic_groups(lengths: list[int], width: float, budget: float) -> tuple[int, float]:
-    """(micro-batches, tokens computed) of rlprof's trainer's token-budget packing (trainer/actor.py
-    plan_micro_batches): rows sorted by length, a group grows while rows x its longest row stays in the budget."""
-    w = [width + L for L in sorted(lengths)]
-    groups, tokens, start = 0, 0.0, 0
-    for i in range(1, len(w) + 1):
-        if i == len(w) or (i - start + 1) * w[i] > budget:
-            groups += 1
-            tokens += (i - start) * w[i - 1]
-            start = i
-    return groups, tokens
-
-
-def _stratified(lengths: list[int], rows: int) -> list[int]:
-    """`rows` of the sorted lengths spread evenly: what a random mini-batch holds on average."""
-    n = len(lengths)
-    return [lengths[min(n - 1, int((j + 0.5) * n / rows))] for j in range(rows)] if rows < n else list(lengths)
-
-
-# ---- one function per cause --------------------------------------------------------------------------------
-def slow_reward(run: Run, f: dict) -> dict:
+def slow_reward(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """reward_ms x (1 - ceil(N / W) / ceil(N / W0)): W workers score ceil(N / W) samples one after another. W: the
     fewest workers that bring the reward to MARGIN of its threshold share of the step (on the unprofiled times)."""
-    r = f["evidence"]["stage_ms"]
-    w0 = int(run.conf("reward.workers", 1) or 1)
-    n = _samples(run)
-    r_now = r * run.scale(f["stage"])
-    rest = max(0.0, run.step_basis() - r_now)
-    share = MARGIN * run.t["reward_share"]
+    r = f.evidence["stage_ms"]
+    w0 = int(ctx.conf("reward.workers", 1) or 1)
+    n = _samples(ctx)
+    r_now = r * ctx.scale(f.stage)
+    rest = max(0.0, ctx.step_basis() - r_now)
+    share = MARGIN * ctx.t["reward_share"]
     target = share / (1 - share) * rest  # the reward's time at MARGIN of the threshold share
     if n:
         rounds_now = math.ceil(n / w0)
@@ -290,53 +49,53 @@ def slow_reward(run: Run, f: dict) -> dict:
         w = max(w0 + 1, math.ceil(w0 * r_now / target)) if target > 0 else 2 * w0
         kept = w0 / w
         how = "the samples not known: the reward's time taken to fall as 1/workers"
-    return predicted(run, {f["stage"]: r * (1 - kept)}, (
+    return predicted(ctx, {f.stage: r * (1 - kept)}, (
         f"each sample's scoring waits (a sandbox, a remote judge) and {w} workers wait at once, so the reward takes "
         f"ceil(N/{w}) sample times instead of ceil(N/{w0}) ({how}); a verifier that computes in Python holds the GIL "
         "and would not speed up in threads"), {"workers": w}, reward_after_ms=r_now * kept)
 
 
-def _samples(run: Run) -> int | None:
+def _samples(ctx: PredictionContext) -> int | None:
     """Rows scored per step on one rank: the rows the decode steps generated, else the log-prob pass's rows."""
-    if run.lengths:
-        return max(len(v) for v in run.lengths.values())
-    c = Cost(run, "actor_compute_log_prob")
+    if ctx.lengths:
+        return max(len(v) for v in ctx.lengths.values())
+    c = Cost(ctx, "actor_compute_log_prob")
     return int(round(c.rows)) or None
 
 
-def unused_reference(run: Run, f: dict) -> dict:
+def unused_reference(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """ref_ms: the reference pass is skipped whole."""
-    return predicted(run, {"ref_compute_log_prob": f["evidence"]["ref_ms"]},
+    return predicted(ctx, {"ref_compute_log_prob": f.evidence["ref_ms"]},
                      "the reference pass is skipped whole (its KL term had coefficient 0); the update's KL term, a few "
                      "elementwise operations a token, is no longer computed either, not counted")
 
 
-def slow_rank(run: Run, f: dict) -> dict:
+def slow_rank(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """min(excess, others_wait - wait): when the slow rank keeps pace the others stop waiting for it; they lose no
     more than they waited, and it holds them up by no more than its excess compute. Not scaled to the unprofiled
     steps: both are differences between ranks profiled alike (every rank of the stage runs the same operators under
     the same profiler), so the profiler's per-operator cost is not in them."""
-    ev = f["evidence"]
+    ev = f.evidence
     wait = ev["others_wait_ms"] - ev["wait_ms"]
     saved = min(ev["excess_ms"], wait)
-    return predicted(run, {f["stage"]: saved},
-                     f"rank {f['rank']} keeps pace with the others: the smaller of its excess compute "
+    return predicted(ctx, {f.stage: saved},
+                     f"rank {f.rank} keeps pace with the others: the smaller of its excess compute "
                      f"({ev['excess_ms']:.1f} ms) and the others' extra wait for it in collectives ({wait:.1f} ms) in "
-                     f"{f['stage']} is saved", scaled=False)
+                     f"{f.stage} is saved", scaled=False)
 
 
-def rollout_tail(run: Run, f: dict) -> dict:
+def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """Cap responses at C tokens, the longest cap whose tail stays at MARGIN of the threshold: saving = the decode
     steps past C + the per-token time of the response tokens past C in the log-prob and update passes."""
-    passes = _decode_passes(run.doc)
+    passes = _decode_passes(ctx.doc)
     if not passes:
         return not_predictable("the decode steps do not say how many rows were active")
-    limit = MARGIN * run.t["tail_share"]
+    limit = MARGIN * ctx.t["tail_share"]
     cap = min(_tail_cap(p, limit) for p in passes)
     removed = sum(sum(u["wall_ms"] for u in p[cap:]) for p in passes) / len(passes)
     cut = sum(p[cap]["active"] / p[cap]["seqs"] for p in passes if cap < len(p)) / len(passes)
-    downstream, words = _shorter_responses(run, cap)
-    return predicted(run, {"rollout_generate": removed, **downstream}, (
+    downstream, words = _shorter_responses(ctx, cap)
+    return predicted(ctx, {"rollout_generate": removed, **downstream}, (
         f"a decode step costs the same with finished rows as with active ones (the engine computes the batch), so a "
         f"cap of {cap} tokens removes the decode steps past it ({removed:.1f} of {_decode_ms(passes):.1f} ms in the "
         f"profiled step); {words}; {cut:.0%} of this run's responses are longer than {cap} and are cut (their reward "
@@ -369,17 +128,17 @@ def _tail_cap(steps: list[dict], limit: float) -> int:
     return best
 
 
-def _shorter_responses(run: Run, cap: int) -> tuple[dict[str, float], str]:
+def _shorter_responses(ctx: PredictionContext, cap: int) -> tuple[dict[str, float], str]:
     """The per-token time of the response columns past `cap` in every micro-batch pass (each micro-batch's width
     less the prompt's is its longest response)."""
-    rows = _rows_of(run)
+    rows = rows_of(ctx)
     if rows is None:
         return {}, ("the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
                     "not known here): a lower bound")
     _, width = rows
     parts, how = {}, []
-    for stage in run.micro_stages():
-        cost = Cost(run, stage)
+    for stage in ctx.micro_stages():
+        cost = Cost(ctx, stage)
         saved = 0.0
         for u in cost.units:
             resp = max(0.0, u["tokens"] / u["seqs"] - width) if u.get("seqs") else 0.0
@@ -390,17 +149,17 @@ def _shorter_responses(run: Run, cap: int) -> tuple[dict[str, float], str]:
                    f"it saved at their per-token time: {'; '.join(how)}")
 
 
-def padding(run: Run, f: dict, dialect: str | None = None) -> dict:
+def padding(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """verl / MindSpeed-RL pack (use_remove_padding); rlprof's trainer packs by token budget."""
-    return padding_budget(run) if (dialect or run.dialect) == "rlprof" else padding_removed(run)
+    return padding_budget(ctx) if dialect == "rlprof" else padding_removed(ctx)
 
 
-def padding_removed(run: Run) -> dict:
+def padding_removed(ctx: PredictionContext) -> dict:
     """Packing (verl's and MindSpeed-RL's use_remove_padding): per_token x (tokens - real_tokens) of every
     micro-batch pass, no pad computed."""
     parts, fitted = {}, True
-    for s in run.micro_stages():
-        cost = Cost(run, s)
+    for s in ctx.micro_stages():
+        cost = Cost(ctx, s)
         pad = sum(u["tokens"] - (u.get("real_tokens") if u.get("real_tokens") is not None else u["tokens"])
                   for u in cost.units) / cost.passes
         parts[s] = cost.per_token * pad
@@ -408,19 +167,19 @@ def padding_removed(run: Run) -> dict:
     how = ("the per-token part of the fitted micro-batch cost" if fitted else
            "all of a micro-batch's time taken to grow with its tokens where no fixed part could be fitted (an upper "
            "bound)")
-    return predicted(run, parts, f"packing computes the real tokens only: the pad tokens' time is saved, at {how}; "
+    return predicted(ctx, parts, f"packing computes the real tokens only: the pad tokens' time is saved, at {how}; "
                      "micro-batches keep their number")
 
 
-def padding_budget(run: Run) -> dict:
+def padding_budget(ctx: PredictionContext) -> dict:
     """rlprof's actor.use_dynamic_bsz with the token budget B that minimises the predicted time of every
     micro-batch pass: sum over passes of cost(now) - cost(groups(B))."""
-    rows = _rows_of(run)
+    rows = rows_of(ctx)
     if rows is None:
         return not_predictable("the rows' lengths are not in this data (rlprof's trainer records them on its decode "
                                "steps and micro-batches)")
     lengths, width = rows
-    costs = {s: Cost(run, s) for s in run.micro_stages()}
+    costs = {s: Cost(ctx, s) for s in ctx.micro_stages()}
     costs = {s: c for s, c in costs.items() if c.count}
     # now: the log-prob passes as measured (their rows in batch order); the update's random mini-batches modelled as
     # the budget's are, each an even spread of the batch's lengths, so that the two compare like with like
@@ -445,7 +204,7 @@ def padding_budget(run: Run) -> dict:
         return not_predictable("no token budget keeps the micro-batches as few as now")
     budget, parts = best
     words = "; ".join(f"{s}: {c.words()}" for s, c in costs.items())
-    return predicted(run, parts, (
+    return predicted(ctx, parts, (
         f"micro-batches of rows of like length under a budget of {budget} tokens (no micro-batch larger than the "
         f"largest now), formed from this run's response lengths and a prompt of {width:.1f} tokens, each padded to its "
         f"longest row; {words}"),
@@ -454,15 +213,15 @@ def padding_budget(run: Run) -> dict:
 
 def _budget_groups(c: Cost, lengths: list[int], width: float, budget: float) -> tuple[float, float]:
     """Each mini-batch (the update's; a log-prob pass is one) packed on its own, its rows a spread of the batch's."""
-    g, t = dynamic_groups(_stratified(lengths, _size_limit(c)), width, budget)
+    g, t = dynamic_groups(stratified(lengths, _size_limit(c)), width, budget)
     return g * c.minis, t * c.minis
 
 
-def small_units(run: Run, stages: list[str], sizes: list[int] | None = None) -> dict:
+def small_units(ctx: PredictionContext, stages: list[str], sizes: list[int] | None = None) -> dict:
     """One micro-batch size M for `stages` (one key acts on them), the one that minimises the predicted time
     sum(cost(groups(M))): the fixed cost of the micro-batches it removes, less the pad it adds."""
-    rows = _rows_of(run)
-    costs = {s: Cost(run, s) for s in stages}
+    rows = rows_of(ctx)
+    costs = {s: Cost(ctx, s) for s in stages}
     costs = {s: c for s, c in costs.items() if c.count}
     if not costs:
         return not_predictable("no micro-batch of these stages says how many rows and tokens it holds")
@@ -482,7 +241,7 @@ def small_units(run: Run, stages: list[str], sizes: list[int] | None = None) -> 
            "the rows' lengths not known: tokens computed taken as unchanged (no pad added)")
     words = "; ".join(f"{s}: {c.words()}, {c.count:.0f} micro-batches of {c.seqs_now:.1f} rows" for s, c in
                       costs.items())
-    return predicted(run, best, (
+    return predicted(ctx, best, (
         f"micro-batches of {m} rows instead of {m0}: {words}; each padded to its longest row ({pad}); memory not "
         "checked (the largest is the mini-batch)"), {"micro_batch_size": {s: m for s in costs}})
 
@@ -514,72 +273,72 @@ def _fixed_size_time(c: Cost, m: int, rows, spread: bool = False) -> float:
     per_mini = _size_limit(c)
     if rows:
         lengths, width = rows
-        g, t = fixed_groups(_stratified(lengths, per_mini) if spread else lengths, width, per_mini, m)
+        g, t = fixed_groups(stratified(lengths, per_mini) if spread else lengths, width, per_mini, m)
     else:
         g, t = math.ceil(per_mini / m), c.tokens / c.minis
     return c.time(g * c.minis, t * c.minis)
 
 
-def weight_sync(run: Run, f: dict, dialect: str | None = None) -> dict:
+def weight_sync(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """rlprof's rollout.share_actor_weights: sync_ms - decode steps x the actor's exposed all-gather per forward (the
     rollout gathers the shards each decode step, as one micro-batch of the log-prob pass does)."""
-    if (dialect or run.dialect) != "rlprof":
+    if dialect != "rlprof":
         return not_predictable("larger transfer buckets save a part of each transfer's overhead, which this data does "
                                "not separate from the bytes moved")
-    sync = f["evidence"]["stage_ms"]
-    lp = Cost(run, "actor_compute_log_prob")
-    comm = run.stage_mean("actor_compute_log_prob", "comm_ms")
-    passes = _decode_passes(run.doc)
+    sync = f.evidence["stage_ms"]
+    lp = Cost(ctx, "actor_compute_log_prob")
+    comm = ctx.stage_mean("actor_compute_log_prob", "comm_ms")
+    passes = _decode_passes(ctx.doc)
     if not lp.count or comm <= 0 or not passes:
         return not_predictable("the actor's all-gather per forward was not measured (no log-prob micro-batches with "
                                "communication, or no decode steps): the cost the rollout takes on is not known")
     per_forward = comm / lp.count
     steps = sum(len(p) for p in passes) / len(passes)
     added = steps * per_forward
-    return predicted(run, {f["stage"]: sync, "rollout_generate": -added * run.scale("actor_compute_log_prob")
-                           / run.scale("rollout_generate")}, (
+    return predicted(ctx, {f.stage: sync, "rollout_generate": -added * ctx.scale("actor_compute_log_prob")
+                           / ctx.scale("rollout_generate")}, (
         f"the rollout reads the actor's shards: no full copy ({sync:.1f} ms in the profiled step), and each of its "
         f"{steps:.0f} decode steps gathers the shards as one micro-batch of the log-prob pass does ({per_forward:.2f} ms "
         f"exposed, {added:.1f} ms in all)"))
 
 
-def exposed_comm(run: Run, f: dict, dialect: str | None = None) -> dict:
-    if (dialect or run.dialect) != "rlprof":
-        return predicted(run, {f["stage"]: f["evidence"]["bucket_ms"]}, (
-            f"overlap (prefetching the next all-gather) hides the exposed communication of {f['stage']} at best: "
+def exposed_comm(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    if dialect != "rlprof":
+        return predicted(ctx, {f.stage: f.evidence["bucket_ms"]}, (
+            f"overlap (prefetching the next all-gather) hides the exposed communication of {f.stage} at best: "
             "all of it saved, an upper bound"))
-    return keep_gathered(run)
+    return keep_gathered(ctx)
 
 
-def keep_gathered(run: Run) -> dict:
+def keep_gathered(ctx: PredictionContext) -> dict:
     """rlprof's actor.reshard_after_forward=false: the actor's weights stay gathered after a forward until a
     backward reshards them, so the re-gathers are saved: the rollout's after its first decode step (when it runs on
     the actor's shards), the log-prob pass's (all of them after such a rollout, else all but its first
     micro-batch's), and of the update's 2u all-gathers over u micro-batches (a forward's and the backward's again)
     u + 1: every backward's, and the first forward's, which finds the weights the log-prob pass left gathered."""
     parts, words = {}, []
-    shared = run.stage_mean("rollout_generate", "comm_ms") > 0 and run.stage_ms("weight_sync") <= 0
+    shared = ctx.stage_mean("rollout_generate", "comm_ms") > 0 and ctx.stage_ms("weight_sync") <= 0
     for stage in ACTOR_FORWARD_STAGES:
-        comm = run.stage_mean(stage, "comm_ms")
+        comm = ctx.stage_mean(stage, "comm_ms")
         if comm <= 0:
             continue
         if stage == "rollout_generate":
-            passes = _decode_passes(run.doc)
+            passes = _decode_passes(ctx.doc)
             k = (sum(len(p) for p in passes) / len(passes)) if passes else 1
             part = comm * (k - 1) / k
         elif stage == "actor_update":
             # u micro-batches: 2u gathers now (forward, and backward again); kept, the first forward uses the
             # weights the log-prob pass left gathered and each backward those of its forward: u - 1 remain
-            u = max(1.0, Cost(run, stage).count)
-            part = comm * _gather_share(run.doc, stage) * (u + 1) / (2 * u)
+            u = max(1.0, Cost(ctx, stage).count)
+            part = comm * _gather_share(ctx.doc, stage) * (u + 1) / (2 * u)
         else:
-            n = Cost(run, stage).count or 1
+            n = Cost(ctx, stage).count or 1
             part = comm if shared else comm * (n - 1) / n
         parts[stage] = part
         words.append(f"{stage} {part:.1f} of {comm:.1f} ms")
     if not parts:
         return not_predictable("no exposed communication in the actor's forward stages")
-    return predicted(run, parts, (
+    return predicted(ctx, parts, (
         "the actor's gathered weights are kept from a forward until a backward reshards them, so the re-gathers are "
         f"saved ({'; '.join(words)} exposed in the profiled step: the rollout's decode steps after the first, the "
         "log-prob pass's forwards, the update's (u + 1) of its 2u all-gathers over u micro-batches: every backward's "
@@ -598,63 +357,21 @@ def _gather_share(doc: dict, stage: str) -> float:
     return gather / total if total > 0 else 1.0
 
 
-def launch_bound(run: Run, f: dict) -> dict:
+def launch_bound(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """launch_bound_ms: the device gaps the host had not yet launched into, all recovered (an upper bound)."""
-    return predicted(run, {f["stage"]: f["evidence"]["launch_bound_ms"]},
+    return predicted(ctx, {f.stage: f.evidence["launch_bound_ms"]},
                      "the device's launch-bound gaps are all filled (CUDA graphs, fused kernels, larger micro-batches): "
                      "an upper bound")
 
 
-def memory_headroom(run: Run, f: dict) -> dict:
-    return not_predictable("unused memory costs no time by itself: larger micro-batches use it, and their saving is "
-                           "the fixed cost per micro-batch's (fixed_cost) where that was measured")
+def small_units_lever(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """small_units for the stages the first micro-batch-size lever of the finding's stage acts on in `dialect`."""
+    return small_units(ctx, lever_stages(f.stage, dialect, ctx))
 
 
-def predict(run: Run, f: dict, dialect: str | None = None) -> dict:
-    """The saving of a cause finding's first lever in `dialect` (the run's own framework by default)."""
-    kind = f["kind"]
-    dialect = dialect or run.dialect
-    if kind == "small_units":
-        out = small_units(run, lever_stages(f["stage"], dialect, run))
-    elif kind in ("padding", "weight_sync", "exposed_comm"):
-        out = FUNCTIONS[kind](run, f, dialect)
-    else:
-        out = FUNCTIONS[kind](run, f)
-    out["dialect"] = dialect
-    return out
-
-
-def lever_stages(stage: str, dialect: str, run: Run) -> list[str]:
+def lever_stages(stage: str, dialect: str, ctx: PredictionContext) -> list[str]:
     """The stages the first micro-batch-size lever of `stage` acts on in `dialect` (rlprof's one log-prob size
     acts on the reference and the old-log-prob passes at once)."""
-    lv = next((lv for lv in CAUSES["small_units"].levers_for(dialect, stage) if lv.value), None)
+    lv = next((lv for lv in levers_for("small_units", dialect, stage) if lv.value), None)
     acts = lv.stages if lv and lv.stages else (stage,)
-    return [s for s in run.micro_stages() if s in acts] or [stage]
-
-
-FUNCTIONS = {"slow_reward": slow_reward, "unused_reference": unused_reference, "slow_rank": slow_rank,
-             "rollout_tail": rollout_tail, "padding": padding, "small_units": None, "weight_sync": weight_sync,
-             "exposed_comm": exposed_comm, "launch_bound": launch_bound, "memory_headroom": memory_headroom}
-
-
-def attach(doc: dict, found: list[dict], means: dict, step_ms: float, thresholds: dict) -> None:
-    """Each cause finding's `saving` (and flat `saving_ms`, `saving_share`, `saving_text` for the tables)."""
-    run = Run(doc, means, step_ms, thresholds)
-    for f in found:
-        if not f.get("actionable") or f["kind"] not in FUNCTIONS:
-            continue
-        try:
-            s = predict(run, f)
-        except (KeyError, ValueError, ZeroDivisionError, TypeError) as exc:  # data a formula did not expect
-            s = not_predictable(f"the data does not fit the formula ({type(exc).__name__}: {exc})")
-        f["saving"] = s
-        f["saving_ms"] = s["saving_ms"]
-        f["saving_share"] = s["saving_share"]
-        f["saving_text"] = saving_text(s)
-
-
-def saving_text(s: dict) -> str:
-    if s["status"] != "predicted":
-        return f"saving not predictable from this data: {s['why']}"
-    share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
-    return f"predicted saving {s['saving_ms']:.1f} ms per step{share}: {s['assumption']}"
+    return [s for s in ctx.micro_stages() if s in acts] or [stage]

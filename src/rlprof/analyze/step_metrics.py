@@ -17,14 +17,14 @@ from pathlib import Path
 
 from ..errors import AnalyzeError
 from ..frameworks import verl
-from .load import machine_load
+from .busy_machine import machine_load
 
 CONSOLE_STEP = re.compile(r"step:(\d+)\s+-\s+(.*)$")
 CONSOLE_PAIR = re.compile(r"([\w/@.\-]+):((?:np\.\w+\()?[-+0-9.eE]+|nan|inf)\)?")
 OUTLIER_FACTOR = 1.5  # a step taking this many times the median step is an outlier
 TREND_R = 0.7  # correlation of a stage's time with response length (or the step index) that makes a trend
 MIN_TREND_STEPS = 5
-DOMINANT_SHARE = 0.35  # as findings.THRESHOLDS["dominant_share"]
+DOMINANT_SHARE = 0.35  # as analyze/causes.py THRESHOLDS["dominant_share"]
 
 
 def _number(text: str) -> float | None:
@@ -101,7 +101,7 @@ def _pearson(x: list[float], y: list[float]) -> float | None:
 
 
 def _busy(record: dict) -> bool:
-    """Whether the step ran on a busy machine (analyze/load.py's rule over the trainer's per-step host fields)."""
+    """Whether the step ran on a busy machine (analyze/busy_machine.py's rule over the trainer's per-step host fields)."""
     return bool((record.get("load") or {}).get("busy"))
 
 
@@ -135,7 +135,7 @@ def unprofiled_times(path: str | Path) -> dict | None:
 def diagnose_steps(records: list[dict]) -> dict:
     """The stage that dominates, the outlier steps and the stages that trend, from per-step timings. The first
     step is left out of means (it pays compilation, allocation and cache warm-up) where there are others; so are
-    the steps recorded on a busy machine (`busy`, analyze/load.py: a neighbour's timings, not the program's), where
+    the steps recorded on a busy machine (`busy`, analyze/busy_machine.py: a neighbour's timings, not the program's), where
     others remain."""
     unprofiled = [r for r in records if not r.get("profiled")] or records  # the profiler's own cost is no outlier
     busy = [r for r in unprofiled if _busy(r)]

@@ -10,7 +10,7 @@ spikes, drift and stragglers flagged by one documented rule each (docs/analysis_
   steps or more and at STRAGGLER_SHARE of the steps after the warm-up (busy ones included: a busy neighbour slows
   ranks at random; the same rank in the same stage step after step is the job's own). At a step where ranks straggle in several stages, only the stage that ran first counts:
   the other ranks wait for the straggler at their next collective and look slow there.
-Judged steps: after the warm-up steps the job flagged, and not busy on any rank (analyze/load.py's rule, applied by
+Judged steps: after the warm-up steps the job flagged, and not busy on any rank (analyze/busy_machine.py's rule, applied by
 the watch at each step). Memory: one float32 per (stage, rank, step), read rank by rank.
 """
 

@@ -12,7 +12,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..analyze.load import machine_load
+from ..analyze.busy_machine import machine_load
 from ..analyze.timeline_file import COLUMNS_FILE, RECORD, columns, rank_file
 from ..vocab import STAGES
 from .cpu_wait import current_thread_times, sample, since
@@ -84,7 +84,7 @@ class Watch:
 
     def end(self) -> tuple[float, list[float], bool]:
         """(step seconds, stage seconds (NaN: did not run) then each stage's first entry in seconds from the
-        step's start, busy) of the open step. Busy: analyze/load.py's rule
+        step's start, busy) of the open step. Busy: analyze/busy_machine.py's rule
         over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
         step_s = (_perf_ns() - self.t0) / 1e9
         stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]

@@ -1,4 +1,8 @@
-"""Causes of a slow RL step and the config keys that act on each, per framework (data; read by analyze/findings).
+"""The config keys that act on each cause of a slow RL step, per framework (data, keyed by the cause's name in
+analyze/causes.py, the registry of causes, which refers to them).
+
+They stay here, not in the registry, because they are facts about verl's, MindSpeed-RL's and rlprof's configs, as
+the rest of frameworks/ is, and this layer sits below analyze.
 
 A lever is a key of the framework's own config, the value or direction to turn it, and why it acts on the
 cause. Keys are checked against each framework's real config (tests/test_levers.py): verl's generated trainer
@@ -13,7 +17,7 @@ written with it (a token budget beside the switch that uses it), each a literal 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DIALECTS = ("verl", "mindspeed", "rlprof")
 
@@ -32,23 +36,13 @@ class Lever:
         return f"{turn} ({self.why})"
 
 
-@dataclass(frozen=True)
-class Cause:
-    name: str
-    title: str  # the cause, said in a few words
-    levers: dict[str, tuple[Lever, ...]] = field(default_factory=dict)
-
-    def levers_for(self, dialect: str, stage: str | None = None) -> list[Lever]:
-        return [lv for lv in self.levers.get(dialect, ()) if not lv.stages or stage in lv.stages]
-
-
 UPDATE = ("actor_update",)
 OLD_LOG_PROB = ("actor_compute_log_prob",)
 REF_LOG_PROB = ("ref_compute_log_prob",)
 VA = "actor_rollout_ref."
 
-CAUSES = {c.name: c for c in (
-    Cause("rollout_tail", "long-tail responses: most of the batch has finished and the engine decodes for a few", {
+LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
+    "rollout_tail": {
         "verl": (Lever("data.max_response_length", "lower", "caps the longest response the batch waits for",
                        value="max_new_tokens"),),
         "mindspeed": (Lever("generate_config.sampling_config.max_tokens", "lower",
@@ -57,8 +51,8 @@ CAUSES = {c.name: c for c in (
                             "partial rollout: a long response is continued in the next step instead of held for")),
         "rlprof": (Lever("rollout.max_new_tokens", "lower", "caps the longest response the batch waits for",
                           value="max_new_tokens"),),
-    }),
-    Cause("padding", "padding: micro-batches compute pad tokens that carry no data", {
+    },
+    "padding": {
         "verl": (Lever(VA + "model.use_remove_padding", "True", "packs the real tokens, no pad computed"),
                  Lever(VA + "actor.use_dynamic_bsz", "True",
                        "micro-batches by token budget (ppo_max_token_len_per_gpu), rows of like length together")),
@@ -68,8 +62,8 @@ CAUSES = {c.name: c for c in (
         "rlprof": (Lever("actor.use_dynamic_bsz", "true",
                          "micro-batches by token budget (actor.max_token_len), rows of like length together",
                          also=(("actor.max_token_len", "{max_token_len}"),)),),
-    }),
-    Cause("small_units", "micro-batches too small: a fixed cost per micro-batch (launches, Python) dominates", {
+    },
+    "small_units": {
         "verl": (Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "fewer, fuller update passes",
                        UPDATE, value="micro_batch_size"),
                  Lever(VA + "rollout.log_prob_micro_batch_size_per_gpu", "raise",
@@ -89,27 +83,27 @@ CAUSES = {c.name: c for c in (
                    Lever("actor.log_prob_micro_batch_size", "raise", "fewer, fuller log-prob passes",
                          OLD_LOG_PROB + REF_LOG_PROB, value="micro_batch_size"),
                    Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
-    }),
-    Cause("unused_reference", "the reference forward runs but its KL term has coefficient 0: no gradient uses it", {
+    },
+    "unused_reference": {
         # verl's need_reference_policy: use_kl_in_reward or actor.use_kl_loss (verl/trainer/ppo/utils.py)
         "verl": (Lever(VA + "actor.use_kl_loss", "False",
                        "with algorithm.use_kl_in_reward=False verl builds no reference policy and skips the pass"),),
         "rlprof": (Lever("actor.use_kl_loss", "false", "the reference pass is skipped"),),
-    }),
-    Cause("slow_reward", "the reward function runs on the critical path: every device waits while it scores", {
+    },
+    "slow_reward": {
         "verl": (Lever("reward.num_workers", "raise", "scores the batch in that many reward-loop workers at once",
                        value="workers"),),
         "mindspeed": (Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel",
                             value="workers"),),
         "rlprof": (Lever("reward.workers", "raise", "scores the batch in that many threads at once", value="workers"),),
-    }),
-    Cause("weight_sync", "weight sync: the full weights are gathered and copied to the rollout every step", {
+    },
+    "weight_sync": {
         "verl": (Lever(VA + "rollout.checkpoint_engine.update_weights_bucket_megabytes", "raise",
                        "fewer, larger transfers to the rollout engine"),),
         "rlprof": (Lever("rollout.share_actor_weights", "true",
                          "rollout reads the actor's shards: no full copy (each decode step gathers them instead)"),),
-    }),
-    Cause("exposed_comm", "communication the compute does not hide (FSDP all-gathers, reduce-scatters)", {
+    },
+    "exposed_comm": {
         "verl": (Lever(VA + "actor.fsdp_config.forward_prefetch", "True",
                        "issues the next layer's all-gather before the current forward ends"),
                  Lever(VA + "actor.fsdp_config.reshard_after_forward", "False",
@@ -120,14 +114,14 @@ CAUSES = {c.name: c for c in (
                             "overlaps the gradient reduce with the backward")),
         "rlprof": (Lever("actor.reshard_after_forward", "false",
                          "keeps gathered weights from forward to backward: no second all-gather (more memory)"),),
-    }),
-    Cause("slow_rank", "one rank is slower and every collective waits for it", {
+    },
+    "slow_rank": {
         "verl": (Lever("trainer.balance_batch", "True",
                        "balances tokens across data-parallel ranks (a rank with longer sequences is slower)"),),
         "rlprof": (Lever("trainer.debug.slow_rank", "null",
                          "the reference trainer's only source of a slow rank is this injected slowdown"),),
-    }),
-    Cause("launch_bound", "launch-bound device: the GPU waits for the host to issue the next kernel", {
+    },
+    "launch_bound": {
         "verl": (Lever(VA + "rollout.enforce_eager", "False", "CUDA graphs replay decode kernels without launches",
                        ("rollout_generate",)),
                  Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE),
@@ -137,8 +131,8 @@ CAUSES = {c.name: c for c in (
         "rlprof": (Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
                    Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch",
                          OLD_LOG_PROB + REF_LOG_PROB)),
-    }),
-    Cause("memory_headroom", "unused device memory: the peak is far below the device's capacity", {
+    },
+    "memory_headroom": {
         "verl": (Lever(VA + "actor.ppo_max_token_len_per_gpu", "raise",
                        "with use_dynamic_bsz: more tokens per micro-batch in the memory left", UPDATE),
                  Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "larger micro-batches fit", UPDATE),
@@ -150,16 +144,20 @@ CAUSES = {c.name: c for c in (
         "rlprof": (Lever("actor.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
                    Lever("actor.log_prob_micro_batch_size", "raise", "larger micro-batches fit",
                          OLD_LOG_PROB + REF_LOG_PROB)),
-    }),
-)}
+    },
+}
+
+
+def levers_for(cause: str, dialect: str, stage: str | None = None) -> list[Lever]:
+    """The levers of `cause` in `dialect` that act on `stage`, first lever first."""
+    return [lv for lv in LEVERS[cause].get(dialect, ()) if not lv.stages or stage in lv.stages]
 
 
 def levers(cause: str, stage: str | None = None) -> dict[str, list[dict]]:
     """{dialect: [{key, set, why, text}]} for a cause found in `stage` (dialects with no lever left out)."""
-    c = CAUSES[cause]
     out = {}
     for dialect in DIALECTS:
-        found = c.levers_for(dialect, stage)
+        found = levers_for(cause, dialect, stage)
         if found:
             out[dialect] = [{"key": lv.key, "set": lv.set, "why": lv.why, "text": lv.text()} for lv in found]
     return out

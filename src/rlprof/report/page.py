@@ -112,7 +112,7 @@ def build_page(doc: dict, source: str, cluster_result: dict | None = None, compa
 def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = None,
              workers: int | None = None, use_ray: bool = False) -> str:
     """The report page of PATH (analysed here unless `doc` is given), with a compare section for BASELINE."""
-    from ..analyze.engine import load_analysis
+    from ..analyze.pipeline import load_analysis
 
     src = Path(path)
     # compare needs every operator of NEW, so with a baseline it is read once with all of them kept

@@ -212,7 +212,7 @@ def print_fix(result: dict) -> None:
     if fx is None:
         console.print(f"no fix: {result['reason']}", highlight=False, soft_wrap=True, markup=False)
         return
-    from ..analyze.savings import saving_text
+    from ..analyze.sentences import saving_text
 
     console.print(f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
                   highlight=False, soft_wrap=True, markup=False)

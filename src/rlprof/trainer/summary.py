@@ -84,7 +84,7 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
             table.add_row(str(r["step"]), r["role"], r["stage"], str(r["rank"]), r["tool"], r["status"],
                           f"{r['bytes'] / 1e6:.2f}", str(r["path"]))
         console.print(table)
-        from ..analyze.engine import analyze
+        from ..analyze.pipeline import analyze
         from ..errors import AnalyzeError
         from ..analyze.export import write_analysis
         from ..report.terminal import print_analysis

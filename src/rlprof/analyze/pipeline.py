@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import AnalyzeError
 from .document import SCHEMA_VERSION, document
-from .findings import findings
+from .findings import diagnose
 from .inputs import find_inputs, is_analysis_file
 from .schedule import run_inputs
 from .timeline import timeline_only
@@ -72,7 +72,7 @@ def read_document(path: str | Path) -> dict:
                            f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
     if "findings" not in doc:  # written before findings existed: made from its tables, as then
         try:
-            doc["findings"] = findings(doc)
+            doc["measures"], doc["findings"] = diagnose(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # tables findings cannot read
             raise AnalyzeError(f"{path}: not an analysis of schema {SCHEMA_VERSION} (its tables lack what findings "
                                f"read: {type(exc).__name__}: {exc}); allowed: an analysis.json written by rlprof "

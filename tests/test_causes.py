@@ -1,0 +1,207 @@
+"""The registry of causes (analyze/causes.py): every cause has all its parts, every kind of finding the analysis
+emits is in the registry, and each cause, made to fire, is said from its template with its levers and a saving
+(predicted, or why not). Adding a cause means adding its record there and its firing case here (FIRING)."""
+
+import ast
+import copy
+import shutil
+import string
+
+import pytest
+
+from conftest import ROOT
+from rlprof.analyze import findings as findings_module
+from rlprof.analyze.causes import CAUSES, DESCRIPTIONS, THRESHOLDS, Cause, predict, template
+from rlprof.analyze.finding import Finding
+from rlprof.analyze.findings import diagnose, prediction_context
+from rlprof.analyze.pipeline import analyze
+from rlprof.frameworks.levers import DIALECTS, LEVERS
+
+SRC = ROOT / "src" / "rlprof" / "analyze"
+
+
+def missing_parts(cause: Cause) -> list[str]:
+    """The parts a cause's record lacks (empty: complete)."""
+    missing = [part for part in ("title", "measure", "impact") if not str(getattr(cause, part) or "").strip()]
+    if cause.threshold is None and cause.name != "slow_rank":  # a slow rank is analyze/ranks.py's own test
+        missing.append("threshold")
+    if cause.threshold is not None and cause.threshold not in THRESHOLDS:
+        missing.append(f"threshold ({cause.threshold} is not in THRESHOLDS)")
+    if not (callable(cause.sentence) or str(cause.sentence or "").strip()):
+        missing.append("sentence")
+    if not (callable(cause.saving) or str(cause.saving or "").strip()):
+        missing.append("saving (a formula, or why it cannot be predicted)")
+    if not any(LEVERS.get(cause.name, {}).get(d) for d in DIALECTS):
+        missing.append("levers (frameworks/levers.py)")
+    if cause.judge is None and cause.name not in findings_module.FOUND_BY:
+        missing.append("judge (or a finder in findings.FOUND_BY)")
+    return missing
+
+
+@pytest.mark.parametrize("name", sorted(CAUSES))
+def test_every_cause_has_all_its_parts(name):
+    assert CAUSES[name].name == name
+    assert missing_parts(CAUSES[name]) == []
+
+
+def test_a_cause_missing_a_part_is_caught():
+    whole = CAUSES["slow_reward"]
+    fields = whole.__dataclass_fields__
+    assert missing_parts(whole) == []
+    for part, blank in (("title", ""), ("measure", ""), ("impact", " "), ("threshold", None), ("sentence", ""),
+                        ("saving", ""), ("judge", None)):
+        assert part in fields
+        broken = Cause(**{**{f: getattr(whole, f) for f in fields}, part: blank})
+        assert missing_parts(broken), part
+    unknown = Cause(**{**{f: getattr(whole, f) for f in fields}, "name": "no_such_cause"})
+    assert missing_parts(unknown) == ["levers (frameworks/levers.py)"]
+
+
+def test_levers_are_keyed_by_the_registrys_causes():
+    assert set(LEVERS) == set(CAUSES)
+    assert set(findings_module.FOUND_BY) <= set(CAUSES)
+
+
+def _kinds_made_in(path) -> set[str]:
+    """The finding kinds a module constructs: Finding("kind", ...) with a literal, the bucket kinds
+    (Finding(kind, ...) over BUCKET_KINDS), and the causes judged on a measure (Finding(cause.name, ...))."""
+    kinds = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                kinds.add(first.value)
+            elif ast.unparse(first) == "cause.name":
+                kinds |= {c.name for c in CAUSES.values() if c.judge is not None}
+            else:  # the stage buckets' loop over BUCKET_KINDS
+                assert ast.unparse(first) == "kind", f"a finding kind the test cannot read: {ast.unparse(first)}"
+                kinds |= {kind for kind, _, _ in findings_module.BUCKET_KINDS}
+    return kinds
+
+
+def test_every_finding_kind_the_analysis_emits_is_in_the_registry():
+    made = _kinds_made_in(SRC / "findings.py")
+    assert {"busy_machine", "dominant_stage", "idle", "truncated", "slow_rank", "unused_reference"} <= made
+    registered = set(CAUSES) | set(DESCRIPTIONS)
+    assert made <= registered, made - registered
+    assert set(CAUSES) <= made, set(CAUSES) - made  # a registered cause nothing finds is a dead record
+    with pytest.raises(KeyError):
+        template("not_a_kind")
+
+
+# ---- each cause made to fire -------------------------------------------------------------------------------------
+def _row(stage, role, wall, unit=None, index=None, rank=0, **held):
+    return {"step": 2, "role": role, "stage": stage, "rank": rank, "replica": None, "file": "f", "unit": unit,
+            "index": index, "start_us": 0.0, "wall_ms": wall, "compute_ms": wall, "comm_ms": 0.0, "overlap_ms": 0.0,
+            "memcpy_ms": 0.0, "idle_ms": 0.0, **held}
+
+
+def _doc(rows, **extra):
+    return {"rows": rows, "inputs": [], "collectives": [], "memory": [], **extra}
+
+
+def _tail():
+    units = [_row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=10 if k < 10 else 2)
+             for k in range(20)]
+    return _doc([_row("rollout_generate", "rollout", 20.0), _row("actor_update", "actor", 20.0), *units])
+
+
+def _padding():
+    units = [_row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=400)
+             for k in range(2)]
+    return _doc([_row("actor_update", "actor", 10.0), _row("rollout_generate", "rollout", 10.0), *units])
+
+
+def _small_units():
+    rows = [_row("actor_update", "actor", 100.0), _row("rollout_generate", "rollout", 100.0)]
+    rows += [_row("actor_update", "actor", 20.0 + 0.01 * (100 + 50 * k), "micro_batch", k, seqs=1,
+                  tokens=100 + 50 * k, real_tokens=100 + 50 * k) for k in range(8)]
+    return _doc(rows)
+
+
+def _share(stage, role):
+    return lambda: _doc([_row(stage, role, 50.0), _row("actor_update", "actor", 100.0)])
+
+
+def _exposed_comm():
+    row = _row("actor_update", "actor", 100.0, comm_ms=40.0, compute_ms=60.0)
+    return _doc([row, _row("rollout_generate", "rollout", 100.0)],
+                collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_gather", "total_ms": 40.0}])
+
+
+def _launch_bound():
+    row = _row("actor_update", "actor", 100.0, launch_bound_ms=50.0, device_gap_ms=50.0, launch_unlinked_ms=0.0)
+    return _doc([row, _row("rollout_generate", "rollout", 100.0)])
+
+
+def _memory():
+    cap = 80 * 2**30
+    return _doc([_row("actor_update", "actor", 10.0)], memory=[
+        {"rank": 0, "role": "actor", "stage": "actor_update", "file": "f", "peak_bytes": 0.2 * cap,
+         "capacity_bytes": cap}])
+
+
+def _unused_reference():
+    return _doc([_row("ref_compute_log_prob", "ref", 20.0), _row("actor_update", "actor", 50.0)],
+                run_config={"source": "x/trainer_config.json", "reference_pass": True, "kl_coef": 0.0})
+
+
+def _recorded(name):
+    def make(tmp_path):
+        return analyze(shutil.copytree(ROOT / "tests" / "data" / "runs" / name, tmp_path / name), workers=1)
+    return make
+
+
+# cause -> a document where it fires (a function of tmp_path where it is a recorded run)
+FIRING = {
+    "rollout_tail": _tail, "padding": _padding, "small_units": _small_units,
+    "slow_reward": _share("reward_compute", "reward"), "weight_sync": _share("weight_sync", "actor"),
+    "exposed_comm": _exposed_comm, "launch_bound": _launch_bound, "memory_headroom": _memory,
+    "unused_reference": _unused_reference, "slow_rank": _recorded("slow_rank_2"),
+}
+
+
+def test_every_cause_has_a_firing_case():
+    assert set(FIRING) == set(CAUSES)
+
+
+@pytest.mark.parametrize("name", sorted(CAUSES))
+def test_each_cause_fires_and_is_said_from_its_record(name, tmp_path):
+    make = FIRING[name]
+    doc = make(tmp_path) if make.__code__.co_argcount else make()
+    found = doc["findings"] if "findings" in doc else diagnose(doc).findings
+    (f, *_) = [f for f in found if f["kind"] == name]
+    cause = CAUSES[name]
+    assert f["cause"] == cause.title and f["actionable"]
+    assert f["text"].strip() and "{" not in f["text"]
+    if isinstance(cause.sentence, str):  # the template's words are in the sentence, its fields filled
+        words = [lit for lit, _, _, _ in string.Formatter().parse(cause.sentence) if lit.strip()]
+        assert all(w in f["text"] for w in words)
+    assert set(f["levers"]) == {d for d in DIALECTS if any(
+        not lv.stages or f["stage"] in lv.stages for lv in LEVERS[name].get(d, ()))}
+    assert f["saving"]["status"] in ("predicted", "not predictable") and f["saving_text"]
+    if isinstance(cause.saving, str):
+        assert f["saving"]["status"] == "not predictable" and f["saving"]["why"] == cause.saving
+    ctx = prediction_context({**doc, "findings": found})
+    for dialect in DIALECTS:  # the saving in each framework: a prediction or the reason, never an error
+        s = predict(ctx, Finding.of(f), dialect)
+        assert s["dialect"] == dialect and s["status"] in ("predicted", "not predictable")
+
+
+@pytest.mark.parametrize("name", sorted(set(FIRING) - {"slow_rank"}))
+def test_the_analysis_returns_new_values_and_leaves_the_document_alone(name):
+    """diagnose, findings_of and advise --fix's prediction read the document and change nothing in it: the measures
+    and findings are returned for the assembly to put in the document."""
+    from rlprof.advise import fix_from
+
+    doc = FIRING[name]()
+    before = copy.deepcopy(doc)
+    found_measures, found = diagnose(doc)
+    assert doc == before and found and isinstance(found_measures, list)
+    assert findings_module.findings_of(doc) == [f for f in found if f["kind"] != "busy_machine"]
+    assert doc == before
+    with_findings = {**doc, "findings": found}
+    kept = copy.deepcopy(with_findings)
+    for dialect in DIALECTS:
+        fix_from(with_findings, dialect)
+    assert with_findings == kept
