@@ -187,6 +187,7 @@ class DriverTrigger:
         self.started: dict[int, float] = {}  # profiled step -> its start (epoch seconds): files after it are its
         self.taken: dict[int, list] = {}  # captured step -> its captures
         self.indexed: set = set()  # files already in the manifest
+        self._last_boundary = 0  # the last step that ended
         self.closed = False
         if not self.enabled:
             _say("nothing-enabled", "rlprof: global_profiler.trigger is set but no role's profiler is enabled: a "
@@ -229,6 +230,7 @@ class DriverTrigger:
         from ..vocab import STAGES
 
         self.open_step = None
+        self._last_boundary = n
         own_s, _, busy = self.watch.end()
         timing = dict(self.timing or {})
         step_s = float(timing.get("step", own_s))
@@ -258,8 +260,8 @@ class DriverTrigger:
         that began before it was written (or the step its name says); those of captured steps go into the
         manifest with their trigger row. Files still being written at one boundary are indexed at the next (or
         at the end of the run)."""
-        if not self.taken:
-            return
+        if not self.taken or (settled_s and self._last_boundary > max(self.taken) + 2):
+            return  # no capture, or the last one's files are in: save_path is not listed again until the end
         from ..analyze.inputs import TRACE_SUFFIXES
         from ..analyze.verl_output import file_meta
         from ..collect.manifest import append_row
