@@ -30,6 +30,7 @@ class StandIn:
         self.gen_seconds = gen_seconds
         self.on_step = on_step
         self.profiled: list[int] = []
+        self.rollout_starts: list[dict] = []  # what the rollout replicas' start_profile was given
 
     def fit(self):
         steps = self.config.global_profiler.steps
@@ -52,6 +53,14 @@ class StandIn:
     def _start_profiling(self):
         if self.curr_step_profile:
             self.profiled.append(self.global_steps)
+            self._start_rollout_profiling()
+
+    def _rollout_server_managers(self):
+        return [types.SimpleNamespace(start_profile=lambda **kwargs: self.rollout_starts.append(kwargs))]
+
+    def _start_rollout_profiling(self):
+        for manager in self._rollout_server_managers():
+            manager.start_profile()
 
     def _stop_profiling(self):
         steps = self.config.global_profiler.steps
@@ -117,6 +126,29 @@ def test_the_driver_captures_the_step_after_the_slowdown_through_verls_own_switc
     doc = json.loads(out.stdout)
     assert [c["trigger"]["reason"] for c in doc["timeline"]["captures"]] == ["slow"]
     assert min(s["step"] for s in doc["timeline"]["spikes"]) == 7  # the analysis sees the onset where the driver did
+
+
+@pytest.mark.parametrize("decode_window", [False, True])
+def test_the_rollout_replicas_learn_the_step_and_why_where_rlprofs_vllm_plugin_holds_the_window(
+        trainer_class, tmp_path, monkeypatch, decode_window):
+    """verl starts its replicas' profilers with no argument; where rlprof's vLLM plugin keeps a decode window
+    (RLPROF_PLAN, handed over by the verl plugin), their start_profile names the step and the capture's cause in
+    verl's own profile_prefix argument, which the plugin in vLLM's worker reads."""
+    if decode_window:
+        monkeypatch.setenv("RLPROF_PLAN", "global_profiler.tool=torch")
+    else:
+        monkeypatch.delenv("RLPROF_PLAN", raising=False)
+    trainer = trainer_class(config(tmp_path, SLOW), lambda n: 4.0 if n >= 7 else 1.0)
+    trainer.fit()
+    assert trainer.profiled == [8]
+    assert trainer.rollout_starts == ([{"profile_prefix": "step8.rlprof-slow-7-rollout_generate"}] if decode_window
+                                      else [{}])
+    from rlprof.integrations.vllm_session import STEP_IN_PREFIX, TRIGGER_IN_PREFIX
+
+    if decode_window:
+        prefix = trainer.rollout_starts[0]["profile_prefix"]
+        assert STEP_IN_PREFIX.search(prefix).group(1) == "8"
+        assert TRIGGER_IN_PREFIX.search(prefix).groups() == ("slow", "7", "rollout_generate")
 
 
 def test_a_steady_run_captures_nothing(trainer_class, tmp_path):

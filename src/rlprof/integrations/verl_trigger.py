@@ -38,6 +38,7 @@ from pathlib import Path
 log = logging.getLogger("rlprof")
 
 WRAPPED = ("fit", "_start_profiling", "_stop_profiling")
+ENV_ENGINE_PLAN = "RLPROF_PLAN"  # rlprof's vLLM plugin's plan (integrations/vllm_plugin.py)
 _DRIVER = "_rlprof_trigger"  # the trainer's DriverTrigger, False once looked for and absent (or failed)
 _said: set = set()
 
@@ -60,6 +61,9 @@ def attach(module) -> None:
              "watch main_ppo's steps here (verl goes on without it)")
         return
     cls.fit = _fit(cls.fit)
+    if callable(getattr(cls, "_start_rollout_profiling", None)) and callable(getattr(cls, "_rollout_server_managers",
+                                                                                    None)):
+        cls._start_rollout_profiling = _start_rollout(cls._start_rollout_profiling)
     cls._start_profiling = _start(cls._start_profiling)
     cls._stop_profiling = _stop(cls._stop_profiling)
     cls._rlprof_trigger_attached = True
@@ -126,6 +130,27 @@ def _stop(original):
         return out
 
     return _stop_profiling
+
+
+def _start_rollout(original):
+    """Where rlprof's vLLM plugin keeps the rollout's decode window (RLPROF_PLAN, handed over by the verl plugin), the
+    replicas' start_profile names the step and, for a capture, why: `profile_prefix`, verl's own argument, which
+    reaches the plugin in the engine's worker (integrations/vllm_session.py reads it)."""
+
+    @functools.wraps(original)
+    def _start_rollout_profiling(self, *args, **kwargs):
+        driver = self.__dict__.get(_DRIVER)
+        if driver and os.environ.get(ENV_ENGINE_PLAN) and not args and not kwargs:
+            try:
+                prefix = driver.rollout_prefix(int(self.global_steps))
+                for manager in self._rollout_server_managers():
+                    manager.start_profile(profile_prefix=prefix)
+                return None
+            except Exception as exc:
+                _fault(self, "start the rollout's window", exc)
+        return original(self, *args, **kwargs)
+
+    return _start_rollout_profiling
 
 
 def _fit(original):
@@ -208,6 +233,8 @@ class DriverTrigger:
             self.taken[n] = due
             # verl's own switch: its _start_profiling / _stop_profiling and the rollout's stop read it this step
             trainer.curr_step_profile = True
+            if n not in self.steps:  # profile_continuous_steps: verl stopped the step before (it was not listed)
+                trainer.prev_step_profile = False
             t = due[0].trigger
             print(f"rlprof: capturing step {n} ({t['reason']}"
                   + (f": {t['stage']} took {t['seconds']:.2f} s at step {t['step']}, baseline "
@@ -215,6 +242,14 @@ class DriverTrigger:
         self.timing = None
         self.watch.begin(n)
         self.open_step = n
+
+    def rollout_prefix(self, n: int) -> str:
+        """`step<N>`, and for a capture `.rlprof-<reason>-<step seen>-<stage>` (vLLM allows letters, digits, ._-)."""
+        caps = self.taken.get(n)
+        if not caps:
+            return f"step{n}"
+        t = caps[0].trigger
+        return f"step{n}.rlprof-{t['reason']}-{t['step']}-{t['stage']}"
 
     def step_ran(self, trainer) -> None:
         # the step's timer dict: verl keeps filling it (update_weights, the whole "step") until the step's end
