@@ -91,7 +91,9 @@ def e2e_run(job_python, tmp_path_factory):
 # The trigger in main_ppo: no step listed, the driver decides. Steps: 1 warm-up, then the rule needs 3 judged steps
 # for a baseline; `rlprof capture --next` is asked once step 1 has ended (it captures step 3, 4 or 5: one step
 # taken from the baseline), the reward slows every step from SLOW_FROM on (a sleep of SLOW_S once per step, through
-# verl's own custom_reward_function keys), and the step after it is the last. One run serves both points.
+# verl's own custom_reward_function keys), and the step after it is the last. One run serves both points. The
+# rollout keeps the seeds' decode window, so rlprof's vLLM plugin in the replica takes the triggered steps (without
+# it, vLLM's own profiler does, as verl starts it: docs/verl.md).
 SLOW_FROM, SLOW_S, TRIGGER_STEPS = 6, 10, 7
 TRIGGER = [
     "global_profiler.tool=torch", "global_profiler.steps=null", f"{A}.enable=True", f"{A}.all_ranks=False",
@@ -99,7 +101,7 @@ TRIGGER = [
     f"{R}.enable=True", f"{R}.all_ranks=False", f"{R}.ranks=[0]", f"{R}.tool_config.torch.discrete=True",
     "+global_profiler.trigger.slow.factor=2.0", "+global_profiler.trigger.slow.min_seconds=3.0",
     "+global_profiler.trigger.request=True", "+global_profiler.trigger.warmup_steps=1",
-    "+global_profiler.trigger.cooldown=0"]
+    "+global_profiler.trigger.cooldown=0", DECODE_WINDOW]
 
 
 def slow_reward(counter: Path) -> list[str]:
@@ -307,6 +309,13 @@ def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigg
     assert {(r["role"], r["stage"]) for r in slow} == WHOLE_STEP
     assert {(r["rank"], r["replica"]) for r in slow if r["role"] == "rollout"} == {(0, 0)}
     assert all((run_dir / r["path"]).is_file() and r["bytes"] > 0 for r in slow)
+    # in the replica's vLLM worker, rlprof's plugin took the triggered step: the seeds' decode window, engine
+    # iterations 30-59 of step SLOW_FROM + 1, its own manifest row saying why (the driver named it in verl's
+    # profile_prefix)
+    (engine,) = [r for r in rlprof_files(run_dir.parent) if r.get("engine") == "vllm" and r["step"] == SLOW_FROM + 1]
+    assert (engine["trigger"]["reason"], engine["trigger"]["step"]) == ("slow", SLOW_FROM)
+    units = [e["name"] for e in events(Path(engine["_dir"]) / engine["path"]) if e["name"].startswith("rlprof:decode")]
+    assert sorted(int(u.split("|")[0].rsplit(":", 1)[1]) for u in units) == RECORDED
     (t,) = {json.dumps(r["trigger"], sort_keys=True) for r in slow}
     t = json.loads(t)
     assert t["step"] == SLOW_FROM and t["stage"] in ("rollout_generate", "reward_compute", "step")

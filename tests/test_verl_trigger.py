@@ -151,6 +151,15 @@ def test_the_rollout_replicas_learn_the_step_and_why_where_rlprofs_vllm_plugin_h
         assert TRIGGER_IN_PREFIX.search(prefix).groups() == ("slow", "7", "rollout_generate")
 
 
+def test_without_a_trigger_verl_is_left_alone(trainer_class, tmp_path):
+    cfg = config(tmp_path, None, listed=[3])
+    del cfg.global_profiler["trigger"]
+    trainer = trainer_class(cfg, lambda n: 4.0 if n >= 7 else 1.0)
+    trainer.fit()
+    assert trainer.profiled == [3] and trainer.rollout_starts == [{}]
+    assert list(tmp_path.iterdir()) == [next(tmp_path.glob("actor-rollout_update-actor_step3_*"))]  # verl's own file
+
+
 def test_a_steady_run_captures_nothing(trainer_class, tmp_path):
     trainer = trainer_class(config(tmp_path, SLOW), lambda n: 1.0 + 0.05 * (n % 3))
     trainer.fit()

@@ -51,8 +51,10 @@ class EngineSession(Iterations):
         self.step: int | None = None  # the step whose window is open here
         self.calls = 0  # start_profile calls seen (profile_calls)
         if self.source == "profile_calls" and vllm_profiles:
+            steps = ", ".join(map(str, settings.steps)) or "none listed"
+            triggered = "; and the steps the host's trigger captures" if settings.plan.trigger is not None else ""
             say(f"on replica {settings.replica}, vLLM's start_profile/stop_profile open and close rlprof's windows "
-                 f"(steps {', '.join(map(str, settings.steps))}); vLLM's own torch profiler is not started there")
+                f"(steps {steps}{triggered}); vLLM's own torch profiler is not started there")
 
     def recording(self) -> bool:
         return self.step is not None
