@@ -47,7 +47,6 @@ def _say(key, message: str) -> None:
     if key not in _said:
         _said.add(key)
         log.warning("%s", message)
-        print(message, flush=True)  # the driver is a Ray actor: its log reaches the job's output by stdout
 
 
 def attach(module) -> None:
