@@ -8,7 +8,9 @@ seeds' profiler commands as written (tool torch where the seeds say npu; `rlprof
   micro-batch sampling's two config lines (unit micro_batch; wait 1, active 1) and the rollout's decode window in
   verl's own rollout keys (`schedule={unit: decode_step, wait: 29, warmup: 1, active: 30}`), no RLPROF_PLAN; and
   verl's finish_hook_cmd running `rlprof analyze`;
-- the e2e block: the same roles and ranks, discrete False.
+- the e2e block: the same roles and ranks, discrete False;
+and one of 7 steps with `global_profiler.trigger` and no step listed: a reward slowed from step 6 (verl's own
+custom_reward_function keys), `rlprof capture --next` asked while it runs.
 Everything the assertions read was written by verl's, vLLM's and rlprof's code in those runs.
 """
 
@@ -84,6 +86,55 @@ def e2e_run(job_python, tmp_path_factory):
     work = tmp_path_factory.mktemp("job_e2e")
     save = work / "profile"
     return run_job(job_python, work, *SEED_002, *E2E, f"global_profiler.save_path={save}"), work, save
+
+
+# The trigger in main_ppo: no step listed, the driver decides. Steps: 1 warm-up, then the rule needs 3 judged steps
+# for a baseline; `rlprof capture --next` is asked once step 1 has ended (it captures step 3, 4 or 5: one step
+# taken from the baseline), the reward slows every step from SLOW_FROM on (a sleep of SLOW_S once per step, through
+# verl's own custom_reward_function keys), and the step after it is the last. One run serves both points. The
+# rollout keeps the seeds' decode window, so rlprof's vLLM plugin in the replica takes the triggered steps (without
+# it, vLLM's own profiler does, as verl starts it: docs/verl.md).
+SLOW_FROM, SLOW_S, TRIGGER_STEPS = 6, 10, 7
+TRIGGER = [
+    "global_profiler.tool=torch", "global_profiler.steps=null", f"{A}.enable=True", f"{A}.all_ranks=False",
+    f"{A}.ranks=[0]", f"{A}.tool_config.torch.contents=[cpu]", f"{A}.tool_config.torch.discrete=True",
+    f"{R}.enable=True", f"{R}.all_ranks=False", f"{R}.ranks=[0]", f"{R}.tool_config.torch.discrete=True",
+    "+global_profiler.trigger.slow.factor=2.0", "+global_profiler.trigger.slow.min_seconds=3.0",
+    "+global_profiler.trigger.request=True", "+global_profiler.trigger.warmup_steps=1",
+    "+global_profiler.trigger.cooldown=0", DECODE_WINDOW]
+
+
+def slow_reward(counter: Path) -> list[str]:
+    kwargs = f"{{slow_from_step: {SLOW_FROM}, slow_seconds: {SLOW_S}, calls_per_step: 8, counter: {counter}}}"
+    return [f"reward.custom_reward_function.path={ROOT / 'bench' / 'verl_slow_reward.py'}",
+            "reward.custom_reward_function.name=compute_score", f"+reward.custom_reward_function.reward_kwargs={kwargs}"]
+
+
+@pytest.fixture(scope="module")
+def trigger_run(job_python, tmp_path_factory):
+    """main_ppo with the trigger and the slowed reward; `rlprof capture SAVE_PATH --next` asked while it runs."""
+    import time
+
+    work = tmp_path_factory.mktemp("job_trigger")
+    save = work / "profile"
+    job = subprocess.Popen([str(job_python), str(ROOT / "bench" / "verl_job.py"), "run", str(work), "--steps",
+                            str(TRIGGER_STEPS), "--timeout", "540", *TRIGGER, f"global_profiler.save_path={save}",
+                            *slow_reward(work / "reward_calls")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    asked_after = capture = None
+    deadline = time.monotonic() + 540
+    while job.poll() is None and time.monotonic() < deadline:  # the driver's heartbeat: step 1 has ended
+        beats = [json.loads(p.read_text()) for p in save.glob("*/rlprof_live.json")] if save.is_dir() else []
+        if beats and (beats[0].get("step") or 0) >= 1:
+            asked_after = beats[0]["step"]
+            capture = run_cli("capture", save, "--next", "--wait", "300", timeout=400)
+            break
+        time.sleep(0.5)
+    out, _ = job.communicate(timeout=660)
+    result = json.loads(out.strip().splitlines()[-1])
+    result["log_text"] = Path(result["log"]).read_text(errors="replace")
+    (run_dir,) = [p.parent for p in save.glob("*/rlprof_live.json")]
+    return result, run_dir, asked_after, capture
 
 
 def analyze(save: Path) -> dict:
@@ -235,3 +286,64 @@ def test_rlprof_plan_shows_the_seeds_npu_meaning_of_the_same_command():
     assert "on decode_step ticks: skip_first 0, wait 29, warmup 1, active 30" in text
     assert "micro-batch 1 of each call of actor_compute_log_prob, actor_update" in text
     assert "micro-batch 1 of each call of ref_compute_log_prob" in text
+
+
+# ---- the trigger: main_ppo's driver decides, its workers and rollout replica capture ---------------------------------
+def trigger_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "manifest.jsonl").read_text().splitlines()]
+
+
+WHOLE_STEP = {("actor", "actor_compute_log_prob"), ("actor", "ref_compute_log_prob"), ("actor", "actor_update"),
+              ("rollout", "rollout_generate")}  # verl names the ref's file after its actor-rollout-ref worker
+
+
+def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigger_run):
+    result, run_dir, _, _ = trigger_run
+    assert result["exit_code"] == 0 and not result["timed_out"], result["log_text"][-3000:]
+    assert f"step:{TRIGGER_STEPS} " in result["log_text"]
+    assert result["processes_left"] == 0 and result["shm_left"] == []
+    slow = [r for r in trigger_rows(run_dir) if r["trigger"]["reason"] == "slow"]
+    # the step after the onset, on the trainer's workers (verl's torch traces) and the rollout replica (vLLM's own
+    # profiler, started by verl): every file that step wrote carries the same trigger row; nothing before it
+    assert {r["step"] for r in slow} == {SLOW_FROM + 1}, slow
+    assert {(r["role"], r["stage"]) for r in slow} == WHOLE_STEP
+    assert {(r["rank"], r["replica"]) for r in slow if r["role"] == "rollout"} == {(0, 0)}
+    assert all((run_dir / r["path"]).is_file() and r["bytes"] > 0 for r in slow)
+    # in the replica's vLLM worker, rlprof's plugin took the triggered step: the seeds' decode window, engine
+    # iterations 30-59 of step SLOW_FROM + 1, its own manifest row saying why (the driver named it in verl's
+    # profile_prefix)
+    (engine,) = [r for r in rlprof_files(run_dir.parent) if r.get("engine") == "vllm" and r["step"] == SLOW_FROM + 1]
+    assert (engine["trigger"]["reason"], engine["trigger"]["step"]) == ("slow", SLOW_FROM)
+    units = [e["name"] for e in events(Path(engine["_dir"]) / engine["path"]) if e["name"].startswith("rlprof:decode")]
+    assert sorted(int(u.split("|")[0].rsplit(":", 1)[1]) for u in units) == RECORDED
+    (t,) = {json.dumps(r["trigger"], sort_keys=True) for r in slow}
+    t = json.loads(t)
+    assert t["step"] == SLOW_FROM and t["stage"] in ("rollout_generate", "reward_compute", "step")
+    assert t["seconds"] > 2.0 * t["baseline_seconds"] and t["seconds"] - t["baseline_seconds"] >= 3.0
+    assert f"rlprof: capturing step {SLOW_FROM + 1} (slow: " in result["log_text"]
+    # the driver's timeline: every step, the captured ones flagged, and the analysis of the run directory
+    doc = analyze(run_dir)
+    timeline = doc["timeline"]
+    assert timeline["steps"] == list(range(1, TRIGGER_STEPS + 1))
+    assert SLOW_FROM + 1 in timeline["captured_steps"] and timeline["warmup_steps"] == [1]
+    assert min(s["step"] for s in timeline["spikes"]) == SLOW_FROM
+    rows = {(r["step"], r["role"], r["stage"]) for r in doc["rows"] if r["unit"] is None}
+    assert {(SLOW_FROM + 1, role, stage) for role, stage in WHOLE_STEP} <= rows
+
+
+def test_rlprof_capture_next_is_honoured_by_a_running_main_ppo(trigger_run):
+    result, run_dir, asked_after, capture = trigger_run
+    assert capture is not None, "main_ppo's driver never beat: " + result["log_text"][-3000:]
+    assert capture.returncode == 0, capture.stdout + capture.stderr
+    first = capture.stdout.splitlines()[0]
+    step = int(first.split("captured step ")[1].split()[0])
+    # asked once step `asked_after` had ended, while the next ran: read at a later step's end, the step after it
+    assert asked_after + 2 <= step < SLOW_FROM, first
+    requested = [r for r in trigger_rows(run_dir) if r["trigger"]["reason"] == "request"]
+    assert {r["step"] for r in requested} == {step}
+    assert {(r["role"], r["stage"]) for r in requested} == WHOLE_STEP
+    (rid,) = {r["trigger"]["request_id"] for r in requested}
+    answer = json.loads((run_dir / "capture" / f"{rid}.json").read_text())
+    assert answer["status"] == "captured" and answer["at_step"] == step
+    listed = [line for line in capture.stdout.splitlines()[1:] if line.startswith("  rank ")]
+    assert len(listed) == len(requested)  # the CLI printed each window the job wrote for it

@@ -308,7 +308,7 @@ def test_the_readmes_two_lines_are_these():
               for b in blocks]
     lines = [line.split("   #")[0] for b in blocks for line in b.splitlines()]
     commands = [shlex.split(line) for line in lines if "main_ppo" in line]
-    current, legacy, whole_job = ([a for a in c if "=" in a] for c in commands)
+    current, legacy, whole_job, triggered = ([a for a in c if "=" in a] for c in commands)
     assert [a for a in current if "schedule" in a] == [TWO_LINES[0], TWO_LINES[2]]  # the two lines
     plan = plan_json(FSDP, *current)
     assert plan["roles"]["actor"]["verl_plugin"]["micro_batches"] == [0]
@@ -322,6 +322,10 @@ def test_the_readmes_two_lines_are_these():
     assert job["roles"]["actor"]["verl_plugin"]["micro_batches"][:3] == [1, 3, 5]
     window = job["roles"]["rollout"]["schedule"]
     assert (window["unit"], window["wait"], window["warmup"], window["active"]) == ("decode_step", 29, 1, 30)
+    # the trigger in main_ppo (tests/test_verl_job.py runs it): no step listed, actor and rollout enabled
+    caught = plan_json(FSDP, *triggered)
+    assert (caught["trigger"]["slow"]["factor"], caught["trigger"]["request"]) == (2.0, True)
+    assert all(caught["roles"][r]["steps"] == [] for r in ("actor", "rollout"))
 
 
 def test_overhead_bench_prints_documented_json(verl091):

@@ -105,7 +105,8 @@ def _guarded(hook, module) -> None:
 
 
 def _install() -> None:
-    hooks = {"verl.utils.profiler.config": _teach_config, "verl.utils.profiler.profile": _watch_profilers}
+    hooks = {"verl.utils.profiler.config": _teach_config, "verl.utils.profiler.profile": _watch_profilers,
+             TRAINER_MODULE: _watch_steps}
     pending = {}
     for name, hook in hooks.items():
         module = sys.modules.get(name)
@@ -115,6 +116,16 @@ def _install() -> None:
             pending[name] = hook
     if pending:
         sys.meta_path.insert(0, _AfterImport(pending))
+
+
+# ---- main_ppo's driver: global_profiler.trigger (integrations/verl_trigger.py) ----------------------------------
+TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"  # the v1 trainer, in main_ppo's driver
+
+
+def _watch_steps(module) -> None:
+    from .verl_trigger import attach
+
+    attach(module)
 
 
 # ---- verl's config accepts rlprof's keys -----------------------------------------------------------------------

@@ -10,6 +10,8 @@ import re
 from ..collect.vllm_worker import Iterations, say
 
 STEP_IN_PREFIX = re.compile(r"step(\d+)")  # a start_profile prefix naming its step
+# ... and a capture that main_ppo's driver armed (integrations/verl_trigger.py: rollout_prefix)
+TRIGGER_IN_PREFIX = re.compile(r"\.rlprof-([a-z]+)-(\d+)-(\w+)$")
 
 
 class EngineSession(Iterations):
@@ -49,8 +51,10 @@ class EngineSession(Iterations):
         self.step: int | None = None  # the step whose window is open here
         self.calls = 0  # start_profile calls seen (profile_calls)
         if self.source == "profile_calls" and vllm_profiles:
+            steps = ", ".join(map(str, settings.steps)) or "none listed"
+            triggered = "; and the steps the host's trigger captures" if settings.plan.trigger is not None else ""
             say(f"on replica {settings.replica}, vLLM's start_profile/stop_profile open and close rlprof's windows "
-                 f"(steps {', '.join(map(str, settings.steps))}); vLLM's own torch profiler is not started there")
+                f"(steps {steps}{triggered}); vLLM's own torch profiler is not started there")
 
     def recording(self) -> bool:
         return self.step is not None
@@ -93,8 +97,13 @@ class EngineSession(Iterations):
                 steps = self.settings.steps
                 step = int(m.group(1)) if m else (steps[self.calls] if self.calls < len(steps) else None)
                 self.calls += 1
+                armed = TRIGGER_IN_PREFIX.search(profile_prefix or "")
+                trigger = None
+                if armed and step is not None and not self.settings.selected(step):
+                    trigger = {"reason": armed.group(1), "step": int(armed.group(2)), "stage": armed.group(3),
+                               "rank": None, "seconds": None, "baseline_seconds": None}
                 if step is not None:
-                    self.begin(step, "profile_calls")
+                    self.begin(step, "profile_calls", trigger)
             else:
                 self.end("profile_calls")
             return None
