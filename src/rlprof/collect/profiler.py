@@ -28,9 +28,7 @@ from .backends import Backend, WindowSpec, backend_class, why_unavailable
 from .manifest import written_where
 from .naming import shared_run_id, window_name
 from .scopes import E2E, NULL, SelectedStage, StepScope, UnitScope, null
-from .trigger import Exchange, Trigger
 from .verl_finish_hook import FinishHook
-from .watch import Watch
 from .watching import Watching
 from .window import Window, WindowWriter
 
@@ -125,19 +123,7 @@ class Profiler(Watching):
         self._writer = WindowWriter(self.run_id, hosted, self._where)
         self._closed = False
         self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)
-        self._watch: Watch | None = None
-        self._trigger: Trigger | None = None
-        self._exchange: Exchange | None = None
-        self._capture_rows: dict = {}  # stage (or "e2e") -> the trigger row of the capture open this step
-        self._taken: list = []  # the captures taken this step
-        self._held: list = []  # keep: slow_only: (window, outputs) waiting for their step's decision
-        self._probing: set = set()
-        self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
-        self._requests_seen: set = set()
-        self._beat_at = 0.0
-        self._delegated: dict = {}
-        if watched:
-            self._start_watch(decides)
+        self._init_watching(watched, decides)
         _current = self
         atexit.register(_close_at_exit, weakref.ref(self))
 

@@ -24,6 +24,21 @@ HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most th
 class Watching:
     """Steps watched and captured by a trigger in the plan (a mixin of the Profiler)."""
 
+    def _init_watching(self, watched: bool, decides: bool) -> None:
+        self._watch: Watch | None = None
+        self._trigger: Trigger | None = None
+        self._exchange: Exchange | None = None
+        self._capture_rows: dict = {}  # stage (or "e2e") -> the trigger row of the capture open this step
+        self._taken: list = []  # the captures taken this step
+        self._held: list = []  # keep: slow_only: (window, outputs) waiting for their step's decision
+        self._probing: set = set()
+        self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
+        self._requests_seen: set = set()
+        self._beat_at = 0.0
+        self._delegated: dict = {}
+        if watched:
+            self._start_watch(decides)
+
     @property
     def watch_dir(self) -> Path:
         """Where the timeline, the heartbeat and capture requests live: the run directory of the plan's first
