@@ -38,7 +38,8 @@ CIRCLES = [
      "rlprof.compare is not allowed to import rlprof.report"),
     ("rlprof/report/page.py", "import torch", "is not allowed to import torch"),
     # and the ones the plugin packages could grow (issue 41)
-    ("rlprof/integrations/verl/loader.py", "import torch", "rlprof.integrations.verl.loader is not allowed to import torch"),
+    ("rlprof/integrations/verl/loader.py", "import torch",
+     "rlprof.integrations.verl.loader is not allowed to import torch"),
     ("rlprof/integrations/verl/config_keys.py", "from ...collect import Profiler",
      "rlprof.integrations.verl.loader is not allowed to import rlprof.collect"),
     ("rlprof/integrations/vllm/loader.py", "from ...config import load_plan",

@@ -25,7 +25,8 @@ Other variables: `RLPROF_REPLICA` (this engine's replica index, default 0), `RLP
 for every replica; set here for the processes this one starts when absent). A fault inside is one warning and
 generation goes on; a vLLM release outside the one layout this relies on is one warning and no patching.
 
-The modules, one job each: `loader.py` the entry point (`register`) and the host's `step`, light to import (a contract
-in pyproject.toml checks it); `settings.py` the plan as an engine reads it; `engine_hooks.py` vLLM's classes patched
-in memory and the calls they pass to the workers; `session.py` rlprof's Profiler in one selected worker.
+The modules, one job each: `loader.py` the entry point (`register`) and the host's `step`, light to import (a
+contract in pyproject.toml checks it); `environment.py` the variables it reads; `settings.py` the plan as an engine
+reads it; `engine_hooks.py` vLLM's classes patched in memory and the calls they pass to the workers; `session.py`
+rlprof's Profiler in one selected worker.
 """
