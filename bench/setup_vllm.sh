@@ -13,7 +13,7 @@ root="$(dirname "$here")"
 venv="${RLPROF_VLLM_VENV:-$here/.venv-vllm}"
 version="0.32.0"
 py="$venv/bin/python"
-if [ -x "$py" ] && "$py" -c "import vllm, rlprof.integrations.vllm_plugin" 2>/dev/null; then
+if [ -x "$py" ] && "$py" -c "import vllm, rlprof.integrations.vllm.loader" 2>/dev/null; then
     "$py" -m pip install -q --no-deps -e "$root" >/dev/null
     echo "vllm venv ready: $venv"
     exit 0

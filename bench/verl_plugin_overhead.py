@@ -44,7 +44,7 @@ def main() -> int:
                 times = [t * 1e3 for t in result.data["log_prob_s"][1:]]
                 calls[name] += times
                 run_medians[name].append(statistics.median(times))
-                loaded[name] = "rlprof.integrations.verl_plugin" in result.data["plugins_loaded"]
+                loaded[name] = "rlprof.integrations.verl.loader" in result.data["plugins_loaded"]
     assert loaded == {"verl_alone": False, "plugin_installed_inactive": True}, loaded
     median = {k: statistics.median(v) for k, v in calls.items()}
     base = run_medians["verl_alone"]

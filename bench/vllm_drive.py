@@ -8,7 +8,7 @@ A round is one `llm.generate` of one request per entry (prompt i: tokens [1, 5+i
 request's max_tokens, with ignore_eos so that a request generates exactly that many. Options:
 `--profile-rounds 2 3` calls vLLM's own `llm.start_profile()` / `stop_profile()` around those rounds (1-based),
 `--profiler-config JSON` starts the engine with that ProfilerConfig, `--driver-steps 5 6 7` says each round's step
-to rlprof's plugin (`rlprof.integrations.vllm_plugin.step`: round k is the k-th step listed), `--host-slow-from K`
+to rlprof's plugin (`rlprof.integrations.vllm.loader.step`: round k is the k-th step listed), `--host-slow-from K`
 makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's plan and trigger): round k is step
 k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
 engine with the step. The environment decides the rest: RLPROF_PLAN (the plugin),
@@ -59,7 +59,7 @@ def run(args) -> dict:
                        for m in ("execute_model", "sample_tokens")})[0]
     step = host = None
     if args.driver_steps or args.host_slow_from:
-        from rlprof.integrations.vllm_plugin import step
+        from rlprof.integrations.vllm.loader import step
     if args.host_slow_from:
         import shlex
 

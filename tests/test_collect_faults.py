@@ -86,7 +86,7 @@ def test_backend_failure_is_logged_once_marked_failed_and_training_goes_on(tmp_p
 
 
 def test_export_failure_disk_full_is_failed_not_fatal(tmp_path, monkeypatch, caplog):
-    import rlprof.collect.profiler as runtime
+    import rlprof.collect.window as runtime
 
     def disk_full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -108,7 +108,7 @@ def test_strict_turns_a_fault_into_an_error(tmp_path):
 
 
 def test_strict_export_failure_raises(tmp_path, monkeypatch):
-    import rlprof.collect.profiler as runtime
+    import rlprof.collect.window as runtime
 
     monkeypatch.setattr(runtime, "finalize_trace", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     prof = profiler(tmp_path, "global_profiler.strict=true", steps="[1]")

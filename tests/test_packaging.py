@@ -36,7 +36,7 @@ import importlib.metadata as md, json, importlib.util
 dist = md.distribution("rlprof")
 eps = {g: sorted(e.value for e in md.entry_points(group=g) if e.name == "rlprof")
        for g in ("console_scripts", "vllm.general_plugins", "verl.plugins")}
-import rlprof.integrations.vllm_plugin as v
+import rlprof.integrations.vllm.loader as v
 v.register()  # no RLPROF_PLAN: returns at once, patches nothing
 print(json.dumps({"eps": eps, "licence": dist.metadata.get("License-Expression"),
                   "torch": importlib.util.find_spec("torch") is not None,
@@ -44,8 +44,8 @@ print(json.dumps({"eps": eps, "licence": dist.metadata.get("License-Expression")
 """, env=env, cwd=tmp_path)
     facts = json.loads(probe.stdout.strip().splitlines()[-1])
     assert facts["eps"] == {"console_scripts": ["rlprof.cli:main"],
-                            "vllm.general_plugins": ["rlprof.integrations.vllm_plugin:register"],
-                            "verl.plugins": ["rlprof.integrations.verl_plugin"]}
+                            "vllm.general_plugins": ["rlprof.integrations.vllm.loader:register"],
+                            "verl.plugins": ["rlprof.integrations.verl.loader"]}
     assert facts["licence"] == "Apache-2.0"
     assert not facts["torch"], "installing rlprof pulled torch"
     assert str(venv) in facts["file"]

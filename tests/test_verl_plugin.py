@@ -1,5 +1,5 @@
 """rlprof inside verl's own workers: micro-batch sampling by verl's profiler config, no source edits, proven on verl's
-code (src/rlprof/integrations/verl_plugin.py).
+code (src/rlprof/integrations/verl/).
 
 The live tests run verl's own training code on this CPU, in side venvs made on first use by bench/setup_verl.sh
 (fixtures verl091 / verl071 in conftest.py; skipped where they cannot be made, required in CI by RLPROF_REQUIRE_VERL):
@@ -116,7 +116,7 @@ def test_the_unit_needs_plus_over_verls_yaml_and_a_bad_one_is_one_line_exit_2():
 
 
 def test_the_plugin_costs_an_import_and_a_finder_until_a_config_asks():
-    probe = ("import sys; import rlprof.integrations.verl_plugin as p; "
+    probe = ("import sys; import rlprof.integrations.verl.loader as p; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'omegaconf', 'msgspec', 'numpy') "
              "or m.startswith(('rlprof.config', 'rlprof.collect')))); "
              "print(type(sys.meta_path[0]).__name__)")
@@ -191,7 +191,7 @@ def test_the_window_is_verls_own_micro_batch_range_of_a_full_trace_of_the_same_c
 
 def test_the_installed_plugin_stays_out_of_a_config_that_does_not_ask(full091):
     out, result = full091
-    assert "rlprof.integrations.verl_plugin" in result.data["plugins_loaded"]  # loaded by verl's entry point
+    assert facts.PLUGIN_MODULE in result.data["plugins_loaded"]  # loaded by verl's entry point
     assert not [m for m in result.data["plugins_loaded"] if m.startswith(("rlprof.config", "rlprof.collect"))]
     assert result.rlprof_lines() == []
     for path in by_stage(out / "profile").values():  # verl's own traces, as verl writes them
@@ -346,8 +346,8 @@ def test_main_ppos_command_line_hands_the_rollouts_decode_window_to_the_vllm_plu
     """In main_ppo's driver the verl plugin turns the command line's profiler overrides into the plan rlprof's vLLM
     plugin reads in the engine processes (which inherit the driver's environment through Ray); only when the
     rollout asks for decode steps, and never over a plan the user gave (tests/test_verl_job.py runs it live)."""
-    from rlprof.integrations import verl_plugin
-    from rlprof.integrations.vllm_plugin import engine_settings
+    from rlprof.integrations.verl.rollout_plan import hand_rollout_plan
+    from rlprof.integrations.vllm.settings import engine_settings
 
     R = "actor_rollout_ref.rollout.profiler"
     window = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
@@ -355,13 +355,13 @@ def test_main_ppos_command_line_hands_the_rollouts_decode_window_to_the_vllm_plu
             f"{A}.enable=True", f"{A}.ranks=[0]", *TWO_LINES, f"{R}.enable=True", f"{R}.ranks=[0]",
             f"{R}.tool_config.torch.discrete=True", window]
     env: dict = {}
-    handed = verl_plugin._hand_rollout_plan(argv, env)
+    handed = hand_rollout_plan(argv, env)
     assert env["RLPROF_PLAN"] == handed and "algorithm.adv_estimator" not in handed
     settings = engine_settings(handed, {"RLPROF_REPLICA": "0"})
     assert settings.steps == (1, 2) and settings.rollout.schedule.unit == "decode_step"
     assert (settings.rollout.schedule.wait, settings.rollout.schedule.warmup, settings.rollout.schedule.active) == (
         29, 1, 30)
     assert engine_settings(handed, {"RLPROF_REPLICA": "1"}) is None  # ranks [0]: replica 0 only
-    assert verl_plugin._hand_rollout_plan(argv[:-1], {}) is None  # no decode window asked: vLLM is left alone
+    assert hand_rollout_plan(argv[:-1], {}) is None  # no decode window asked: vLLM is left alone
     mine = {"RLPROF_PLAN": "my_plan.yaml"}
-    assert verl_plugin._hand_rollout_plan(argv, mine) is None and mine == {"RLPROF_PLAN": "my_plan.yaml"}
+    assert hand_rollout_plan(argv, mine) is None and mine == {"RLPROF_PLAN": "my_plan.yaml"}

@@ -1,4 +1,4 @@
-"""global_profiler.trigger in main_ppo's driver (integrations/verl_trigger.py), against a stand-in for verl's v1
+"""global_profiler.trigger in main_ppo's driver (integrations/verl/trigger.py), against a stand-in for verl's v1
 PPOTrainer: its fit loop, step boundaries and profiling switch as verl 0.9.1 has them (trainer/ppo/v1/
 trainer_base.py: fit, _start_profiling, _stop_profiling, curr/next/prev_step_profile, timing_raw). The step and
 stage times are verl's timers' numbers, given here, so the rule's decisions are exact. The whole job (main_ppo on
@@ -18,7 +18,7 @@ omegaconf = pytest.importorskip("omegaconf")
 
 from rlprof.analyze.timeline_file import CAPTURED, WARMUP, read_rank, timeline_ranks  # noqa: E402
 from rlprof.collect.request import submit  # noqa: E402
-from rlprof.integrations import verl_trigger  # noqa: E402
+from rlprof.integrations.verl import trigger as verl_trigger  # noqa: E402
 
 
 class StandIn:
@@ -143,7 +143,7 @@ def test_the_rollout_replicas_learn_the_step_and_why_where_rlprofs_vllm_plugin_h
     assert trainer.profiled == [8]
     assert trainer.rollout_starts == ([{"profile_prefix": "step8.rlprof-slow-7-rollout_generate"}] if decode_window
                                       else [{}])
-    from rlprof.integrations.vllm_session import STEP_IN_PREFIX, TRIGGER_IN_PREFIX
+    from rlprof.integrations.vllm.session import STEP_IN_PREFIX, TRIGGER_IN_PREFIX
 
     if decode_window:
         prefix = trainer.rollout_starts[0]["profile_prefix"]

@@ -154,7 +154,7 @@ def test_vllm_start_and_stop_profile_drive_the_window(vllm_live, tmp_path):
 
 
 def test_the_host_says_the_step(vllm_live, tmp_path):
-    """`with vllm_plugin.step(llm, n):` around each generate call: the host's step numbers (5, 6, 7 here), not the
+    """`with vllm.loader.step(llm, n):` around each generate call: the host's step numbers (5, 6, 7 here), not the
     engine's rounds, decide which window is kept."""
     rounds = [SEED, SEED, SEED]
     result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, driver_steps=[5, 6, 7], env={
@@ -266,7 +266,7 @@ def test_the_npu_tool_on_a_machine_without_torch_npu_is_one_warning_and_generati
 
 def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vllm_live, tmp_path):
     """A host with rlprof's Profiler and a trigger (bench/vllm_drive.py --host-slow-from 7: its rollout 0.5 s slower
-    from step 7, the trigger not told): its decision reaches the engine through `vllm_plugin.step(llm, n,
+    from step 7, the trigger not told): its decision reaches the engine through `vllm.loader.step(llm, n,
     trigger=...)`, and vLLM's worker captures the next step's rollout with its iterations as decode-step units."""
     from helpers import busy_steps, trigger_steps
 

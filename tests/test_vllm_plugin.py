@@ -11,7 +11,8 @@ import pytest
 from helpers import R
 
 from rlprof.errors import ConfigError
-from rlprof.integrations import vllm_plugin
+from rlprof.integrations.vllm import loader
+from rlprof.integrations.vllm.settings import engine_settings
 
 BASE = ["global_profiler.tool=torch", "global_profiler.steps=[2,4]", f"{R}.enable=true",
         f"{R}.tool_config.torch.discrete=true"]
@@ -22,7 +23,7 @@ def spec(*extra: str) -> str:
 
 
 def test_the_rollout_plan_read_from_the_environment(tmp_path):
-    s = vllm_plugin.engine_settings(spec(f"global_profiler.save_path={tmp_path}",
+    s = engine_settings(spec(f"global_profiler.save_path={tmp_path}",
                                          f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, "
                                          "active: 30}"), environ={"RLPROF_REPLICA": "0"})
     assert s.steps == (2, 4) and s.source == "auto" and s.replica == 0
@@ -35,7 +36,7 @@ def test_a_config_file_and_overrides_in_one_variable(tmp_path):
     cfg = tmp_path / "rollout profile.yaml"
     cfg.write_text("global_profiler: {tool: torch, steps: [3]}\n"
                    "actor_rollout_ref: {rollout: {profiler: {enable: true, tool_config: {torch: {discrete: true}}}}}\n")
-    s = vllm_plugin.engine_settings(shlex.join([str(cfg), f"global_profiler.save_path={tmp_path}"]), environ={})
+    s = engine_settings(shlex.join([str(cfg), f"global_profiler.save_path={tmp_path}"]), environ={})
     assert s.steps == (3,) and s.rollout.save_path == str(tmp_path)
 
 
@@ -45,7 +46,7 @@ def test_a_config_file_and_overrides_in_one_variable(tmp_path):
     ({}, ["global_profiler.steps=[]"]),  # no step
 ])
 def test_a_replica_the_plan_does_not_select_is_left_alone(environ, extra):
-    assert vllm_plugin.engine_settings(spec(*extra), environ=environ) is None
+    assert engine_settings(spec(*extra), environ=environ) is None
 
 
 @pytest.mark.parametrize("environ,extra,key,allowed", [
@@ -57,14 +58,14 @@ def test_a_replica_the_plan_does_not_select_is_left_alone(environ, extra):
 ])
 def test_what_the_engine_cannot_honour_is_one_line_naming_the_key(environ, extra, key, allowed):
     with pytest.raises(ConfigError) as exc:
-        vllm_plugin.engine_settings(spec(*extra), environ=environ)
+        engine_settings(spec(*extra), environ=environ)
     line = str(exc.value)
     assert key in line and allowed in line and "\n" not in line
 
 
 def test_an_unbalanced_quote_is_one_line():
     with pytest.raises(ConfigError) as exc:
-        vllm_plugin.engine_settings("global_profiler.steps=[1] 'open", environ={})
+        engine_settings("global_profiler.steps=[1] 'open", environ={})
     assert "RLPROF_PLAN" in str(exc.value) and "shell-quoted" in str(exc.value)
 
 
@@ -72,11 +73,11 @@ def test_the_entry_point_is_installed_with_rlprof():
     from importlib.metadata import entry_points
 
     (ep,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "rlprof"]
-    assert ep.load() is vllm_plugin.register
+    assert ep.load() is loader.register
 
 
 def run_register(env: dict) -> subprocess.CompletedProcess:
-    code = ("import sys; from rlprof.integrations.vllm_plugin import register; register(); "
+    code = ("import sys; from rlprof.integrations.vllm.loader import register; register(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'omegaconf', 'hydra', 'torch')))")
     full = {k: v for k, v in os.environ.items() if not k.startswith("RLPROF_")}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**full, **env},

@@ -2,57 +2,39 @@
 
 Hot-path rule: a stage boundary, tick or mark that nothing selected does one dict lookup and
 returns a shared no-op context whose enter/exit are C builtins: no formatting, no allocation,
-no environment lookups.
+no environment lookups (`scopes.py`). A window's life is `window.py`'s; catching the slow step is
+`watching.py`'s (a mixin of the Profiler); verl's finish hook is `verl_finish_hook.py`'s.
 """
 
 from __future__ import annotations
 
 import atexit
-from collections import defaultdict
-import msgspec
 import functools
-import importlib.util
 import logging
-import math
 import os
-import shutil
-import subprocess
-import threading
 import time
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
+import msgspec
+
 from ..config.plan import ProfilePlan, RolePlan
+from ..errors import ConfigError
 from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
-from ..errors import CollectError, ConfigError
-from .backends import Backend, Output, WindowSpec, backend_class
-from .cpu_wait import sample, since
-from .manifest import append_row, written_where
+from ..warn_once import warn_once
+from .backends import Backend, WindowSpec, backend_class, why_unavailable
+from .manifest import written_where
 from .naming import shared_run_id, window_name
-from .tracefile import finalize_trace
-from .trigger import REQ_COLS, Exchange, Trigger, encode_request
-from .watch import Timers, Watch, read_request, write_live, write_response
-from ..analyze.timeline_file import BUSY, CAPTURED, WARMUP
+from .scopes import E2E, NULL, SelectedStage, StepScope, UnitScope, null
+from .verl_finish_hook import FinishHook
+from .watching import Watching
+from .window import Window, WindowWriter
 
 log = logging.getLogger("rlprof")
 
-
-class _NullContext:
-    """Shared no-op context whose entering and leaving run no Python frame: `tuple` (a C type, no descriptor)
-    returns the empty tuple as the `as` target; `"".format`, a C builtin taking any arguments, returns ""
-    (falsy, so exceptions propagate). The cheapest C callables measured for the two slots (bench/overhead.py)."""
-
-    __slots__ = ()
-    __enter__ = tuple
-    __exit__ = "".format
-
-
-NULL = _NullContext()
-_E2E = object()  # _stage_now value: mark this stage as a range inside the open end-to-end window
 _current: "Profiler | None" = None
-HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
 
 
 def current() -> "Profiler | None":
@@ -60,186 +42,7 @@ def current() -> "Profiler | None":
     return _current
 
 
-class Window:
-    """One collection window: a backend instance plus what the manifest needs to know."""
-
-    __slots__ = ("prof", "spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu", "trigger",
-                 "probe")
-
-    def __init__(self, prof: "Profiler", spec: WindowSpec):
-        self.prof, self.spec = prof, spec
-        self.backend: Backend | None = None
-        self.failed = False
-        self.closed = False
-        self.start_ns = time.time_ns()
-        self.threads_at_start = sample()  # the machine's load on this window: cpu_wait.since at its close
-        self.cpu: dict = {}
-        self.trigger: dict | None = None  # why the trigger captured this window (the manifest row's `trigger`)
-        self.probe = False  # keep: slow_only: kept only if its step turns out slow
-
-    @property
-    def plan(self) -> RolePlan:
-        return self.spec.plan
-
-    def range(self, name: str):
-        if self.failed:
-            return NULL
-        return _GuardedRange(self, name)
-
-    def tick(self) -> None:
-        if self.failed:
-            return
-        try:
-            self.backend.step()
-        except Exception as exc:
-            self.prof._fault(self, "step", exc)
-
-
-class _GuardedRange:
-    """A backend range whose failures are profiler faults, never training errors."""
-
-    __slots__ = ("window", "name", "inner")
-
-    def __init__(self, window: Window, name: str):
-        self.window, self.name, self.inner = window, name, None
-
-    def __enter__(self):
-        try:
-            self.inner = self.window.backend.range(self.name)
-            self.inner.__enter__()
-        except Exception as exc:
-            self.inner = None
-            self.window.prof._fault(self.window, "range", exc)
-        return self
-
-    def __exit__(self, *exc):
-        if self.inner is not None and not self.window.failed:
-            try:
-                self.inner.__exit__(*exc)
-            except Exception as err:
-                self.window.prof._fault(self.window, "range", err)
-        return False
-
-
-class _StepScope:
-    __slots__ = ("prof", "n")
-
-    def __init__(self, prof: "Profiler", n: int):
-        self.prof, self.n = prof, n
-
-    def __enter__(self):
-        self.prof._begin_step(self.n)
-        return self.prof
-
-    def __exit__(self, *exc):
-        self.prof._end_step(self.n)
-        return False
-
-
-class _StageScope:
-    __slots__ = ("prof", "name", "target", "window", "opened", "range")
-
-    def __init__(self, prof: "Profiler", name: str, target):
-        self.prof, self.name, self.target = prof, name, target
-        self.window = self.range = None
-        self.opened = False
-
-    def __enter__(self):
-        prof = self.prof
-        prof._units = {}
-        if prof._open:  # a window is already open: the stage is a range inside it
-            self.window = prof._open[-1]
-            if self.target is not _E2E:
-                prof._note_once("nested", "rlprof: stage %s ran inside an open window; marked as a range there "
-                                "instead of a window of its own", self.name)
-        else:
-            if self.target is _E2E:
-                return self
-            self.window = prof._open_window(self.target, self.name, (prof._step,))
-            self.opened = True
-            prof._stage_now[self.name] = None  # entered again this step (a DAPO refill): first one only
-            prof._scopes[self.name] = NULL
-        self.range = self.window.range("rlprof:stage:" + self.name)
-        self.range.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.range is not None:
-            self.range.__exit__(*exc)
-        prof = self.prof
-        prof.tick("stage")
-        if self.opened:
-            prof._close_window(self.window)
-        return False
-
-
-class _SelectedStage:
-    """What `prof.stage(name)` returns for a stage selected this step: every entry opens a scope of its own
-    (per thread, so that threads entering the same stage do not share one)."""
-
-    __slots__ = ("prof", "name", "target", "_local")
-
-    def __init__(self, prof: "Profiler", name: str, target):
-        self.prof, self.name, self.target = prof, name, target
-        self._local = threading.local()
-
-    def __enter__(self):
-        scope = _StageScope(self.prof, self.name, self.target)
-        self._local.__dict__.setdefault("open", []).append(scope)
-        return scope.__enter__()
-
-    def __exit__(self, *exc):
-        return self._local.open.pop().__exit__(*exc)
-
-
-def _null() -> _NullContext:
-    return NULL
-
-
-def unit_range_name(unit: str, index: int, args: dict) -> str:
-    """`rlprof:<unit>:<index>`, then `|key=value,...` for what the unit holds (sequences, tokens): the analysis
-    reads them back from the range name, the one field every backend's ranges keep."""
-    name = f"rlprof:{unit}:{index}"
-    if args:
-        name += "|" + ",".join(f"{k}={v}" for k, v in args.items())
-    return name
-
-
-class _UnitScope:
-    __slots__ = ("prof", "unit", "range", "args")
-
-    def __init__(self, prof: "Profiler", unit: str, args: dict):
-        self.prof, self.unit, self.range, self.args = prof, unit, None, args
-
-    def __enter__(self):
-        prof = self.prof
-        k = prof._units.get(self.unit, 0)
-        prof._units[self.unit] = k + 1
-        self.range = prof._open[-1].range(unit_range_name(self.unit, k, self.args))
-        self.range.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.range.__exit__(*exc)
-        self.prof.tick(self.unit)
-        return False
-
-
-def _tool_available(tool: str) -> str | None:
-    """Why this machine cannot collect with `tool`, or None."""
-    if tool not in TOOLS:
-        return f"tool {tool} has no rlprof backend (it is another framework's tool)"
-    if tool == "npu" and importlib.util.find_spec("torch_npu") is None:
-        return "tool npu needs torch_npu (Ascend), which is not installed on this machine"
-    if tool in ("nsys", "torch_memory"):
-        import torch
-
-        if not torch.cuda.is_available():
-            return f"tool {tool} needs CUDA, which this machine does not have"
-    return None
-
-
-class Profiler:
+class Profiler(Watching):
     """Selective profiling for one process.
 
     rank / world_size default to torchrun's RANK / WORLD_SIZE. `role` names the role(s) this process
@@ -265,7 +68,7 @@ class Profiler:
             if r not in ROLES:
                 raise ConfigError("role", r, ", ".join(ROLES))
         self.roles = hosted
-        self._noted: set = set()
+        self.said: set = set()  # the warnings this Profiler has given (each is given once)
         self._collecting: dict[str, RolePlan] = {}
         for r in hosted:
             rp = plan.role(r)
@@ -276,13 +79,13 @@ class Profiler:
         for r, rp in list(self._collecting.items()):
             if rp.tool in self._factories:
                 continue
-            problem = _tool_available(rp.tool)
+            problem = why_unavailable(rp.tool)
             if problem and (rp.tool == "torch_memory" or rp.tool not in TOOLS):
-                self._note_once(("unavailable", rp.tool), "rlprof: %s; role %s collects nothing here, training goes on",
-                                problem, r)
+                warn_once(("unavailable", rp.tool), "rlprof: %s; role %s collects nothing here, training goes on",
+                          problem, r, said=self.said)
                 del self._collecting[r]
             elif problem:
-                usable = [t for t in ("torch", "markers", "nsys", "torch_memory", "npu") if not _tool_available(t)]
+                usable = [t for t in ("torch", "markers", "nsys", "torch_memory", "npu") if not why_unavailable(t)]
                 raise ConfigError(f"{r}.tool", rp.tool, "a tool this machine has: " + ", ".join(usable),
                                   problem=f"cannot collect here: {problem}")
             else:
@@ -295,7 +98,7 @@ class Profiler:
                 if not (rp.enabled and rp.tool and rp.stages):
                     continue
                 if rp.tool not in self._factories:
-                    if _tool_available(rp.tool):
+                    if why_unavailable(rp.tool):
                         continue
                     self._factories[rp.tool] = backend_class(rp.tool)
                 self._capturable[r] = rp
@@ -311,33 +114,16 @@ class Profiler:
         self._stage_now: dict = {}
         # `with prof.stage("actor_update"):` marks a stage and opens its window when selected. `stage` is the C
         # lookup of a dict kept in step with _stage_now: an unselected stage costs one dict hit, no Python frame.
-        self._scopes: defaultdict = defaultdict(_null)
+        self._scopes: defaultdict = defaultdict(null)
         self.stage = self._scopes.__getitem__
         self._ticks: dict[str, list[Window]] = {}
         self._open: list[Window] = []
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
-        self._finalizer: ThreadPoolExecutor | None = None
-        self._pending: list[Future] = []
-        self._analysis = None
-        self._lock = threading.Lock()
-        self.windows_written = 0
+        self._writer = WindowWriter(self.run_id, hosted, self._where)
         self._closed = False
-        self._hook = self._finish_hook_here(plan, hosted)
-        self._profiled_steps: set[int] = set()
-        self._watch: Watch | None = None
-        self._trigger: Trigger | None = None
-        self._exchange: Exchange | None = None
-        self._capture_rows: dict = {}  # stage (or "e2e") -> the trigger row of the capture open this step
-        self._taken: list = []  # the captures taken this step
-        self._held: list = []  # keep: slow_only: (window, outputs) waiting for their step's decision
-        self._probing: set = set()
-        self.probes = {"windows": 0, "kept": 0, "backend_ns": 0}
-        self._requests_seen: set = set()
-        self._beat_at = 0.0
-        self._delegated: dict = {}
-        if watched:
-            self._start_watch(decides)
+        self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)
+        self._init_watching(watched, decides)
         _current = self
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -353,12 +139,17 @@ class Profiler:
         """Whether a window is open in this process now (units marked now are recorded)."""
         return bool(self._open)
 
+    @property
+    def windows_written(self) -> int:
+        """Windows written to disk so far, with their manifest rows."""
+        return self._writer.written
+
     def run_dir(self, role: str = "actor") -> Path:
         return Path(self.plan.role(role).save_path) / self.run_id
 
-    def step(self, n: int) -> _StepScope:
+    def step(self, n: int) -> StepScope:
         """`with prof.step(n):` marks global training step n (1-based)."""
-        return _StepScope(self, n)
+        return StepScope(self, n)
 
     def tick(self, unit: str) -> None:
         """A `unit` boundary (mini_batch, micro_batch, decode_step) has passed: drives schedules."""
@@ -373,7 +164,7 @@ class Profiler:
         `active` sequences of a decode step; the analysis turns them into padding and rollout-tail measures."""
         if not self._open:  # schedules tick only inside open windows
             return NULL
-        return _UnitScope(self, unit, args)
+        return UnitScope(self, unit, args)
 
     def mark(self, name: str):
         """A named range for anything else, recorded in the open window (if any)."""
@@ -392,13 +183,10 @@ class Profiler:
         self._e2e = None
         self._select({})
         self._stop_watch()
-        self._wait_written()
-        if self._hook is not None and self._profiled_steps:  # the run ended before the last listed step
-            self._run_finish_hook()
-        if self._finalizer is not None:
-            self._finalizer.shutdown(wait=True)
-        if self._analysis is not None:
-            self._analysis.close(timeout=600 if wait_analysis else 0)
+        self.wait_written()
+        if self._finish_hook is not None:
+            self._finish_hook.closing(self)
+        self._writer.close(wait_analysis)
         if _current is self:
             _current = None
 
@@ -424,7 +212,7 @@ class Profiler:
             self._e2e = self._open_window(primary, None, group)
         elif capture_e2e is not None and self._e2e is None:
             self._e2e = self._open_window(capture_e2e, None, (n,))
-        stage_now: dict = dict.fromkeys(STAGES, _E2E) if self._e2e is not None else {}
+        stage_now: dict = dict.fromkeys(STAGES, E2E) if self._e2e is not None else {}
         for rp in self._collecting.values():
             if rp.mode == "discrete" and n in rp.steps:
                 for stage in rp.stages:
@@ -437,7 +225,7 @@ class Profiler:
         """The stages selected now, and what `stage` returns for each (in place: `stage` is bound to the dict)."""
         self._stage_now = stage_now
         self._scopes.clear()
-        self._scopes.update((name, _SelectedStage(self, name, target)) for name, target in stage_now.items())
+        self._scopes.update((name, SelectedStage(self, name, target)) for name, target in stage_now.items())
 
     def _end_step(self, n: int) -> None:
         self.tick("step")
@@ -449,60 +237,12 @@ class Profiler:
         self._step = None
         if self._watch is not None:
             self._watch_end(n)
-        if self._hook is not None:
-            rp, last = self._hook
-            if n in rp.steps:
-                self._profiled_steps.add(n)
-            if n >= last:
-                self._run_finish_hook()
+        if self._finish_hook is not None:
+            self._finish_hook.step_ended(self, n)
 
-    def _wait_written(self) -> None:
+    def wait_written(self) -> None:
         """Block until every window this process closed is on disk, with its manifest row."""
-        for fut in self._pending:
-            fut.result()
-        self._pending.clear()
-
-    # ---- verl's finish hook -----------------------------------------------------------------
-    def _finish_hook_here(self, plan: ProfilePlan, hosted: tuple[str, ...]) -> tuple[RolePlan, int] | None:
-        """The hook this process runs, as verl's worker does: the first hosted role's (a combined
-        actor_rollout_ref worker uses the actor's profiler), when enabled and selected for this rank."""
-        for r in hosted:
-            rp = plan.role(r)
-            if rp.enabled and rp.finish_hook is not None and rp.steps:
-                index = self.replica if (r == "rollout" and plan.async_rollout and self.replica is not None) \
-                    else self.rank
-                if rp.finish_hook.runs_on(index, rp.collects_on(index)):
-                    return rp, max(rp.steps)
-                return None
-        return None
-
-    def _run_finish_hook(self) -> None:
-        """Once, after the last profiled step, through the shell with verl's VERL_PROFILE_* environment.
-        Waits for this process's traces to be written first. A failing command is a warning, never an error."""
-        hook, self._hook = self._hook, None
-        if hook is None:
-            return
-        rp = hook[0]
-        self._wait_written()
-        parts = [r for r in ("actor", "rollout", "ref") if r in self.roles]
-        run_dir = self.run_dir(rp.role) if self.run_id else Path(rp.save_path)
-        env = dict(os.environ, VERL_PROFILE_SAVE_PATH=str(run_dir), VERL_PROFILE_TOOL=rp.tool or "",
-                   VERL_PROFILE_RANK=str(self.rank), VERL_PROFILE_PID=str(os.getpid()),
-                   VERL_PROFILE_ROLE="_".join(parts or self.roles), RLPROF_SAVE_PATH=rp.save_path,
-                   RLPROF_RUN_DIR=str(run_dir))
-        cmd = rp.finish_hook.cmd
-        print(f"[rlprof][finish_hook] rank {self.rank}: running: {cmd}", flush=True)
-        try:
-            proc = subprocess.run(["/bin/sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        except Exception as exc:
-            log.warning("rlprof: finish hook could not start on rank %s: %s (training goes on)", self.rank, exc)
-            return
-        for line in proc.stdout.splitlines():
-            print(f"[rlprof][finish_hook] rank {self.rank}: {line}", flush=True)
-        if proc.returncode != 0:
-            log.warning("rlprof: finish hook exited with %s on rank %s: %s (training goes on)",
-                        proc.returncode, self.rank, cmd)
+        self._writer.wait()
 
     def _run_dir_for(self, rp: RolePlan) -> Path:
         path = self.run_dir(rp.role)
@@ -516,20 +256,16 @@ class Profiler:
         spec = WindowSpec(run_dir=self._run_dir_for(rp), steps=steps, role=role, stage=stage, rank=rank,
                           world_size=self.world_size, replica=self.replica, plan=rp,
                           base_name=functools.partial(window_name, steps, role, stage, rank))
-        w = Window(self, spec)
+        w = Window(spec, self._fault)
         w.trigger = self._capture_rows.get(stage or "e2e")
         w.probe = w.trigger is None and stage in self._probing and rp.mode == "discrete"
         self._open.append(w)
         t0 = time.perf_counter_ns()
-        try:
-            w.backend = self._factories[rp.tool](spec)
-            w.backend.start()
-            if w.probe:
-                self.probes["windows"] += 1
-                self.probes["backend_ns"] += time.perf_counter_ns() - t0
-        except Exception as exc:
-            self._fault(w, "start", exc)
+        if not w.start(self._factories[rp.tool]):
             return w
+        if w.probe:
+            self.probes["windows"] += 1
+            self.probes["backend_ns"] += time.perf_counter_ns() - t0
         if rp.schedule is not None:
             self._ticks.setdefault(rp.schedule.unit, []).append(w)
         return w
@@ -545,325 +281,22 @@ class Profiler:
                 ws.remove(w)
                 if not ws:
                     del self._ticks[unit]
-        if w.failed:
-            return
-        w.cpu = since(w.threads_at_start)  # before the backend's export, which is rlprof's own time
         t0 = time.perf_counter_ns()
-        try:
-            outputs = w.backend.stop()
-        except Exception as exc:
-            self._fault(w, "stop", exc, stopped=True)
+        outputs = w.stop()
+        if outputs is None:
             return
         if w.probe:  # kept or dropped at the step's end, when the trigger has judged the step
             self.probes["backend_ns"] += time.perf_counter_ns() - t0
             self._held.append((w, outputs))
             return
-        self._write_outputs(w, outputs)
+        self._writer.write(w, outputs)
 
-    def _write_outputs(self, w: Window, outputs: list[Output]) -> None:
-        for out in outputs:
-            if w.plan.strict:
-                self._finish(w, out)
-            else:
-                if self._finalizer is None:
-                    self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
-                self._pending.append(self._finalizer.submit(self._finish_quietly, w, out))
-
-
-    # ---- the watch and the trigger (catching the slow step) --------------------------------
-    @property
-    def watch_dir(self) -> Path:
-        """Where the timeline, the heartbeat and capture requests live: the run directory of the plan's first
-        enabled role (the same on every rank and replica)."""
-        role = next((r.role for r in self.plan.roles if r.enabled and r.tool), "actor")
-        return self.run_dir(role)
-
-    def _start_watch(self, decides: bool) -> None:
-        try:
-            trigger = self.plan.trigger
-            self._watch = Watch(self.watch_dir, self.rank if self.replica is None else self.replica)
-            enabled = tuple(r.role for r in self.plan.roles if r.enabled and r.tool and r.stages)
-            fixed = {n for r in self.plan.roles if r.enabled for n in r.steps}
-            self._trigger = Trigger(trigger, enabled, fixed)
-            self._exchange = Exchange(self.world_size) if decides else None
-            self.stage = Timers(self._watch, self._scopes).__getitem__
-            if self.rank == 0 and decides:
-                self.watch_dir.mkdir(parents=True, exist_ok=True)
-                self._heartbeat(step=0)
-                print(f"rlprof: watching every step; run directory {self.watch_dir}"
-                      + (f" (rlprof capture {self.watch_dir} --next)" if trigger.request else ""), flush=True)
-        except Exception as exc:
-            self._watch_fault("start", exc, disable=True)
-
-    def _heartbeat(self, **fields) -> None:
-        t = self._trigger
-        write_live(self.watch_dir, run_id=self.run_id, world_size=self.world_size, request=t.plan.request,
-                   captures_left=t.budget_left(), max_captures=t.plan.max_captures, **fields)
-
-    def _stop_watch(self) -> None:
-        watch, self._watch = self._watch, None
-        if watch is None:
-            return
-        self.stage = self._scopes.__getitem__
-        try:
-            watch.close()
-            if self.rank == 0 and self._exchange is not None:
-                self._heartbeat(ended=True)
-            if self.probes["windows"] and self.rank == 0:
-                p = self.probes
-                print(f"rlprof: keep: slow_only profiled {p['windows']} stage windows on rank 0 and kept "
-                      f"{p['kept']}; starting and stopping them took {p['backend_ns'] / 1e9:.2f} s "
-                      f"({p['backend_ns'] / 1e6 / p['windows']:.1f} ms per window, besides the profiler's cost "
-                      "inside each stage)", flush=True)
-        except Exception as exc:
-            self._watch_fault("close", exc)
-
-    def _watch_fault(self, phase: str, exc: BaseException, disable: bool = False) -> None:
-        """A fault inside the watch or the trigger: one warning, training goes on (without the watch when the
-        decision itself cannot be made)."""
-        self._note_once(("watch", phase), "rlprof: the watch failed to %s: %s: %s (training goes on%s)", phase,
-                        type(exc).__name__, exc, " without it" if disable else "")
-        if disable:
-            self._watch = self._trigger = self._exchange = None
-            self.stage = self._scopes.__getitem__
-
-    def arm(self, step: int, stage: str | None, trigger: dict) -> None:
-        """Capture `stage` (None: the whole step) at `step` here, as another process decided (the driver of async
-        rollout replicas). Needs a trigger in the plan."""
-        if self._trigger is not None:
-            from .trigger import Capture
-
-            role = STAGE_ROLE[stage] if stage else None
-            self._trigger.pending.append(Capture(at_step=step, stage=stage, role=role, trigger=trigger,
-                                                 ranks=(self._watch.rank,)))
-
-    def delegated(self, stage: str) -> dict | None:
-        """The trigger row of a capture this step of `stage` that a process following this one takes (an async
-        rollout replica), or None. Asked by the host between the step's start and the stage."""
-        if self._watch is None:
-            return None
-        return self._delegated.get(stage)
-
-    def _index(self, role: str) -> int:
-        async_rollout = role == "rollout" and self.plan.async_rollout and self.replica is not None
-        return self.replica if async_rollout else self.rank
-
-    def _watch_begin(self, n: int) -> tuple:
-        """The step starts: its stage clocks, and what the trigger armed for it on this process."""
-        try:
-            self._watch.begin(n)
-            trig = self._trigger
-            self._capture_rows, self._probing = {}, set()
-            e2e, stages = None, {}
-            self._taken = trig.due(n)
-            self._delegated = {}
-            for cap in self._taken:
-                if cap.role is not None and cap.role in trig.enabled_roles and cap.role not in self._capturable:
-                    # a role another process hosts (async rollout replicas, a vLLM engine): they follow through
-                    # `delegated`, and this process opens nothing, so that its windows and theirs never overlap on a
-                    # device they share. A whole-step capture stays here (the rollout is a range of this window).
-                    self._delegated.setdefault(cap.stage or "step", cap.trigger)
-                # a stage of a role the plan does not collect (the reward's, with only the actor enabled): the
-                # whole step is captured with the roles the plan does collect
-                whole = cap.role is not None and cap.role not in trig.enabled_roles
-                for role, rp in self._capturable.items():
-                    if cap.role is not None and role != cap.role and not whole:
-                        continue
-                    index = self._index(role)
-                    here = (index in cap.ranks) if cap.ranks is not None else (rp.all_ranks or index in rp.ranks)
-                    if not (here or index in cap.extra_ranks):
-                        continue
-                    if rp.mode == "e2e" or whole:
-                        rp = msgspec.structs.replace(rp, mode="e2e") if whole else rp
-                        e2e = e2e or rp
-                        self._capture_rows.setdefault("e2e", cap.trigger)
-                    else:
-                        for stage in ((cap.stage,) if cap.stage else rp.stages):
-                            stages.setdefault(stage, rp)
-                            self._capture_rows.setdefault(stage, cap.trigger)
-            plan = trig.plan
-            if (plan.keep == "slow_only" and e2e is None and not stages and n > plan.warmup_steps
-                    and trig.budget_left() > 0):
-                for role, rp in self._capturable.items():
-                    if rp.all_ranks or self._index(role) in rp.ranks:
-                        probe = msgspec.structs.replace(rp, mode="discrete")
-                        for stage in (plan.stages or rp.stages):
-                            if stage in rp.stages:
-                                stages.setdefault(stage, probe)
-                                self._probing.add(stage)
-            return e2e, stages
-        except Exception as exc:
-            self._watch_fault("begin a step", exc)
-            return None, {}
-
-    def _watch_end(self, n: int) -> None:
-        """The step ended: its record, the decision every rank makes alike, the heartbeat and request answers."""
-        watch, trig = self._watch, self._trigger
-        try:
-            step_s, stages, busy = watch.end()
-        except Exception as exc:
-            self._watch_fault("time the step", exc)
-            step_s, stages, busy = math.nan, [math.nan] * 2 * len(STAGES), False
-        if self._exchange is None:  # a follower: the host decides and keeps the timeline
-            self._capture_rows, self._taken = {}, []
-            return
-        req = None
-        if self.rank == 0 and trig.plan.request:
-            try:
-                req = read_request(self.watch_dir, self._requests_seen)
-            except Exception as exc:
-                self._watch_fault("read a capture request", exc)
-        try:
-            matrix = self._exchange.gather([step_s, *stages, float(busy), *encode_request(req)])
-            ranks = self._exchange.relay(req.get("ranks") if req else None) if matrix[0, REQ_COLS + 4] else None
-            decision = trig.decide(n, matrix, ranks)
-        except Exception as exc:
-            self._watch_fault("decide", exc, disable=True)
-            return
-        kept = self._settle_probes(decision.flagged) if self._held else False
-        self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept)
-        if self.rank == 0:
-            try:
-                self._answer(n, decision)
-                now = time.monotonic()
-                if now - self._beat_at >= HEARTBEAT_S or decision.armed or decision.refused or self._taken:
-                    self._beat_at = now  # a rename per step costs ms on some disks: at most one a second
-                    self._heartbeat(step=n, step_seconds=step_s)
-            except Exception as exc:
-                self._watch_fault("write the heartbeat", exc)
-        self._capture_rows, self._taken = {}, []
-
-    def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool) -> None:
-        flags = (BUSY if busy else 0) | (WARMUP if n <= self._trigger.plan.warmup_steps else 0) \
-            | (CAPTURED if captured else 0)
-        try:
-            self._watch.write(n, flags, step_s, stages)
-        except Exception as exc:
-            self._watch_fault("write the timeline", exc)
-
-    def _settle_probes(self, flagged: dict | None) -> bool:
-        """keep: slow_only: the windows of this step's slow stage are written, the others dropped."""
-        held, self._held = self._held, []
-        keep = set()
-        if flagged is not None:  # the trigger counted it on the budget
-            keep = {w.spec.stage for w, _ in held} if flagged["stage"] == "step" else {flagged["stage"]}
-        row = {k: v for k, v in (flagged or {}).items() if k != "ranks"}
-        for w, outputs in held:
-            if w.spec.stage in keep:
-                w.trigger = row
-                self.probes["kept"] += 1
-                self._write_outputs(w, outputs)
-                continue
-            for out in outputs:
-                if out.path is not None and out.path.is_dir():
-                    shutil.rmtree(out.path, ignore_errors=True)
-                elif out.path is not None:
-                    out.path.unlink(missing_ok=True)
-        return bool(keep)
-
-    def _answer(self, n: int, decision) -> None:
-        """Rank 0 tells `rlprof capture` what became of its request: armed, refused, captured."""
-        for rid, why in decision.refused:
-            write_response(self.watch_dir, rid, status="refused", reason=why, step=n)
-        for cap in decision.armed:
-            if cap.request_id is not None:
-                write_response(self.watch_dir, cap.request_id, status="armed", at_step=cap.at_step, stage=cap.stage,
-                               role=cap.role, ranks=self._capture_ranks(cap))
-        for cap in self._taken:
-            if cap.request_id is not None:
-                write_response(self.watch_dir, cap.request_id, status="captured", at_step=n, stage=cap.stage,
-                               role=cap.role, ranks=self._capture_ranks(cap))
-
-    def _capture_ranks(self, cap) -> list[int]:
-        """The ranks a capture is taken on, as the plan says (the same answer on every rank)."""
-        if cap.ranks is not None:
-            return sorted(set(cap.ranks) | set(cap.extra_ranks))
-        roles = [r for r in self._trigger.enabled_roles if cap.role in (None, r)]
-        if any(self.plan.role(r).all_ranks for r in roles):
-            return list(range(self.world_size))
-        return sorted({i for r in roles for i in self.plan.role(r).ranks} | set(cap.extra_ranks))
-
-    # ---- outputs, manifest, faults ----------------------------------------------------------
-    def _finish_quietly(self, w: Window, out: Output) -> None:
-        try:
-            self._finish(w, out)
-        except Exception as exc:
-            self._fault(w, "export", exc, stopped=True)
-
-    def _finish(self, w: Window, out: Output) -> None:
-        spec, rp = w.spec, w.plan
-        meta = self._row(w, out)
-        if out.finalize_to is not None:
-            dest = spec.run_dir / out.finalize_to
-            try:
-                meta["path"] = dest.name
-                out.bytes, truncated = finalize_trace(out.path, dest, meta, rp.max_bytes_per_window)
-            finally:
-                out.path.unlink(missing_ok=True)
-            out.path = dest
-            if truncated:
-                out.status = "truncated"
-                log.warning("rlprof: window %s passed its budget of %d bytes; cut to %d bytes and marked truncated",
-                            dest.name, rp.max_bytes_per_window, out.bytes)
-        row = self._row(w, out)
-        with self._lock:
-            append_row(spec.run_dir, row)
-            self.windows_written += 1
-        if rp.analysis and out.path is not None and out.finalize_to is not None:
-            if self._analysis is None:
-                from .analysis_hook import AnalysisHook
-
-                self._analysis = AnalysisHook()
-            from ..analyze.manifest import row_meta
-
-            self._analysis.submit(str(out.path), str(spec.run_dir), row_meta(row))
-
-    def _row(self, w: Window, out: Output | None, error: str | None = None) -> dict:
-        spec, rp = w.spec, w.plan
-        row = {
-            "run_id": self.run_id, "step": spec.steps[0], "steps": list(spec.steps), "role": spec.role,
-            "stage": spec.stage or "e2e", "rank": spec.rank, "world_size": spec.world_size,
-            "replica": spec.replica, "tool": rp.tool, "mode": rp.mode,
-            "unit": rp.schedule.unit if rp.schedule else None,
-            "window": (out.index or 0) if out else 0,
-            "path": (out.path.name if out and out.path is not None else None),
-            "bytes": out.bytes if out else 0,
-            "start_ns": out.start_ns if out else w.start_ns,
-            "end_ns": out.end_ns if out else time.time_ns(),
-            "status": out.status if out else "failed",
-            "roles": list(self.roles),
-            **({"trigger": w.trigger} if w.trigger is not None else {}),
-            **w.cpu,
-            **self._where,
-        }
-        if error:
-            row["error"] = error
-        return row
-
-    def _fault(self, w: Window, phase: str, exc: BaseException, stopped: bool = False) -> None:
-        """A backend failure: strict plans raise; otherwise log once, mark the window failed, go on."""
-        name = w.spec.base_name(None)
-        message = f"{w.plan.tool} backend failed to {phase} window {name}: {type(exc).__name__}: {exc}"
-        if w.plan.strict:
-            w.failed = True
-            raise CollectError(message) from exc
-        self._note_once(("fault", w.plan.tool, phase, type(exc).__name__),
-                        "rlprof: %s (window marked failed; training goes on)", message)
-        already = w.failed
-        w.failed = True
-        if not stopped and phase != "start" and w.backend is not None:
-            try:  # release the profiler so later windows can start
-                w.backend.stop()
-            except Exception:
-                pass
+    def _fault(self, w: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
+        """A window's backend failed (window.py): said once per kind, the window's manifest row marked failed."""
+        warn_once(("fault", w.plan.tool, phase, type(exc).__name__), "rlprof: %s (window marked failed; training "
+                  "goes on)", message, said=self.said)
         if not already:
-            with self._lock:
-                append_row(w.spec.run_dir, self._row(w, None, error=message))
-
-    def _note_once(self, key, fmt: str, *args) -> None:
-        if key not in self._noted:
-            self._noted.add(key)
-            log.warning(fmt, *args)
+            self._writer.failed_row(w, message)
 
 
 def _close_at_exit(ref) -> None:

@@ -1,5 +1,5 @@
 """`rlprof capture`: ask a running job for a capture. The request is a file in the run directory that rank 0 reads
-at its next step boundary and relays to every rank over the job's own process group (collect/profiler.py); the
+at its next step boundary and relays to every rank over the job's own process group (collect/watching.py); the
 job answers in `capture/<id>.json` and each rank's captured window carries the request's id in its manifest row."""
 
 from __future__ import annotations

@@ -12,24 +12,8 @@ per-iteration annotation counts them).
 from __future__ import annotations
 
 import functools
-import logging
-import os
-import zlib
 
-ENV_SAID = "RLPROF_VLLM_SAID"  # a warning said in this process is not said again by the processes it starts
-
-log = logging.getLogger("rlprof")
-
-
-def say(message: str, about: str | None = None) -> None:
-    """One warning per message (or per `about`) for the whole engine: the processes vLLM starts after this one
-    inherit the mark."""
-    said = os.environ.get(ENV_SAID, "")
-    key = format(zlib.crc32((about or message).encode()), "x")  # the same in every process (hash() is salted)
-    if key in said.split(","):
-        return
-    os.environ[ENV_SAID] = f"{said},{key}" if said else key
-    log.warning("rlprof: %s", message)
+from ..warn_once import warn_once
 
 
 class Iterations:
@@ -50,8 +34,8 @@ class Iterations:
         runner = getattr(worker, "model_runner", None)
         missing = [m for m in ("execute_model", "sample_tokens") if not callable(getattr(runner, m, None))]
         if missing:
-            say(f"vLLM {version}'s worker {type(worker).__name__} has no model_runner.{'/'.join(missing)}; "
-                 "nothing is patched and nothing is collected in this worker")
+            warn_once(None, f"rlprof: vLLM {version}'s worker {type(worker).__name__} has no model_runner."
+                      f"{'/'.join(missing)}; nothing is patched and nothing is collected in this worker", inherit=True)
             return False
         runner.execute_model = self.wrap_execute(runner.execute_model)
         runner.sample_tokens = self.wrap_sample(runner.sample_tokens)
@@ -96,7 +80,8 @@ class Iterations:
             unit.__enter__()
             self.unit = unit
         except Exception as exc:
-            say(f"could not mark a decode step: {type(exc).__name__}: {exc}; this step's units are not marked")
+            warn_once(None, f"rlprof: could not mark a decode step: {type(exc).__name__}: {exc}; this step's units "
+                      "are not marked", inherit=True)
             self.unit = None
 
     def _close_unit(self) -> None:
@@ -105,7 +90,7 @@ class Iterations:
             try:
                 unit.__exit__(None, None, None)
             except Exception as exc:
-                say(f"could not close a decode step: {type(exc).__name__}: {exc}")
+                warn_once(None, f"rlprof: could not close a decode step: {type(exc).__name__}: {exc}", inherit=True)
 
 
 class HostSession(Iterations):

@@ -72,7 +72,7 @@ def trigger_line(plan: ProfilePlan) -> str | None:
             "steps never trigger" + ("; a baseline window after the warm-up" if t.baseline else ""))
 
 
-# ---- micro-batches sampled inside verl's workers (integrations/verl_plugin.py) ------------------------------------
+# ---- micro-batches sampled inside verl's workers (integrations/verl/) ---------------------------------------------
 def plugin_stages(plan: ProfilePlan, role: RolePlan) -> tuple[str, ...]:
     """The stages whose micro-batches rlprof's verl plugin samples for this role (empty: the plugin has no part)."""
     if plan.dialect != "global_role" or not role.enabled or role.schedule is None or role.tool not in ("torch", "npu"):

@@ -198,12 +198,12 @@ TIMING_STAGES = {"gen": "rollout_generate", "reward": "reward_compute", "old_log
 TIMING_PREFIX = "timing_s/"
 RESPONSE_LENGTH_KEY = "response_length/mean"
 
-# ---- rlprof inside verl's workers (integrations/verl_plugin.py; `rlprof plan` says when it is what collects) ---------
+# ---- rlprof inside verl's workers (integrations/verl/; `rlprof plan` says when it is what collects) ---------
 # verl imports, on `import verl` in every process, each entry point of this group (verl/__init__.py, 0.9.0 on; errors
 # hidden at debug log level), unless VERL_USE_EXTERNAL_PLUGINS is "none" or a list of names without rlprof's.
 PLUGIN_GROUP = "verl.plugins"
 PLUGIN_NAME = "rlprof"
-PLUGIN_MODULE = "rlprof.integrations.verl_plugin"
+PLUGIN_MODULE = "rlprof.integrations.verl.loader"
 PLUGINS_POLICY_ENV = "VERL_USE_EXTERNAL_PLUGINS"
 # verl 0.7.x has no plugin group; it imports the modules listed here on `import verl` (Ray's runtime_env carries the
 # variable to every worker). Its `actor_rollout_ref.model.external_lib` is imported only in the worker's init_model,

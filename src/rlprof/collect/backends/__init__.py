@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+from ...vocab import TOOLS
 from .base import Backend, Output, WindowSpec
 
 
@@ -21,4 +24,18 @@ def backend_class(tool: str) -> type[Backend]:
     return cls
 
 
-__all__ = ["Backend", "Output", "WindowSpec", "backend_class"]
+def why_unavailable(tool: str) -> str | None:
+    """Why this machine cannot collect with `tool`, or None."""
+    if tool not in TOOLS:
+        return f"tool {tool} has no rlprof backend (it is another framework's tool)"
+    if tool == "npu" and importlib.util.find_spec("torch_npu") is None:
+        return "tool npu needs torch_npu (Ascend), which is not installed on this machine"
+    if tool in ("nsys", "torch_memory"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"tool {tool} needs CUDA, which this machine does not have"
+    return None
+
+
+__all__ = ["Backend", "Output", "WindowSpec", "backend_class", "why_unavailable"]

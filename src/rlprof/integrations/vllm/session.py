@@ -1,4 +1,4 @@
-"""rlprof's own Profiler in one vLLM worker, for the plugin (integrations/vllm_plugin.py): imported only where a
+"""rlprof's own Profiler in one vLLM worker, for the plugin (`engine_hooks.py` attaches it): imported only where a
 plan selects this replica, so that an inactive plugin loads nothing but its entry module."""
 
 from __future__ import annotations
@@ -7,10 +7,13 @@ import functools
 import os
 import re
 
-from ..collect.vllm_worker import Iterations, say
+from ...collect import Profiler
+from ...collect.engine import RlprofEngineProfiler
+from ...collect.vllm_worker import Iterations
+from ...warn_once import warn_once
 
 STEP_IN_PREFIX = re.compile(r"step(\d+)")  # a start_profile prefix naming its step
-# ... and a capture that main_ppo's driver armed (integrations/verl_trigger.py: rollout_prefix)
+# ... and a capture that main_ppo's driver armed (integrations/verl/trigger.py: rollout_prefix)
 TRIGGER_IN_PREFIX = re.compile(r"\.rlprof-([a-z]+)-(\d+)-(\w+)$")
 
 
@@ -28,9 +31,6 @@ class EngineSession(Iterations):
             worker.profile = session.wrap_profile(worker.profile)
 
     def __init__(self, worker, settings, version: str):
-        from ..collect import Profiler
-        from ..collect.engine import RlprofEngineProfiler
-
         self.settings = settings
         config = worker.vllm_config
         parallel = config.parallel_config
@@ -43,7 +43,7 @@ class EngineSession(Iterations):
                                                                          else "rounds")
         self.profiler = Profiler(settings.plan, rank=settings.replica * size + rank, world_size=size,
                                  role="rollout", replica=settings.replica, run_id=os.environ.get("RLPROF_RUN_ID"),
-                                 decides=False,  # with a trigger, the host decides (vllm_plugin.step's trigger)
+                                 decides=False,  # with a trigger, the host decides (loader.step's trigger)
                                  tags={"engine": "vllm", "engine_version": version, "engine_tp_rank": rank % tp,
                                        "engine_pp_rank": rank // tp, "pid": os.getpid()})
         self.engine = RlprofEngineProfiler(self.profiler)
@@ -53,8 +53,9 @@ class EngineSession(Iterations):
         if self.source == "profile_calls" and vllm_profiles:
             steps = ", ".join(map(str, settings.steps)) or "none listed"
             triggered = "; and the steps the host's trigger captures" if settings.plan.trigger is not None else ""
-            say(f"on replica {settings.replica}, vLLM's start_profile/stop_profile open and close rlprof's windows "
-                f"(steps {steps}{triggered}); vLLM's own torch profiler is not started there")
+            warn_once(None, f"rlprof: on replica {settings.replica}, vLLM's start_profile/stop_profile open and close "
+                      f"rlprof's windows (steps {steps}{triggered}); vLLM's own torch profiler is not started there",
+                      inherit=True)
 
     def recording(self) -> bool:
         return self.step is not None
@@ -73,8 +74,8 @@ class EngineSession(Iterations):
                 self.engine.start_profile(step, trigger)
             except Exception as exc:  # the Profiler marks backend faults itself; this is anything else
                 self.step = None
-                say(f"could not open step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
-                     about=f"open {type(exc).__name__}")
+                warn_once(f"open {type(exc).__name__}", f"rlprof: could not open step {step}'s window: "
+                          f"{type(exc).__name__}: {exc}; generation goes on", inherit=True)
 
     def end(self, source: str) -> None:
         if source != self.source or self.step is None:
@@ -84,8 +85,8 @@ class EngineSession(Iterations):
         try:
             self.engine.stop_profile()
         except Exception as exc:
-            say(f"could not close step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
-                 about=f"close {type(exc).__name__}")
+            warn_once(f"close {type(exc).__name__}", f"rlprof: could not close step {step}'s window: "
+                      f"{type(exc).__name__}: {exc}; generation goes on", inherit=True)
 
     def wrap_profile(self, original):
         @functools.wraps(original)

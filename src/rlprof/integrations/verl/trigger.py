@@ -2,7 +2,7 @@
 the TaskRunner process) watches every step, decides once, and verl's own profiling path captures the next step on
 its workers and rollout replicas.
 
-How it gets there: the verl plugin (verl_plugin.py, loaded by verl in every process) calls `attach` right after
+How it gets there: the verl plugin (verl/loader.py, loaded by verl in every process) calls `attach` right after
 `verl.trainer.ppo.v1.trainer_base` is imported; `attach` wraps four methods of its PPOTrainer in memory (no verl
 file changes). Each wrapper costs one attribute lookup when the config has no `global_profiler.trigger`.
 
@@ -29,24 +29,21 @@ trigger config is one warning naming the key (`rlprof plan` refuses it before th
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import os
 import time
 from pathlib import Path
 
-log = logging.getLogger("rlprof")
+from ...warn_once import warn_once
+from ..vllm.environment import ENV_PLAN
 
 WRAPPED = ("fit", "_start_profiling", "_stop_profiling")
-ENV_ENGINE_PLAN = "RLPROF_PLAN"  # rlprof's vLLM plugin's plan (integrations/vllm_plugin.py)
 _DRIVER = "_rlprof_trigger"  # the trainer's DriverTrigger, False once looked for and absent (or failed)
-_said: set = set()
+_said: set = set()  # what the driver's trigger said (its own scope of warn_once, cleared by its tests)
 
 
 def _say(key, message: str) -> None:
-    if key not in _said:
-        _said.add(key)
-        log.warning("%s", message)
+    warn_once(key, "%s", message, said=_said)
 
 
 def attach(module) -> None:
@@ -83,7 +80,7 @@ def _build(trainer):
             return None
         return DriverTrigger(trainer)
     except Exception as exc:
-        from ..errors import ConfigError
+        from ...errors import ConfigError
 
         what = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         _say(("build", what), f"rlprof: global_profiler.trigger is not used: {what}; main_ppo goes on without it")
@@ -134,12 +131,12 @@ def _stop(original):
 def _start_rollout(original):
     """Where rlprof's vLLM plugin keeps the rollout's decode window (RLPROF_PLAN, handed over by the verl plugin), the
     replicas' start_profile names the step and, for a capture, why: `profile_prefix`, verl's own argument, which
-    reaches the plugin in the engine's worker (integrations/vllm_session.py reads it)."""
+    reaches the plugin in the engine's worker (integrations/vllm/session.py reads it)."""
 
     @functools.wraps(original)
     def _start_rollout_profiling(self, *args, **kwargs):
         driver = self.__dict__.get(_DRIVER)
-        if driver and os.environ.get(ENV_ENGINE_PLAN) and not args and not kwargs:
+        if driver and os.environ.get(ENV_PLAN) and not args and not kwargs:
             try:
                 prefix = driver.rollout_prefix(int(self.global_steps))
                 for manager in self._rollout_server_managers():
@@ -182,15 +179,15 @@ class DriverTrigger:
     def __init__(self, trainer):
         from omegaconf import OmegaConf
 
-        from ..collect.naming import new_run_id
-        from ..collect.trigger import Trigger
-        from ..collect.watch import Watch
-        from ..config import resolve_plan
+        from ...collect.naming import new_run_id
+        from ...collect.trigger import Trigger
+        from ...collect.watch import Watch
+        from ...config import resolve_plan
 
         data = OmegaConf.to_container(trainer.config, resolve=True)
         plan = resolve_plan(data)  # a bad trigger value: ConfigError naming the key
         if plan.trigger.keep != "next":
-            from ..errors import ConfigError
+            from ...errors import ConfigError
 
             raise ConfigError("global_profiler.trigger.keep", plan.trigger.keep, "next (in main_ppo verl's own "
                               "profiling path captures: it profiles whole steps, it keeps no window it opened)")
@@ -257,11 +254,11 @@ class DriverTrigger:
     def _step_ended(self, n: int, decide: bool = True) -> None:
         import numpy as np
 
-        from ..collect.trigger import encode_request
-        from ..collect.watch import read_request
-        from ..frameworks import verl as facts
-        from ..analyze.timeline_file import BUSY, CAPTURED, WARMUP
-        from ..vocab import STAGES
+        from ...collect.trigger import encode_request
+        from ...collect.watch import read_request
+        from ...frameworks import verl as facts
+        from ...analyze.timeline_file import BUSY, CAPTURED, WARMUP
+        from ...vocab import STAGES
 
         self.open_step = None
         self._last_boundary = n
@@ -296,9 +293,9 @@ class DriverTrigger:
         at the end of the run)."""
         if not self.taken or (settled_s and self._last_boundary > max(self.taken) + 2):
             return  # no capture, or the last one's files are in: save_path is not listed again until the end
-        from ..analyze.inputs import TRACE_SUFFIXES
-        from ..analyze.verl_output import file_meta
-        from ..collect.manifest import append_row
+        from ...analyze.inputs import TRACE_SUFFIXES
+        from ...analyze.verl_output import file_meta
+        from ...collect.manifest import append_row
 
         first = min(self.started.values())
         rows = []
@@ -331,7 +328,7 @@ class DriverTrigger:
             self._answer_captured(step, [r for r in rows if r["step"] == step])
 
     def _answer(self, n: int, armed, refused) -> None:
-        from ..collect.watch import write_response
+        from ...collect.watch import write_response
 
         for rid, why in refused:
             write_response(self.run_dir, rid, status="refused", reason=why, step=n)
@@ -341,7 +338,7 @@ class DriverTrigger:
                                role=cap.role, ranks=None, note=_WHOLE_STEP)
 
     def _answer_captured(self, step: int, rows: list[dict]) -> None:
-        from ..collect.watch import write_response
+        from ...collect.watch import write_response
 
         for cap in self.taken.get(step, ()):
             if cap.request_id is not None:
@@ -349,7 +346,7 @@ class DriverTrigger:
                                role=cap.role, ranks=sorted({r["rank"] for r in rows}), note=_WHOLE_STEP)
 
     def _heartbeat(self, **fields) -> None:
-        from ..collect.watch import write_live
+        from ...collect.watch import write_live
 
         t = self.trigger
         write_live(self.run_dir, run_id=self.run_id, world_size=self.world_size, request=t.plan.request,

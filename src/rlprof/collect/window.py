@@ -1,0 +1,239 @@
+"""A collection window's life, the one copy both the Profiler and the verl plugin's sampler use: a backend started on
+one spec, its ranges and schedule steps guarded, stopped once, each raw output finalized within the plan's byte
+budget; and, for the Profiler, every window's manifest row and its analysis on collection (`WindowWriter`).
+
+A fault in any phase is the window's owner's to say (`on_fault`); the window is then failed, its backend released and
+its raw outputs dropped, and training goes on. A strict plan raises instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from ..config.plan import RolePlan
+from ..errors import CollectError
+from .backends import Backend, Output, WindowSpec
+from .cpu_wait import sample, since
+from .manifest import append_row
+from .scopes import NULL
+from .tracefile import finalize_trace
+
+log = logging.getLogger("rlprof")
+
+# on_fault(window, message, phase, exc, already_failed): the owner says it (a warning, a manifest row)
+FaultHandler = Callable[["Window", str, str, BaseException, bool], None]
+
+
+class Window:
+    """One collection window: a backend instance plus what the manifest needs to know."""
+
+    __slots__ = ("spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu", "trigger", "probe",
+                 "on_fault")
+
+    def __init__(self, spec: WindowSpec, on_fault: FaultHandler, watch_load: bool = True):
+        self.spec, self.on_fault = spec, on_fault
+        self.backend: Backend | None = None
+        self.failed = False
+        self.closed = False
+        self.start_ns = time.time_ns()
+        # the machine's load on this window: cpu_wait.since at its close
+        self.threads_at_start = sample() if watch_load else None
+        self.cpu: dict = {}
+        self.trigger: dict | None = None  # why the trigger captured this window (the manifest row's `trigger`)
+        self.probe = False  # keep: slow_only: kept only if its step turns out slow
+
+    @property
+    def plan(self) -> RolePlan:
+        return self.spec.plan
+
+    def start(self, factory: Callable[[WindowSpec], Backend]) -> bool:
+        """Build the backend and start it; False (the fault said) where either fails."""
+        try:
+            self.backend = factory(self.spec)
+            self.backend.start()
+        except Exception as exc:
+            self.fault("start", exc)
+            return False
+        return True
+
+    def range(self, name: str):
+        if self.failed:
+            return NULL
+        return _GuardedRange(self, name)
+
+    def tick(self) -> None:
+        if self.failed:
+            return
+        try:
+            self.backend.step()
+        except Exception as exc:
+            self.fault("step", exc)
+
+    def stop(self) -> list[Output] | None:
+        """Close the window: what its backend wrote, or None where it failed (before, or in stopping)."""
+        self.closed = True
+        if self.failed:
+            return None
+        if self.threads_at_start is not None:
+            self.cpu = since(self.threads_at_start)  # before the backend's export, which is rlprof's own time
+        try:
+            return self.backend.stop()
+        except Exception as exc:
+            self.fault("stop", exc, stopped=True)
+            return None
+
+    def finalize(self, out: Output, dest: Path, meta: dict) -> bool:
+        """A raw Chrome trace becomes its final file `dest`, `meta` inside, cut to the plan's byte budget (True:
+        truncated); the raw file is removed whatever happens."""
+        try:
+            out.bytes, truncated = finalize_trace(out.path, dest, meta, self.plan.max_bytes_per_window)
+        finally:
+            out.path.unlink(missing_ok=True)
+        out.path = dest
+        if truncated:
+            out.status = "truncated"
+        return truncated
+
+    def fault(self, phase: str, exc: BaseException, stopped: bool = False) -> None:
+        """A backend failure: strict plans raise; otherwise the owner says it, the window is failed and its backend
+        released (so later windows can start), and training goes on."""
+        message = f"{self.plan.tool} backend failed to {phase} window {self.spec.base_name(None)}: " \
+                  f"{type(exc).__name__}: {exc}"
+        if self.plan.strict:
+            self.failed = True
+            raise CollectError(message) from exc
+        already = self.failed
+        self.failed = True
+        self.on_fault(self, message, phase, exc, already)
+        if not stopped and phase != "start" and self.backend is not None:
+            try:
+                discard(self.backend.stop())
+            except Exception:
+                pass
+
+
+class _GuardedRange:
+    """A backend range whose failures are profiler faults, never training errors."""
+
+    __slots__ = ("window", "name", "inner")
+
+    def __init__(self, window: Window, name: str):
+        self.window, self.name, self.inner = window, name, None
+
+    def __enter__(self):
+        try:
+            self.inner = self.window.backend.range(self.name)
+            self.inner.__enter__()
+        except Exception as exc:
+            self.inner = None
+            self.window.fault("range", exc)
+        return self
+
+    def __exit__(self, *exc):
+        if self.inner is not None and not self.window.failed:
+            try:
+                self.inner.__exit__(*exc)
+            except Exception as err:
+                self.window.fault("range", err)
+        return False
+
+
+def discard(outputs) -> None:
+    """Drop what a window wrote but will not keep (raw traces only: a tool's own directories are the tool's)."""
+    for out in outputs or ():
+        if out.finalize_to is not None and out.path is not None:
+            out.path.unlink(missing_ok=True)
+
+
+class WindowWriter:
+    """The Profiler's finished windows on disk: each output finalized (in the background unless the plan is strict),
+    its manifest row appended, its analysis on collection submitted."""
+
+    def __init__(self, run_id: str, roles: tuple[str, ...], where: dict):
+        self.run_id, self.roles, self.where = run_id, roles, where
+        self.written = 0
+        self._lock = threading.Lock()
+        self._finalizer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._analysis = None
+
+    def write(self, w: Window, outputs: list[Output]) -> None:
+        for out in outputs:
+            if w.plan.strict:
+                self._finish(w, out)
+            else:
+                if self._finalizer is None:
+                    self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
+                self._pending.append(self._finalizer.submit(self._finish_quietly, w, out))
+
+    def failed_row(self, w: Window, message: str) -> None:
+        with self._lock:
+            append_row(w.spec.run_dir, self.row(w, None, error=message))
+
+    def wait(self) -> None:
+        """Block until every window written so far is on disk, with its manifest row."""
+        for fut in self._pending:
+            fut.result()
+        self._pending.clear()
+
+    def close(self, wait_analysis: bool) -> None:
+        self.wait()
+        if self._finalizer is not None:
+            self._finalizer.shutdown(wait=True)
+        if self._analysis is not None:
+            self._analysis.close(timeout=600 if wait_analysis else 0)
+
+    def _finish_quietly(self, w: Window, out: Output) -> None:
+        try:
+            self._finish(w, out)
+        except Exception as exc:
+            w.fault("export", exc, stopped=True)
+
+    def _finish(self, w: Window, out: Output) -> None:
+        spec, rp = w.spec, w.plan
+        if out.finalize_to is not None:
+            meta = self.row(w, out)
+            dest = spec.run_dir / out.finalize_to
+            meta["path"] = dest.name
+            if w.finalize(out, dest, meta):
+                log.warning("rlprof: window %s passed its budget of %d bytes; cut to %d bytes and marked truncated",
+                            dest.name, rp.max_bytes_per_window, out.bytes)
+        row = self.row(w, out)
+        with self._lock:
+            append_row(spec.run_dir, row)
+            self.written += 1
+        if rp.analysis and out.path is not None and out.finalize_to is not None:
+            if self._analysis is None:
+                from .analysis_hook import AnalysisHook
+
+                self._analysis = AnalysisHook()
+            from ..analyze.manifest import row_meta
+
+            self._analysis.submit(str(out.path), str(spec.run_dir), row_meta(row))
+
+    def row(self, w: Window, out: Output | None, error: str | None = None) -> dict:
+        spec, rp = w.spec, w.plan
+        row = {
+            "run_id": self.run_id, "step": spec.steps[0], "steps": list(spec.steps), "role": spec.role,
+            "stage": spec.stage or "e2e", "rank": spec.rank, "world_size": spec.world_size,
+            "replica": spec.replica, "tool": rp.tool, "mode": rp.mode,
+            "unit": rp.schedule.unit if rp.schedule else None,
+            "window": (out.index or 0) if out else 0,
+            "path": (out.path.name if out and out.path is not None else None),
+            "bytes": out.bytes if out else 0,
+            "start_ns": out.start_ns if out else w.start_ns,
+            "end_ns": out.end_ns if out else time.time_ns(),
+            "status": out.status if out else "failed",
+            "roles": list(self.roles),
+            **({"trigger": w.trigger} if w.trigger is not None else {}),
+            **w.cpu,
+            **self.where,
+        }
+        if error:
+            row["error"] = error
+        return row

@@ -1,0 +1,118 @@
+"""The verl plugin's sampler on a stand-in DistProfiler and backend (no verl needed): each stage call is one window
+of collect/window.py's lifecycle, the file named as verl names its traces; a fault in any phase of that window is
+one warning, the window dropped with its raw file, and the stage's own work goes on (tests/test_verl_plugin.py runs
+verl's own code)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+from contextlib import nullcontext
+
+import pytest
+
+from rlprof import warn_once
+from rlprof.collect.backends import Backend, Output
+from rlprof.integrations.verl import layouts, sampler as sampling
+
+
+class FakeDistProfiler:
+    """What the sampler reads of verl's DistProfiler: its config, tool config, tool, rank, prefix and backend."""
+
+    def __init__(self, save_path, active: int = 1):
+        self.config = {"tool": "torch", "save_path": str(save_path), "ranks": [0]}
+        self.tool_config = {"discrete": True, "schedule": {"unit": "micro_batch", "wait": 1, "warmup": 0,
+                                                           "active": active}}
+        self._tool, self.rank, self.save_file_prefix, self._impl = "torch", 0, "actor", None
+
+
+class ChromeBackend(Backend):
+    """Writes a raw Chrome trace on stop, as the torch backend does; `explode` names the phase that raises."""
+
+    explode: str | None = None
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.steps, self.raw = 0, None
+
+    def start(self):
+        if self.explode == "start":
+            raise RuntimeError("no profiler here")
+        self.raw = self.spec.run_dir / f".raw-{time.time_ns()}.json"
+        self.raw.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "op", "ts": 1, "dur": 2}]}))
+
+    def step(self):
+        self.steps += 1
+        if self.explode == "step":
+            raise RuntimeError("step went wrong")
+
+    def range(self, name):
+        return nullcontext()
+
+    def stop(self):
+        return [Output(path=self.raw, index=None, start_ns=0, end_ns=1, finalize_to=self.spec.base_name(None))]
+
+
+@pytest.fixture
+def make_sampler(tmp_path, monkeypatch):
+    monkeypatch.setattr(sampling, "_torch_backend_class", lambda: ChromeBackend)
+    monkeypatch.setattr(warn_once, "_said_here", set())  # each test starts with nothing said in this process
+
+    def make(explode=None):
+        monkeypatch.setattr(ChromeBackend, "explode", explode)
+        prof = FakeDistProfiler(tmp_path)
+        s = sampling.MicroBatchSampler(prof, sampling._plan(prof), layout="engine")
+        s.start(profile_step=3)
+        return s
+
+    return make
+
+
+def update_actor(micro_batches: int) -> str:
+    """verl's update loop as the engine layout sees it: each micro-batch begins at the head of its iteration."""
+    window = layouts.CURRENT.get()  # None where no window opened: the loop runs as verl's own
+    for k in range(micro_batches):
+        if window is not None:
+            window.unit_begins(lambda k=k: {"seqs": 2, "tokens": 10 + k})
+    if window is not None:
+        window.unit_ends()
+    return "updated"
+
+
+def traces(tmp_path):
+    return sorted(tmp_path.glob("*.json.gz"))
+
+
+def test_a_stage_call_is_one_window_holding_the_kept_micro_batch(make_sampler, tmp_path, capsys):
+    s = make_sampler()
+    assert s.annotate(role="update_actor")(update_actor)(3) == "updated"
+    (path,) = traces(tmp_path)
+    assert path.name.startswith("actor_actor-update_step3_rank0_pid")  # verl's own stem
+    meta = json.loads(gzip.decompress(path.read_bytes()))["rlprof"]
+    assert meta["sampled"] == {"unit": "micro_batch", "kept": [1]}  # wait 1, active 1: the second micro-batch
+    assert meta["stage"] == "actor_update" and meta["step"] == 3 and meta["collected_by"].endswith("verl.loader")
+    assert not list(tmp_path.glob(".raw-*"))
+    assert f"micro-batch(es) 1 -> {path}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("phase, said", [("start", "could not open a window for actor_update"),
+                                         ("step", "sampling actor_update failed")])
+def test_a_fault_is_one_warning_and_the_stage_goes_on(make_sampler, tmp_path, caplog, phase, said):
+    s = make_sampler(explode=phase)
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        for _ in range(2):  # the same fault at every stage call: said once
+            assert s.annotate(role="update_actor")(update_actor)(3) == "updated"
+    warnings = [r.getMessage() for r in caplog.records if said in r.getMessage()]
+    assert len(warnings) == 1 and ("training goes on" in warnings[0] or "verl goes on" in warnings[0])
+    assert traces(tmp_path) == [] and not list(tmp_path.glob(".raw-*"))  # dropped, raw file included
+    assert not s.windows  # nothing left open
+
+
+def test_a_stage_with_no_micro_batch_through_the_known_loop_writes_nothing(make_sampler, tmp_path, caplog):
+    s = make_sampler()
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert s.annotate(role="update_actor")(lambda: "done")() == "done"
+    assert traces(tmp_path) == [] and not list(tmp_path.glob(".raw-*"))
+    assert any("ran no micro-batch through the loop" in r.getMessage() for r in caplog.records)
