@@ -1,0 +1,5 @@
+"""`python -m rlprof.cli`: the `rlprof` command."""
+
+from . import main
+
+main()
