@@ -88,14 +88,19 @@ class Row(Record, kw_only=True):
     units_only: int | UnsetType = UNSET
 
 
-class Op(Record, kw_only=True):
-    """A CPU operator or a kernel, totalled per stage window."""
+class InWindow(Record, kw_only=True):
+    """A record totalled per stage window: the window it belongs to and its file."""
 
     rank: Label
     step: Label
     role: str | None
     stage: str | None
     file: str
+
+
+class Op(InWindow, kw_only=True):
+    """A CPU operator or a kernel, totalled per stage window."""
+
     name: str
     kind: str
     count: int
@@ -107,14 +112,9 @@ class Op(Record, kw_only=True):
     shape: str | UnsetType = UNSET
 
 
-class Collective(Record, kw_only=True):
+class Collective(InWindow, kw_only=True):
     """A collective by name, totalled per stage window."""
 
-    rank: Label
-    step: Label
-    role: str | None
-    stage: str | None
-    file: str
     name: str
     count: int
     total_ms: Number
@@ -122,14 +122,9 @@ class Collective(Record, kw_only=True):
     max_ms: Number
 
 
-class Launch(Record, kw_only=True):
+class Launch(InWindow, kw_only=True):
     """A device trace's host-side launch calls and the device's idle gaps over the file."""
 
-    rank: Label
-    step: Label
-    role: str | None
-    stage: str | None
-    file: str
     launches: int
     total_ms: Number
     mean_us: Number
@@ -139,14 +134,9 @@ class Launch(Record, kw_only=True):
     launch_unlinked_ms: Number | UnsetType = UNSET
 
 
-class Memory(Record, kw_only=True):
+class Memory(InWindow, kw_only=True):
     """One allocator's peak and its down-sampled timeline of [ts_us, allocated_bytes]."""
 
-    rank: Label
-    step: Label
-    role: str | None
-    stage: str | None
-    file: str
     peak_bytes: Number | None
     device: int | str | None | UnsetType = UNSET
     timeline: list[list[Number]]
