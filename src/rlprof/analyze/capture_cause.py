@@ -21,7 +21,7 @@ from ..frameworks.levers import levers
 from .causes import CAUSES, predict
 from .finding import Finding
 from .findings import findings_of, prediction_context
-from .sentences import saving_text
+from .sentences import saving_text, timeline_slow_rank_sentence, verdict_sentence
 
 GREW_SHARE = 0.5
 
@@ -64,8 +64,7 @@ def slow_rank_cause(pair_doc: dict, slow: int, healthy: int, stage: str) -> dict
          "stage": stage, "rank": slow, "impact_ms": excess, "cause": CAUSES["slow_rank"].title,
          "levers": levers("slow_rank", stage), "actionable": True,
          "evidence": {"excess_ms": excess, "wait_ms": wait, "others_wait_ms": others_wait, "rule": "timeline"},
-         "text": (f"slow rank: rank {slow} spends {excess:.1f} ms more than rank {healthy} in {stage} (the timeline's "
-                  f"straggler rule), and rank {healthy} waits {others_wait - wait:.1f} ms more in collectives")}
+         "text": timeline_slow_rank_sentence(slow, healthy, stage, excess, others_wait - wait)}
     if others_wait - wait <= 0:
         f["saving"] = {"status": "not predictable", "saving_ms": None, "saving_share": None, "setting": {},
                        "why": f"rank {healthy} waits no longer than rank {slow} in the collectives the trace shows"}
@@ -80,13 +79,12 @@ def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float, sl
     verdict: `cause` (at least one new or grown cause), `in_both` (causes only a normal step has too), `none` (no
     cause rlprof names in the captured window); `uncontrasted` where no normal window was there to judge against
     (the causes are the captured window's, not told from the run's own). `slow_rank`: a straggler's slow rank
-    (slow_rank_cause), which its healthy rank's window cannot have."""
+    (slow_rank_cause), which its healthy rank's window cannot have. The sentence is analyze/sentences.py's."""
     found = cause_findings(captured_doc) + ([slow_rank] if slow_rank else [])
     if normal_doc is None:
         causes = [_entry(f, None, "uncontrasted") for f in found]
-        text = ("no normal window to contrast with; in the captured window: "
-                + "; ".join(c["title"] for c in causes)) if causes else "no cause rlprof names in the captured window"
-        return {"verdict": "uncontrasted" if causes else "none", "causes": causes, "in_both": [], "text": text}
+        verdict = {"verdict": "uncontrasted" if causes else "none", "causes": causes, "in_both": []}
+        return {**verdict, "text": verdict_sentence(verdict, contrasted=False)}
     normal = {_key(f): f for f in cause_findings(normal_doc)}
     causes, in_both = [], []
     for f in found:
@@ -99,23 +97,6 @@ def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float, sl
             in_both.append(_entry(f, base, "in_both"))
     # as findings rank them: a slow rank first (the others' times hold their wait for it), then by predicted saving
     causes.sort(key=lambda c: (c["cause"] != "slow_rank", c["saving_ms"] is None, -(c["saving_ms"] or 0.0)))
-    parts = []
-    if causes:
-        parts.append("; ".join(f"{c['title']} ({c['cause']}, {_where(c)}, "
-                               + ("not in the normal window" if c["how"] == "new" else
-                                  f"{c['normal_impact_ms']:.1f} -> {c['impact_ms']:.1f} ms") + ")" for c in causes))
-    if in_both:
-        parts.append("in the normal window too, so not why this step was slow: "
-                     + "; ".join(f"{c['title']} ({c['cause']}, {_where(c)})" for c in in_both))
-    if not found:
-        parts.append("no cause rlprof names in the captured window: what grew is above, its cause is not one "
-                     "rlprof knows")
-    elif not causes:
-        parts.insert(0, "no cause of this slow step: every cause found in it is the run's own")
-    verdict = "cause" if causes else "in_both" if in_both else "none"
-    return {"verdict": verdict, "causes": causes, "in_both": in_both, "text": "; ".join(parts)}
-
-
-def _where(c: dict) -> str:
-    where = f"{c['role']}/{c['stage']}" if c.get("stage") else "the window"
-    return where + (f" rank {c['rank']}" if c.get("rank") is not None else "")
+    verdict = {"verdict": "cause" if causes else "in_both" if in_both else "none", "causes": causes,
+               "in_both": in_both}
+    return {**verdict, "text": verdict_sentence(verdict, contrasted=True)}

@@ -39,3 +39,38 @@ def saving_text(s: dict) -> str:
         return f"saving not predictable from this data: {s['why']}"
     share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
     return f"predicted saving {s['saving_ms']:.1f} ms per step{share}: {s['assumption']}"
+
+
+# ---- a captured window's cause (analyze/capture_cause.py) -----------------------------------------------------------
+def timeline_slow_rank_sentence(slow, healthy, stage: str, excess_ms: float, extra_wait_ms: float) -> str:
+    """A straggler's slow rank where findings' own rule does not hold and the timeline's straggler rule did."""
+    return (f"slow rank: rank {slow} spends {excess_ms:.1f} ms more than rank {healthy} in {stage} (the timeline's "
+            f"straggler rule), and rank {healthy} waits {extra_wait_ms:.1f} ms more in collectives")
+
+
+def verdict_sentence(verdict: dict, contrasted: bool) -> str:
+    """What made a captured window slow, in words: its causes (new, or grown from the normal window), those the
+    normal window has too, or that rlprof names none."""
+    causes, in_both = verdict["causes"], verdict["in_both"]
+    if not contrasted:
+        return ("no normal window to contrast with; in the captured window: " + "; ".join(c["title"] for c in causes)
+                if causes else "no cause rlprof names in the captured window")
+    parts = []
+    if causes:
+        parts.append("; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)}, "
+                               + ("not in the normal window" if c["how"] == "new" else
+                                  f"{c['normal_impact_ms']:.1f} -> {c['impact_ms']:.1f} ms") + ")" for c in causes))
+    if in_both:
+        parts.append("in the normal window too, so not why this step was slow: "
+                     + "; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)})" for c in in_both))
+    if not causes and not in_both:
+        parts.append("no cause rlprof names in the captured window: what grew is above, its cause is not one "
+                     "rlprof knows")
+    elif not causes:
+        parts.insert(0, "no cause of this slow step: every cause found in it is the run's own")
+    return "; ".join(parts)
+
+
+def _where_captured(c: dict) -> str:
+    where = f"{c['role']}/{c['stage']}" if c.get("stage") else "the window"
+    return where + (f" rank {c['rank']}" if c.get("rank") is not None else "")
