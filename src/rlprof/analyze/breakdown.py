@@ -15,7 +15,7 @@ import numpy as np
 
 from ..vocab import STAGE_ROLE
 from .classify import COLLECTIVE, RLPROF_RANGE, buckets, name_flags
-from .intervals import Coverage
+from .intervals import Coverage, covered
 from .readers.ascend_trace import LANES
 from .table import DEVICE_KINDS, KERNEL, USER_ANNOTATION, EventTable
 
@@ -79,9 +79,11 @@ class LaunchedWork:
                     "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": (hi - lo) / 1e3, **host,
                     "device_start_us": None, "attribution": "launch", "unlinked_events": 0}
         s, e, c = self.s[a:b], self.e[a:b], self.cls[a:b]
-        dlo, dhi = float(s.min()), float(e.max())
-        compute, comm = Coverage(s[c == 0], e[c == 0]).total, Coverage(s[c == 1], e[c == 1]).total
-        either, busy = Coverage(s[c < 2], e[c < 2]).total, Coverage(s, e).total
+        order = np.argsort(s, kind="stable")  # once: each class's events stay in this order (as its own sort)
+        s, e, c = s[order], e[order], c[order]
+        dlo, dhi = float(s[0]), float(e.max())
+        compute, comm = covered(s[c == 0], e[c == 0]), covered(s[c == 1], e[c == 1])
+        either, busy = covered(s[c < 2], e[c < 2]), covered(s, e)
         unlinked = int(b - a - np.count_nonzero(self.linked[a:b]))
         return {"start_us": dlo, "wall_ms": (dhi - dlo) / 1e3, "compute_ms": compute / 1e3,
                 "comm_ms": (either - compute) / 1e3, "overlap_ms": (compute + comm - either) / 1e3,
@@ -138,7 +140,7 @@ def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
     ids = {i for i, n in enumerate(t.names) if n.startswith("rlprof:")}
     if not ids:
         return []
-    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(ids)))
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & _named(t, ids))
     out = []
     for i in sel[np.argsort(t.start[sel], kind="stable")]:
         match = RLPROF_RANGE.match(t.names[t.name[i]])
@@ -201,12 +203,19 @@ def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
     return [("stage", "rollout_generate", its[0][2], max(u[3] for u in units)), *units]
 
 
+def _named(t: EventTable, ids) -> np.ndarray:
+    """Which events carry one of the name ids `ids`: a gather from a flag per name (np.isin sorts the column)."""
+    flags = np.zeros(len(t.names), bool)
+    flags[list(ids)] = True
+    return flags[t.name]
+
+
 def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
     """Annotation events whose name `kind_of` recognises, as (kind, label, start, end) sorted by start."""
     kinds = {i: k for i, n in enumerate(t.names) if (k := kind_of(n))}
     if not kinds:
         return []
-    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(kinds)))
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & _named(t, kinds))
     return [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
             for i in sel[np.argsort(t.start[sel], kind="stable")]]
 

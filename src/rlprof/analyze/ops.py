@@ -128,14 +128,14 @@ def top_ops(t: EventTable, top: int | None = 50, groups: np.ndarray | None = Non
     cpu = np.flatnonzero(t.kind == CPU_OP)
     rows = _aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
     del cpu
-    kernels = np.flatnonzero(np.isin(t.kind, (KERNEL, MEMCPY, MEMSET)))
+    kernels = np.flatnonzero(t.mask(KERNEL, MEMCPY, MEMSET))
     return rows + _aggregate(t, kernels, "kernel", None, top, groups, by_shape)
 
 
 def collectives(t: EventTable, device: bool, groups: np.ndarray | None = None) -> list[dict]:
     flags = name_flags(t.names, COLLECTIVE)[t.name] if len(t) else np.zeros(0, bool)
     kinds = (KERNEL,) if device else None
-    sel = np.flatnonzero(flags & (np.isin(t.kind, kinds) if kinds else (t.kind != KERNEL)))
+    sel = np.flatnonzero(flags & (t.mask(*kinds) if kinds else (t.kind != KERNEL)))
     return [{k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms", "group")}
             for row in _aggregate(t, sel, "collective", None, None, groups)]
 
@@ -185,7 +185,7 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
     not (findings: repeating units). One pass per unit kind; units of one kind do not overlap."""
     import hashlib
 
-    ops = np.flatnonzero(np.isin(t.kind, (CPU_OP, KERNEL, MEMCPY, MEMSET)))
+    ops = np.flatnonzero(t.mask(CPU_OP, KERNEL, MEMCPY, MEMSET))
     for kind in {r["unit"] for r in rows if r.get("unit")}:
         units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
                        key=lambda r: host_window(r)[0])
@@ -219,7 +219,7 @@ class LaunchGaps:
     """
 
     def __init__(self, t: EventTable):
-        sel = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS)) if len(t) else np.zeros(0, int)
+        sel = np.flatnonzero(t.mask(*DEVICE_KINDS)) if len(t) else np.zeros(0, int)
         sel = sel[np.argsort(t.start[sel], kind="stable")]
         s, e = t.start[sel], t.end[sel]
         launch = t.launch[sel] if t.launch is not None else np.full(len(sel), np.nan)

@@ -105,7 +105,15 @@ class EventTable:
         return len(self.start)
 
     def mask(self, *kinds: int) -> np.ndarray:
-        return np.isin(self.kind, kinds)
+        return kind_flags(kinds)[self.kind]
+
+
+def kind_flags(kinds) -> np.ndarray:
+    """A lookup table over the uint8 kind codes, True at `kinds`: `kind_flags(k)[column]` is one gather, where
+    np.isin compares the whole column once per kind."""
+    flags = np.zeros(256, bool)
+    flags[list(kinds)] = True
+    return flags
 
 
 class ColumnBuilder:
