@@ -58,6 +58,8 @@ class LaunchedWork:
 
     def __init__(self, table: EventTable):
         idx = np.flatnonzero(table.mask(*DEVICE_KINDS))  # the device events alone: no full-length temporaries
+        if len(table) < 2 ** 31:
+            idx = idx.astype(np.int32)
         when = table.placed_at(idx)
         order = np.argsort(when, kind="stable")
         idx = idx[order]
@@ -225,9 +227,11 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace. On a
     device trace that links its device work to launches, a stage or unit row holds the work its host range
     launched (LaunchedWork); the whole-trace row is the trace's own span, as before."""
-    bd = bd or Breakdown(t, device)
     linked = device and t.launch is not None
-    ranged = cache(lambda: LaunchedWork(t) if linked else bd)  # built where a row needs it (its sort: per event)
+    # each built where a row needs it: the whole trace's coverage (the whole-trace row, rows measured by time) and
+    # LaunchedWork (its sort is per device event); a trace whose stages are attributed by launch never builds the first
+    whole_trace = cache(lambda: bd or Breakdown(t, device))
+    ranged = cache(lambda: LaunchedWork(t) if linked else whole_trace())
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
@@ -246,9 +250,11 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
             return rows
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
-                 **bd.window(lo, hi)}
+                 **whole_trace().window(lo, hi)}
         rows.append(whole)
         steps_run = profiler_steps(t) if linked and meta.get("unit") is None else []
+        if len(steps_run) > 1:
+            whole_trace.cache_clear()  # done with: its runs go before LaunchedWork's columns are made
         for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
             rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
                          "index": n, **ranged().window(slo, shi)})
