@@ -193,15 +193,22 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
             continue
         lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
         width = max(len(t.names), 1)
+        # the (unit, name) pairs present, as one flag each where that table is small (a scatter, no sort), else
+        # sorted out of each segment
+        seen = np.zeros(len(units) * width, bool) if len(units) * width <= max(1 << 24, len(ops)) else None
         pairs = []
         for a in range(0, len(ops), SEGMENT * 4):  # in segments: bounded temporaries on a large trace
             seg = ops[a:a + SEGMENT * 4]
             when = t.placed_at(seg)
             i = np.searchsorted(lo, when, side="right") - 1
             inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
-            pairs.append(np.unique(i[inside].astype(np.int64) * width + t.name[seg[inside]]))  # (unit, name)
-            del when, i, inside
-        pairs = np.unique(np.concatenate(pairs))
+            key = i[inside].astype(np.int64) * width + t.name[seg[inside]]  # (unit, name)
+            if seen is not None:
+                seen[key] = True
+            else:
+                pairs.append(np.unique(key))
+            del when, i, inside, key
+        pairs = np.flatnonzero(seen) if seen is not None else np.unique(np.concatenate(pairs))
         unit_of, name_of = pairs // width, pairs % width
         cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):
