@@ -150,8 +150,8 @@ class _Sink:
                 corr, ok = _correlations(calls)
                 if ok is not None:
                     if len(self.flow_starts) > flows_before:  # Kineto's ac2g flows leave these same calls with
-                        self.flow_starts[flows_before] = _without(self.flow_starts[flows_before], corr[ok])  # these
-                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # ids: each kept once (memory)
+                        _replace(self.flow_starts, flows_before, _without(self.flow_starts[flows_before], corr[ok]))
+                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # these ids: each kept once (memory)
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
                 xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
@@ -175,7 +175,7 @@ class _Sink:
             corr, ok = _correlations(list(compress(xs, on_device.tolist())))
             if ok is not None:
                 if len(flow_end_at):  # the batch's ac2g flow ends that name these events by these ids: once
-                    self.flow_ends[-1] = _without(self.flow_ends[-1], corr[ok])
+                    _replace(self.flow_ends, len(self.flow_ends) - 1, _without(self.flow_ends[-1], corr[ok]))
                 self.flow_ends.append((corr[ok], start[on_device][ok], threads[rank[x_at]][on_device][ok]))
         shapes = None
         if self.shapes:
@@ -406,6 +406,14 @@ def _floats_of(events: list, field) -> np.ndarray:
         return np.fromiter(map(field, events), np.float64, len(events))
     except (ValueError, TypeError, OverflowError):
         return _floats(list(map(field, events)))
+
+
+def _replace(chunks: list, at: int, flows: tuple) -> None:
+    """chunks[at] = flows, or no chunk where none is left (fewer arrays to send from a worker and to merge)."""
+    if len(flows[0]):
+        chunks[at] = flows
+    else:
+        del chunks[at]
 
 
 def _without(flows: tuple, ids: np.ndarray) -> tuple:
