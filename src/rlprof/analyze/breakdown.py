@@ -15,7 +15,7 @@ import numpy as np
 
 from ..vocab import STAGE_ROLE
 from .classify import COLLECTIVE, RLPROF_RANGE, buckets, name_flags
-from .intervals import Coverage
+from .intervals import Coverage, covered
 from .readers.ascend_trace import LANES
 from .table import DEVICE_KINDS, KERNEL, USER_ANNOTATION, EventTable
 
@@ -58,6 +58,8 @@ class LaunchedWork:
 
     def __init__(self, table: EventTable):
         idx = np.flatnonzero(table.mask(*DEVICE_KINDS))  # the device events alone: no full-length temporaries
+        if len(table) < 2 ** 31:
+            idx = idx.astype(np.int32)
         when = table.placed_at(idx)
         order = np.argsort(when, kind="stable")
         idx = idx[order]
@@ -79,9 +81,11 @@ class LaunchedWork:
                     "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": (hi - lo) / 1e3, **host,
                     "device_start_us": None, "attribution": "launch", "unlinked_events": 0}
         s, e, c = self.s[a:b], self.e[a:b], self.cls[a:b]
-        dlo, dhi = float(s.min()), float(e.max())
-        compute, comm = Coverage(s[c == 0], e[c == 0]).total, Coverage(s[c == 1], e[c == 1]).total
-        either, busy = Coverage(s[c < 2], e[c < 2]).total, Coverage(s, e).total
+        order = np.argsort(s, kind="stable")  # once: each class's events stay in this order (as its own sort)
+        s, e, c = s[order], e[order], c[order]
+        dlo, dhi = float(s[0]), float(e.max())
+        compute, comm = covered(s[c == 0], e[c == 0]), covered(s[c == 1], e[c == 1])
+        either, busy = covered(s[c < 2], e[c < 2]), covered(s, e)
         unlinked = int(b - a - np.count_nonzero(self.linked[a:b]))
         return {"start_us": dlo, "wall_ms": (dhi - dlo) / 1e3, "compute_ms": compute / 1e3,
                 "comm_ms": (either - compute) / 1e3, "overlap_ms": (compute + comm - either) / 1e3,
@@ -138,7 +142,7 @@ def marked_ranges(t: EventTable) -> list[tuple[str, str, float, float]]:
     ids = {i for i, n in enumerate(t.names) if n.startswith("rlprof:")}
     if not ids:
         return []
-    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(ids)))
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & _named(t, ids))
     out = []
     for i in sel[np.argsort(t.start[sel], kind="stable")]:
         match = RLPROF_RANGE.match(t.names[t.name[i]])
@@ -201,12 +205,19 @@ def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
     return [("stage", "rollout_generate", its[0][2], max(u[3] for u in units)), *units]
 
 
+def _named(t: EventTable, ids) -> np.ndarray:
+    """Which events carry one of the name ids `ids`: a gather from a flag per name (np.isin sorts the column)."""
+    flags = np.zeros(len(t.names), bool)
+    flags[list(ids)] = True
+    return flags[t.name]
+
+
 def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
     """Annotation events whose name `kind_of` recognises, as (kind, label, start, end) sorted by start."""
     kinds = {i: k for i, n in enumerate(t.names) if (k := kind_of(n))}
     if not kinds:
         return []
-    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & np.isin(t.name, list(kinds)))
+    sel = np.flatnonzero((t.kind == USER_ANNOTATION) & _named(t, kinds))
     return [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
             for i in sel[np.argsort(t.start[sel], kind="stable")]]
 
@@ -216,9 +227,11 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace. On a
     device trace that links its device work to launches, a stage or unit row holds the work its host range
     launched (LaunchedWork); the whole-trace row is the trace's own span, as before."""
-    bd = bd or Breakdown(t, device)
     linked = device and t.launch is not None
-    ranged = cache(lambda: LaunchedWork(t) if linked else bd)  # built where a row needs it (its sort: per event)
+    # each built where a row needs it: the whole trace's coverage (the whole-trace row, rows measured by time) and
+    # LaunchedWork (its sort is per device event); a trace whose stages are attributed by launch never builds the first
+    whole_trace = cache(lambda: bd or Breakdown(t, device))
+    ranged = cache(lambda: LaunchedWork(t) if linked else whole_trace())
     base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
             "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
@@ -237,9 +250,11 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
             return rows
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
         whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
-                 **bd.window(lo, hi)}
+                 **whole_trace().window(lo, hi)}
         rows.append(whole)
         steps_run = profiler_steps(t) if linked and meta.get("unit") is None else []
+        if len(steps_run) > 1:
+            whole_trace.cache_clear()  # done with: its runs go before LaunchedWork's columns are made
         for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
             rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
                          "index": n, **ranged().window(slo, shi)})

@@ -128,14 +128,14 @@ def top_ops(t: EventTable, top: int | None = 50, groups: np.ndarray | None = Non
     cpu = np.flatnonzero(t.kind == CPU_OP)
     rows = _aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
     del cpu
-    kernels = np.flatnonzero(np.isin(t.kind, (KERNEL, MEMCPY, MEMSET)))
+    kernels = np.flatnonzero(t.mask(KERNEL, MEMCPY, MEMSET))
     return rows + _aggregate(t, kernels, "kernel", None, top, groups, by_shape)
 
 
 def collectives(t: EventTable, device: bool, groups: np.ndarray | None = None) -> list[dict]:
     flags = name_flags(t.names, COLLECTIVE)[t.name] if len(t) else np.zeros(0, bool)
     kinds = (KERNEL,) if device else None
-    sel = np.flatnonzero(flags & (np.isin(t.kind, kinds) if kinds else (t.kind != KERNEL)))
+    sel = np.flatnonzero(flags & (t.mask(*kinds) if kinds else (t.kind != KERNEL)))
     return [{k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms", "group")}
             for row in _aggregate(t, sel, "collective", None, None, groups)]
 
@@ -185,7 +185,7 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
     not (findings: repeating units). One pass per unit kind; units of one kind do not overlap."""
     import hashlib
 
-    ops = np.flatnonzero(np.isin(t.kind, (CPU_OP, KERNEL, MEMCPY, MEMSET)))
+    ops = np.flatnonzero(t.mask(CPU_OP, KERNEL, MEMCPY, MEMSET))
     for kind in {r["unit"] for r in rows if r.get("unit")}:
         units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
                        key=lambda r: host_window(r)[0])
@@ -193,15 +193,22 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
             continue
         lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
         width = max(len(t.names), 1)
+        # the (unit, name) pairs present, as one flag each where that table is small (a scatter, no sort), else
+        # sorted out of each segment
+        seen = np.zeros(len(units) * width, bool) if len(units) * width <= max(1 << 24, len(ops)) else None
         pairs = []
         for a in range(0, len(ops), SEGMENT * 4):  # in segments: bounded temporaries on a large trace
             seg = ops[a:a + SEGMENT * 4]
             when = t.placed_at(seg)
             i = np.searchsorted(lo, when, side="right") - 1
             inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
-            pairs.append(np.unique(i[inside].astype(np.int64) * width + t.name[seg[inside]]))  # (unit, name)
-            del when, i, inside
-        pairs = np.unique(np.concatenate(pairs))
+            key = i[inside].astype(np.int64) * width + t.name[seg[inside]]  # (unit, name)
+            if seen is not None:
+                seen[key] = True
+            else:
+                pairs.append(np.unique(key))
+            del when, i, inside, key
+        pairs = np.flatnonzero(seen) if seen is not None else np.unique(np.concatenate(pairs))
         unit_of, name_of = pairs // width, pairs % width
         cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):
@@ -219,7 +226,7 @@ class LaunchGaps:
     """
 
     def __init__(self, t: EventTable):
-        sel = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS)) if len(t) else np.zeros(0, int)
+        sel = np.flatnonzero(t.mask(*DEVICE_KINDS)) if len(t) else np.zeros(0, int)
         sel = sel[np.argsort(t.start[sel], kind="stable")]
         s, e = t.start[sel], t.end[sel]
         launch = t.launch[sel] if t.launch is not None else np.full(len(sel), np.nan)

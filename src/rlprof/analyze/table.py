@@ -39,6 +39,7 @@ def release_free_memory() -> None:
 
 
 _malloc_trim = None
+TRIM_ROWS = 1 << 20  # a column this long frees pieces worth trimming for (a few ms a trim)
 
 
 class AutoIds(dict):
@@ -95,17 +96,28 @@ class EventTable:
         """The time that places each event (of `sel`, else all) in a stage window: its launch on the host where
         the trace links it (a kernel queued at a stage's end belongs to that stage even if it runs in the next;
         -inf: launched before the trace began), else its start."""
-        start = self.start if sel is None else self.start[sel]
         if self.launch is None:
-            return start
-        launch = self.launch if sel is None else self.launch[sel]
-        return np.where(np.isnan(launch), start, launch)
+            return self.start if sel is None else self.start[sel]
+        if sel is None:
+            return np.where(np.isnan(self.launch), self.start, self.launch)
+        when = self.launch[sel]  # one copy, filled in place where unlinked (a selection is mostly device events)
+        unlinked = np.flatnonzero(np.isnan(when))
+        when[unlinked] = self.start[sel[unlinked]]
+        return when
 
     def __len__(self) -> int:
         return len(self.start)
 
     def mask(self, *kinds: int) -> np.ndarray:
-        return np.isin(self.kind, kinds)
+        return kind_flags(kinds)[self.kind]
+
+
+def kind_flags(kinds) -> np.ndarray:
+    """A lookup table over the uint8 kind codes, True at `kinds`: `kind_flags(k)[column]` is one gather, where
+    np.isin compares the whole column once per kind."""
+    flags = np.zeros(256, bool)
+    flags[list(kinds)] = True
+    return flags
 
 
 class ColumnBuilder:
@@ -146,6 +158,8 @@ class ColumnBuilder:
             cols.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype))
             self._chunks = [c[:i] + (None,) + c[i + 1:] for c in self._chunks]
             del pieces
+            if len(cols[-1]) > TRIM_ROWS:  # the pieces' pages back to the OS before the next column is made
+                release_free_memory()
         self._chunks = []
         memory = np.array(sorted(self.memory_points), dtype=np.float64).reshape(-1, 3)
         shape = cols.pop() if self.with_shapes else None

@@ -5,25 +5,27 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from itertools import compress, repeat
-from operator import attrgetter
+from operator import attrgetter, is_, is_not
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
-                     EventTable, Interner, release_free_memory, CPU_MEMORY, UNKNOWN_DEVICE)
-from .kineto_events import (MAX_DUR_US, MAX_US, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR, Event,
-                            LeanEvent, ShapeEvent, _decode_args_list)
+                     EventTable, Interner, kind_flags, release_free_memory, CPU_MEMORY, UNKNOWN_DEVICE)
+from .kineto_events import (MAX_DUR_US, MAX_US, NO_CORRELATION, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR,
+                            Event, LeanEvent, ShapeEvent, _decode_args_list)
 
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
 _PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
 _PID_TID = attrgetter("pid", "tid")
 _CORRELATION = attrgetter("correlation")
+_LAUNCH_ID = attrgetter("args.correlation")
 _X, _FLOW_START, _FLOW_END, _INSTANT, _NO_PHASE = 1, 2, 3, 4, 5
 # the phases read; others are 0; an event without one is counted (it cannot be read as anything)
 _PHASE = {"X": _X, "s": _FLOW_START, "f": _FLOW_END, "i": _INSTANT, "": _NO_PHASE}
-_DEVICE_SIGNS = np.array(DEVICE_KINDS + (RUNTIME,), np.uint8)  # kinds only a trace with device activity holds
+_IS_DEVICE_SIGN = kind_flags(DEVICE_KINDS + (RUNTIME,))  # kinds only a trace with device activity holds
+_IS_DEVICE = kind_flags(DEVICE_KINDS)
 NO_PHASE = "no ph (phase)"
 EDGE = 16  # earliest and latest events kept per batch for the outlier check
 _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
@@ -130,7 +132,7 @@ class _Sink:
             kind = np.fromiter(map(_KIND.get, map(_CAT, xs), repeat(OTHER)), np.uint8, len(xs))
             self.complete += len(xs)
             if not self.device_seen:
-                self.device_seen = bool(np.isin(kind, _DEVICE_SIGNS).any())
+                self.device_seen = bool(_IS_DEVICE_SIGN[kind].any())
             self._keep_edges(start, end, kind)
             unknown = kind == OTHER
             if unknown.any():
@@ -146,10 +148,10 @@ class _Sink:
                 self.runtime.append((names, end[runtime] - start[runtime]))
                 # where each launch call sits: the device events carrying its correlation are linked to it
                 corr, ok = _correlations(calls)
-                if ok.any():
+                if ok is not None:
                     if len(self.flow_starts) > flows_before:  # Kineto's ac2g flows leave these same calls with
-                        self.flow_starts[flows_before] = _without(self.flow_starts[flows_before], corr[ok])  # these
-                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # ids: each kept once (memory)
+                        _replace(self.flow_starts, flows_before, _without(self.flow_starts[flows_before], corr[ok]))
+                    self.flow_starts.append((corr[ok], start[runtime][ok]))  # these ids: each kept once (memory)
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
                 xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
@@ -168,12 +170,12 @@ class _Sink:
         if not xs:
             return
         names = np.fromiter(map(self.cols.names.ids.__getitem__, map(_NAME, xs)), np.int32, len(xs))
-        on_device = np.isin(kind, DEVICE_KINDS)
+        on_device = _IS_DEVICE[kind]
         if on_device.any():  # a device event's correlation names its launch call: matched at build like a flow end
             corr, ok = _correlations(list(compress(xs, on_device.tolist())))
-            if ok.any():
+            if ok is not None:
                 if len(flow_end_at):  # the batch's ac2g flow ends that name these events by these ids: once
-                    self.flow_ends[-1] = _without(self.flow_ends[-1], corr[ok])
+                    _replace(self.flow_ends, len(self.flow_ends) - 1, _without(self.flow_ends[-1], corr[ok]))
                 self.flow_ends.append((corr[ok], start[on_device][ok], threads[rank[x_at]][on_device][ok]))
         shapes = None
         if self.shapes:
@@ -331,19 +333,26 @@ class _Sink:
         Vectorised: sorted keys + searchsorted."""
         if not self.flow_ends or not self.flow_starts or not len(t):
             return None
-        # Each temporary is released as soon as it is used: on a 2 GB trace every array here is ~12 MB.
+        # On a 2 GB trace every array here is 12-15 MB: each is made once, worked on in place and released as soon
+        # as it is used, the chunk lists column by column, so no two copies of a column are alive at once.
         starts, ends, self.flow_starts, self.flow_ends = self.flow_starts, self.flow_ends, [], []
         as_text = any(c[0].dtype.kind != "i" for c in starts + ends)  # one writer's string ids: compare as strings
 
-        def ids_of(chunks):
-            return np.concatenate([c[0].astype(str) if as_text else c[0] for c in chunks])
+        def column(chunks: list, k: int, ids: bool = False) -> np.ndarray:
+            """Column k of the chunks, concatenated; the chunks let go of it."""
+            parts = [c[k].astype(str) if ids and as_text else c[k] for c in chunks]
+            for i, c in enumerate(chunks):
+                chunks[i] = c[:k] + (None,) + c[k + 1:]
+            return np.concatenate(parts)
 
-        start_id, start_ts = ids_of(starts), np.concatenate([c[1] for c in starts])
+        start_id = column(starts, 0, ids=True)
         order = np.argsort(start_id, kind="stable")
-        start_id, start_ts = start_id[order], start_ts[order]
+        start_id = start_id[order]
+        start_ts = column(starts, 1)[order]
         del order, starts
-        end_id = ids_of(ends)
-        pos = np.clip(np.searchsorted(start_id, end_id), 0, len(start_id) - 1)
+        end_id = column(ends, 0, ids=True)
+        pos = np.searchsorted(start_id, end_id)
+        np.clip(pos, 0, len(start_id) - 1, out=pos)
         found = start_id[pos] == end_id
         # Kineto numbers launches in order: an id below every launch call in the file was launched before the
         # file's window began (the previous step's work still running), which no range of the file launched
@@ -354,25 +363,42 @@ class _Sink:
         launch_of_end[before] = -np.inf
         del start_ts, pos, before
         # device events <- flow ends on the same thread at the same start time
-        end_ts = np.concatenate([c[1] for c in ends])
-        end_thread = np.concatenate([c[2] for c in ends])
-        del ends
-        width = float(max(t.end.max(), end_ts.max()) - min(t.start.min(), end_ts.min())) + 1.0
+        end_ts = column(ends, 1)
         base = float(min(t.start.min(), end_ts.min()))
-        end_key = end_thread * width
-        end_key += end_ts - base
+        width = float(max(t.end.max(), end_ts.max()) - base) + 1.0
+        end_key = column(ends, 2) * width
+        del ends
+        end_ts -= base
+        end_key += end_ts
+        del end_ts
         end_key[~found] = np.inf  # an end whose launch the file lacks links nothing: the event's other link counts
-        del end_ts, end_thread, found
+        del found
         key_order = np.argsort(end_key, kind="stable")
-        end_key, launch_of_end = end_key[key_order], launch_of_end[key_order]
+        end_key = end_key[key_order]
+        launch_of_end = launch_of_end[key_order]
         del key_order
-        device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
-        ev_key = t.thread[device].astype(np.int64) * width + (t.start[device] - base)
-        at = np.clip(np.searchsorted(end_key, ev_key), 0, len(end_key) - 1)
-        hit = np.abs(end_key[at] - ev_key) < 1e-3
+        device = np.flatnonzero(t.mask(*DEVICE_KINDS))
+        ev_key = t.thread[device] * width
+        ev_start = t.start[device]
+        ev_start -= base
+        ev_key += ev_start
+        del ev_start
+        at = np.searchsorted(end_key, ev_key)
+        np.clip(at, 0, len(end_key) - 1, out=at)
+        ev_key -= end_key[at]
+        del end_key
+        np.abs(ev_key, out=ev_key)
+        hit = ev_key < 1e-3
+        del ev_key
+        linked = launch_of_end[at]
+        del at, launch_of_end
+        linked[~hit] = np.nan
+        del hit
+        if not np.isfinite(linked).any():
+            return None
         launch = np.full(len(t), np.nan)
-        launch[device[hit]] = launch_of_end[at[hit]]
-        return launch if np.isfinite(launch).any() else None
+        launch[device] = linked
+        return launch
 
 def _floats_of(events: list, field) -> np.ndarray:
     """One numeric field of every event as float64, in C; a writer's numeric strings or junk take the slow path."""
@@ -382,10 +408,20 @@ def _floats_of(events: list, field) -> np.ndarray:
         return _floats(list(map(field, events)))
 
 
+def _replace(chunks: list, at: int, flows: tuple) -> None:
+    """chunks[at] = flows, or no chunk where none is left (fewer arrays to send from a worker and to merge)."""
+    if len(flows[0]):
+        chunks[at] = flows
+    else:
+        del chunks[at]
+
+
 def _without(flows: tuple, ids: np.ndarray) -> tuple:
     """A batch's flow columns without the flows whose id is among `ids` (the same links, read from correlation)."""
     if flows[0].dtype.kind != "i":
         return flows
+    if len(flows[0]) == len(ids) and np.array_equal(flows[0], ids):  # Kineto's: one flow per call, in its order
+        return tuple(c[:0] for c in flows)
     keep = ~np.isin(flows[0], ids)
     return flows if keep.all() else tuple(c[keep] for c in flows)
 
@@ -401,22 +437,35 @@ def _decoded_args(events: list) -> list:
     return args
 
 
-def _correlations(events: list) -> tuple[np.ndarray, np.ndarray]:
-    """The `correlation` arg of each event as int64, and which events have one (an integer, as Kineto writes
-    it). In C for Kineto's events; args kept raw (a trace read with its memory counters) are decoded in one call."""
-    args = _decoded_args(events)
+def _correlations(events: list) -> tuple[np.ndarray, np.ndarray | slice | None]:
+    """The `correlation` arg of each event as int64, and which events have one (an integer, as Kineto writes it):
+    a mask, `slice(None)` where all have one, None where none has. In C for Kineto's events (one getter through
+    the args struct); args kept raw (a trace read with its memory counters) are decoded in one call."""
     try:
-        values = list(map(_CORRELATION, args))
-        return np.fromiter(values, np.int64, len(values)), np.ones(len(values), bool)
-    except (AttributeError, ValueError, TypeError, OverflowError):  # some without one, or not an integer
-        values = [getattr(a, "correlation", None) for a in args]
-        ok = np.fromiter(map(isinstance, values, repeat(int)), bool, len(values))
+        values = list(map(_LAUNCH_ID, events))
+        ids = np.fromiter(values, np.int64, len(values))
+    except (AttributeError, ValueError, TypeError, OverflowError):  # raw args, other JSON, not an integer
+        values = [getattr(a, "correlation", None) for a in _decoded_args(events)]
+        try:
+            ids = np.fromiter(values, np.int64, len(values))
+        except (ValueError, TypeError, OverflowError):
+            ids = None
+    if ids is not None:
+        at_default = ids == NO_CORRELATION
+        if not at_default.any() or not any(map(is_, compress(values, at_default.tolist()), repeat(NO_CORRELATION))):
+            return ids, slice(None)  # every event has one (a written id of the default's value is one)
+    # some without one (a copy written without it): integers only, the default left out by identity
+    ok = np.fromiter(map(isinstance, values, repeat(int)), bool, len(values))
+    ok &= np.fromiter(map(is_not, values, repeat(NO_CORRELATION)), bool, len(values))
+    if not ok.any():
+        return np.zeros(0, np.int64), None
+    if ids is None:
         ids = np.zeros(len(values), np.int64)
         try:
             ids[ok] = np.fromiter(compress(values, ok.tolist()), np.int64, int(ok.sum()))
         except OverflowError:  # beyond int64: not an id Kineto writes
-            ok[:] = False
-        return ids, ok
+            return np.zeros(0, np.int64), None
+    return ids, ok
 
 
 def _intern(values: list, interner: Interner) -> np.ndarray:

@@ -36,11 +36,16 @@ class Args(msgspec.Struct, gc=False):
     correlation: Any = None  # Kineto: a device event's id = its host launch call's (any JSON: never damage)
 
 
+# What an event without a `correlation` arg holds there: an int, so a batch's ids convert to int64 in one C call
+# (None would send every batch holding a copy without one down the slow path); told from a written id by identity
+NO_CORRELATION = -(2 ** 63)
+
+
 class LaunchArgs(msgspec.Struct, gc=False):
     """The one arg the hot path reads: `correlation`, which ties a kernel, copy or set (a graph's kernels
     included) to the runtime call that launched it. Every other arg is skipped by the decoder."""
 
-    correlation: Any = None
+    correlation: Any = NO_CORRELATION
 
 
 class LeanEvent(msgspec.Struct, gc=False):
@@ -75,7 +80,7 @@ class ShapeArgs(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
     device_type: int | None = msgspec.field(default=None, name="Device Type")
     device_id: int | None = msgspec.field(default=None, name="Device Id")
-    correlation: Any = None
+    correlation: Any = NO_CORRELATION
 
 
 class ShapeEvent(Event, gc=False):
