@@ -41,11 +41,12 @@ def main() -> int:
         ap.error("give the rlprof command after --, without 'rlprof'")
     cut = argv.index("--")
     args = ap.parse_args(argv[:cut])
-    args.command = argv[cut + 1:]
+    args.command = argv[cut + 1 :]
     with tempfile.TemporaryDirectory(prefix="rlprof-ab-") as tmp:
         tree = Path(tmp) / "a"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), args.commit],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), args.commit], check=True
+        )
         try:
             runs: dict[str, list[float]] = {"a": [], "b": []}
             for _ in range(args.pairs):

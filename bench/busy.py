@@ -26,12 +26,20 @@ OFF = ["global_profiler.tool=torch", "global_profiler.steps=[]"]  # a plan that 
 
 def run(steps: int, threads: int | None, work: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix="run-", dir=work))
-    args = [sys.executable, "-m", "rlprof.cli", "train", *OFF, f"trainer.steps={steps}",
-            f"trainer.output_dir={out}/train"]
+    args = [
+        sys.executable,
+        "-m",
+        "rlprof.cli",
+        "train",
+        *OFF,
+        f"trainer.steps={steps}",
+        f"trainer.output_dir={out}/train",
+    ]
     if threads is not None:
         args.append(f"trainer.threads={threads}")
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=out, timeout=1800,
-                          env=dict(os.environ, KINETO_LOG_LEVEL="5"))
+    proc = subprocess.run(
+        args, capture_output=True, text=True, cwd=out, timeout=1800, env=dict(os.environ, KINETO_LOG_LEVEL="5")
+    )
     if proc.returncode != 0:
         raise SystemExit(f"train failed: {proc.stderr[-2000:]}")
     (metrics,) = (out / "train").glob("*/metrics.jsonl")
@@ -39,8 +47,12 @@ def run(steps: int, threads: int | None, work: Path) -> dict:
     chosen = json.loads((metrics.parent / "trainer_config.json").read_text())["threads"]
     steady = [m["step_ms"] for m in history[2:]]
     waits = [m["run_wait_ms"] / (m["cpu_ms"] + m["run_wait_ms"]) for m in history[2:] if m.get("cpu_ms")]
-    return {"steady_step_ms": statistics.median(steady), "threads": chosen["threads"], "why": chosen["why"],
-            "run_wait_share": statistics.median(waits) if waits else None}
+    return {
+        "steady_step_ms": statistics.median(steady),
+        "threads": chosen["threads"],
+        "why": chosen["why"],
+        "run_wait_share": statistics.median(waits) if waits else None,
+    }
 
 
 def main() -> None:
@@ -52,8 +64,12 @@ def main() -> None:
     args = p.parse_args()
     cores = len(os.sched_getaffinity(0))
     work = Path(tempfile.mkdtemp(prefix="rlprof-busy-"))
-    configs = {"as_is/auto": (0, None), f"{args.hogs}_busy/auto": (args.hogs, None),
-               "as_is/one_per_core": (0, cores), f"{args.hogs}_busy/one_per_core": (args.hogs, cores)}
+    configs = {
+        "as_is/auto": (0, None),
+        f"{args.hogs}_busy/auto": (args.hogs, None),
+        "as_is/one_per_core": (0, cores),
+        f"{args.hogs}_busy/one_per_core": (args.hogs, cores),
+    }
     runs: dict[str, list[dict]] = {name: [] for name in configs}
     for _ in range(args.pairs):
         for name, (hogs, threads) in configs.items():
@@ -67,10 +83,14 @@ def main() -> None:
     med = {name: statistics.median(r["steady_step_ms"] for r in rs) for name, rs in runs.items()}
     out = {
         "machine": f"{cores} cores in affinity; load at the end {os.getloadavg()}",
-        "hogs": args.hogs, "steps": args.steps, "pairs": args.pairs,
+        "hogs": args.hogs,
+        "steps": args.steps,
+        "pairs": args.pairs,
         "steady_step_ms": med,
-        "busy_over_as_is": {"auto": med[f"{args.hogs}_busy/auto"] / med["as_is/auto"],
-                            "one_per_core": med[f"{args.hogs}_busy/one_per_core"] / med["as_is/one_per_core"]},
+        "busy_over_as_is": {
+            "auto": med[f"{args.hogs}_busy/auto"] / med["as_is/auto"],
+            "one_per_core": med[f"{args.hogs}_busy/one_per_core"] / med["as_is/one_per_core"],
+        },
         "runs": runs,
     }
     text = json.dumps(out, indent=1)

@@ -29,12 +29,14 @@ DATA = HERE.parent / "tests" / "data" / "ascend"
 DB_PAIR = tuple(sorted((DATA / "mindspeed" / "profiler_data" / "integrated").rglob("ascend_pytorch_profiler_*.db")))
 # Tables whose rows are repeated, with the columns shifted on each copy (times by the file's span, ids by
 # their maximum, so joins stay one-to-one).
-REPEATED = {"TASK": ("startNs", "endNs", "globalTaskId", "connectionId"),
-            "COMPUTE_TASK_INFO": ("globalTaskId",),
-            "COMMUNICATION_TASK_INFO": ("globalTaskId",),
-            "COMMUNICATION_OP": ("startNs", "endNs", "connectionId"),
-            "MSTX_EVENTS": ("startNs", "endNs"),
-            "STEP_TIME": ("startNs", "endNs", "id")}
+REPEATED = {
+    "TASK": ("startNs", "endNs", "globalTaskId", "connectionId"),
+    "COMPUTE_TASK_INFO": ("globalTaskId",),
+    "COMMUNICATION_TASK_INFO": ("globalTaskId",),
+    "COMMUNICATION_OP": ("startNs", "endNs", "connectionId"),
+    "MSTX_EVENTS": ("startNs", "endNs"),
+    "STEP_TIME": ("startNs", "endNs", "id"),
+}
 
 
 def grow_db(src: Path, dst: Path, mb: float) -> int:
@@ -76,8 +78,18 @@ def time_pair(base: Path, new: Path, out: Path, use_msprof: bool, pairs: int = 3
     msprof-analyze once."""
     from ingest import floor_cmd, measured
 
-    rlprof = [sys.executable, "-m", "rlprof.cli", "compare", "-d", str(new), "-bp", str(base),
-              "-o", str(out / "rlprof_out")]
+    rlprof = [
+        sys.executable,
+        "-m",
+        "rlprof.cli",
+        "compare",
+        "-d",
+        str(new),
+        "-bp",
+        str(base),
+        "-o",
+        str(out / "rlprof_out"),
+    ]
     runs = {"rlprof": [], "floor": []}
     cold = {"rlprof": round(measured(rlprof, sample=False)[0], 2)}  # untimed warm-up round (see ingest.py)
     if floor:
@@ -96,8 +108,14 @@ def time_pair(base: Path, new: Path, out: Path, use_msprof: bool, pairs: int = 3
 
         exe = ensure_msprof()
         ms_s, ms_mb, _ = measured([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", str(out / "msprof")])
-        result.update({"msprof_s": round(ms_s, 2), "msprof_peak_mb": ms_mb, "speedup": round(ms_s / rl_s, 1),
-                       "memory_ratio": {k: round(rl_mb[k] / ms_mb[k], 3) for k in ms_mb}})
+        result.update(
+            {
+                "msprof_s": round(ms_s, 2),
+                "msprof_peak_mb": ms_mb,
+                "speedup": round(ms_s / rl_s, 1),
+                "memory_ratio": {k: round(rl_mb[k] / ms_mb[k], 3) for k in ms_mb},
+            }
+        )
     return result
 
 
@@ -110,8 +128,7 @@ def kineto_case(tmp: Path, mb: float, use_msprof: bool) -> dict:
     info = write_trace(base, mb, seed=0)
     write_trace(new, mb, seed=1)
     size_mb = min(base.stat().st_size, new.stat().st_size) / 1e6
-    return {"size_mb": round(size_mb, 1), "events": info["events"],
-            **time_pair(base, new, tmp, use_msprof, floor=True)}
+    return {"size_mb": round(size_mb, 1), "events": info["events"], **time_pair(base, new, tmp, use_msprof, floor=True)}
 
 
 def db_case(tmp: Path, mb: float, use_msprof: bool) -> dict:

@@ -27,55 +27,110 @@ HERE = Path(__file__).resolve().parent
 # response lengths (no tail, little padding), KL on with a coefficient.
 BASE = ("trainer.steps=4", "actor.micro_batch_size=32", "actor.mini_batch_size=32", "rollout.ignore_eos=true")
 SCENARIOS = [
-    {"name": "skewed_lengths", "cause": "rollout_tail", "nproc": 1,
-     "what": "responses end at the policy's own EOS with room for 48 tokens: a few long ones hold the batch",
-     "overrides": ("rollout.ignore_eos=false", "rollout.max_new_tokens=48"),
-     "levers": {"verl": "data.max_response_length", "rlprof": "rollout.max_new_tokens"}},
-    {"name": "padding_no_packing", "cause": "padding", "nproc": 1,
-     "what": "varied response lengths, micro-batches of 32 padded to their longest row, 4 PPO epochs",
-     "overrides": ("rollout.ignore_eos=false", "rollout.max_new_tokens=16", "actor.ppo_epochs=4"),
-     "levers": {"verl": "actor_rollout_ref.actor.use_dynamic_bsz", "rlprof": "actor.use_dynamic_bsz"}},
-    {"name": "one_sample_micro_batches", "cause": "small_units", "nproc": 1,
-     "what": "one sequence per micro-batch in the update and the log-prob passes (responses of the policy's own "
-             "lengths, so micro-batches differ in tokens and the fixed part can be fitted)",
-     "overrides": ("actor.micro_batch_size=1", "rollout.ignore_eos=false"),
-     "levers": {"verl": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "rlprof": "actor.micro_batch_size"}},
-    {"name": "slow_reward", "cause": "slow_reward", "nproc": 1,
-     "what": "a verifier that waits 3 ms per sample (a sandbox call), scored one at a time",
-     "overrides": ("reward.cost_ms=3",),
-     "levers": {"verl": "reward.num_workers", "rlprof": "reward.workers"}},
-    {"name": "kl_off_reference_on", "cause": "unused_reference", "nproc": 1,
-     "what": "KL loss on with coefficient 0: the reference forward runs and no gradient uses it",
-     "overrides": ("actor.kl_coef=0",),
-     "levers": {"verl": "actor_rollout_ref.actor.use_kl_loss", "rlprof": "actor.use_kl_loss"}},
-    {"name": "slow_rank", "cause": "slow_rank", "nproc": 2,
-     "what": "rank 1 computes 15 ms longer per update micro-batch",
-     "overrides": ("trainer.debug.slow_rank=1", "trainer.debug.slow_ms=15"),
-     "levers": {"verl": "trainer.balance_batch", "rlprof": "trainer.debug.slow_rank"}},
-    {"name": "large_weight_sync", "cause": "weight_sync", "nproc": 2,
-     "what": "4 layers trained on 8 short sequences per step: the full weights are gathered from the shards and "
-             "copied to the rollout's own model every step, for little work",
-     "overrides": ("model.num_layers=4", "data.prompts_per_step=2", "rollout.n=4", "actor.mini_batch_size=4",
-                   "actor.micro_batch_size=4", "rollout.max_new_tokens=2"),
-     "levers": {"verl": "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
-                "rlprof": "rollout.share_actor_weights"}},
-    {"name": "fsdp_exposed_allgather", "cause": "exposed_comm", "nproc": 2,
-     "what": "2-rank FSDP2 on gloo, rollout on the actor's shards (no weight copy): each layer's all-gather "
-             "blocks the forward and backward",
-     "overrides": ("model.num_layers=4", "rollout.max_new_tokens=2", "rollout.share_actor_weights=true"),
-     "levers": {"verl": "actor_rollout_ref.actor.fsdp_config.forward_prefetch", "rlprof": "actor.reshard_after_forward"}},
+    {
+        "name": "skewed_lengths",
+        "cause": "rollout_tail",
+        "nproc": 1,
+        "what": "responses end at the policy's own EOS with room for 48 tokens: a few long ones hold the batch",
+        "overrides": ("rollout.ignore_eos=false", "rollout.max_new_tokens=48"),
+        "levers": {"verl": "data.max_response_length", "rlprof": "rollout.max_new_tokens"},
+    },
+    {
+        "name": "padding_no_packing",
+        "cause": "padding",
+        "nproc": 1,
+        "what": "varied response lengths, micro-batches of 32 padded to their longest row, 4 PPO epochs",
+        "overrides": ("rollout.ignore_eos=false", "rollout.max_new_tokens=16", "actor.ppo_epochs=4"),
+        "levers": {"verl": "actor_rollout_ref.actor.use_dynamic_bsz", "rlprof": "actor.use_dynamic_bsz"},
+    },
+    {
+        "name": "one_sample_micro_batches",
+        "cause": "small_units",
+        "nproc": 1,
+        "what": "one sequence per micro-batch in the update and the log-prob passes (responses of the policy's own "
+        "lengths, so micro-batches differ in tokens and the fixed part can be fitted)",
+        "overrides": ("actor.micro_batch_size=1", "rollout.ignore_eos=false"),
+        "levers": {"verl": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "rlprof": "actor.micro_batch_size"},
+    },
+    {
+        "name": "slow_reward",
+        "cause": "slow_reward",
+        "nproc": 1,
+        "what": "a verifier that waits 3 ms per sample (a sandbox call), scored one at a time",
+        "overrides": ("reward.cost_ms=3",),
+        "levers": {"verl": "reward.num_workers", "rlprof": "reward.workers"},
+    },
+    {
+        "name": "kl_off_reference_on",
+        "cause": "unused_reference",
+        "nproc": 1,
+        "what": "KL loss on with coefficient 0: the reference forward runs and no gradient uses it",
+        "overrides": ("actor.kl_coef=0",),
+        "levers": {"verl": "actor_rollout_ref.actor.use_kl_loss", "rlprof": "actor.use_kl_loss"},
+    },
+    {
+        "name": "slow_rank",
+        "cause": "slow_rank",
+        "nproc": 2,
+        "what": "rank 1 computes 15 ms longer per update micro-batch",
+        "overrides": ("trainer.debug.slow_rank=1", "trainer.debug.slow_ms=15"),
+        "levers": {"verl": "trainer.balance_batch", "rlprof": "trainer.debug.slow_rank"},
+    },
+    {
+        "name": "large_weight_sync",
+        "cause": "weight_sync",
+        "nproc": 2,
+        "what": "4 layers trained on 8 short sequences per step: the full weights are gathered from the shards and "
+        "copied to the rollout's own model every step, for little work",
+        "overrides": (
+            "model.num_layers=4",
+            "data.prompts_per_step=2",
+            "rollout.n=4",
+            "actor.mini_batch_size=4",
+            "actor.micro_batch_size=4",
+            "rollout.max_new_tokens=2",
+        ),
+        "levers": {
+            "verl": "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+            "rlprof": "rollout.share_actor_weights",
+        },
+    },
+    {
+        "name": "fsdp_exposed_allgather",
+        "cause": "exposed_comm",
+        "nproc": 2,
+        "what": "2-rank FSDP2 on gloo, rollout on the actor's shards (no weight copy): each layer's all-gather "
+        "blocks the forward and backward",
+        "overrides": ("model.num_layers=4", "rollout.max_new_tokens=2", "rollout.share_actor_weights=true"),
+        "levers": {
+            "verl": "actor_rollout_ref.actor.fsdp_config.forward_prefetch",
+            "rlprof": "actor.reshard_after_forward",
+        },
+    },
 ]
 CONTROLS = [
     {"name": "healthy", "nproc": 1, "what": "the base config", "overrides": ()},
-    {"name": "healthy_packed", "nproc": 1, "what": "varied lengths with dynamic micro-batches (the padding lever)",
-     "overrides": ("rollout.ignore_eos=false", "rollout.max_new_tokens=6", "actor.use_dynamic_bsz=true",
-                   "actor.max_token_len=2048")},
+    {
+        "name": "healthy_packed",
+        "nproc": 1,
+        "what": "varied lengths with dynamic micro-batches (the padding lever)",
+        "overrides": (
+            "rollout.ignore_eos=false",
+            "rollout.max_new_tokens=6",
+            "actor.use_dynamic_bsz=true",
+            "actor.max_token_len=2048",
+        ),
+    },
 ]
 
 
 def profile_overrides(save: Path, nproc: int, steps: str = "[2,3]") -> list[str]:
-    out = ["global_profiler.tool=torch", f"global_profiler.steps={steps}", f"global_profiler.save_path={save}",
-           "actor_rollout_ref.actor.profiler.enable=true"]
+    out = [
+        "global_profiler.tool=torch",
+        f"global_profiler.steps={steps}",
+        f"global_profiler.save_path={save}",
+        "actor_rollout_ref.actor.profiler.enable=true",
+    ]
     if nproc > 1:
         out.append("actor_rollout_ref.actor.profiler.all_ranks=true")
     return out
@@ -84,11 +139,26 @@ def profile_overrides(save: Path, nproc: int, steps: str = "[2,3]") -> list[str]
 def run_case(case: dict, work: Path, timeout: int = 900, steps: str = "[2,3]", extra: tuple = ()) -> dict:
     """Train the case, profiled on `steps`; return the analysis document's findings and measures."""
     save = work / case["name"] / "profile"
-    overrides = [*BASE, *case["overrides"], *extra, *profile_overrides(save, case["nproc"], steps),
-                 f"trainer.output_dir={work / case['name'] / 'train'}"]
+    overrides = [
+        *BASE,
+        *case["overrides"],
+        *extra,
+        *profile_overrides(save, case["nproc"], steps),
+        f"trainer.output_dir={work / case['name'] / 'train'}",
+    ]
     if case["nproc"] > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(case["nproc"]),
-               "--master_port", str(29500 + os.getpid() % 1000), "-m", "rlprof.trainer", *overrides]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(case["nproc"]),
+            "--master_port",
+            str(29500 + os.getpid() % 1000),
+            "-m",
+            "rlprof.trainer",
+            *overrides,
+        ]
     else:
         cmd = [sys.executable, "-m", "rlprof.trainer", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RLPROF_RUN_ID": case["name"]}
@@ -100,21 +170,31 @@ def run_case(case: dict, work: Path, timeout: int = 900, steps: str = "[2,3]", e
 
     run_dir = save / case["name"]
     doc = analyze(run_dir, workers=1)
-    return {"run_dir": str(run_dir), "train_dir": str(work / case["name"] / "train"),
-            "train_s": round(time.perf_counter() - t0, 1), "findings": doc["findings"], "measures": doc["measures"]}
+    return {
+        "run_dir": str(run_dir),
+        "train_dir": str(work / case["name"] / "train"),
+        "train_s": round(time.perf_counter() - t0, 1),
+        "findings": doc["findings"],
+        "measures": doc["measures"],
+    }
 
 
 def score(case: dict, result: dict) -> dict:
     actionable = [f for f in result["findings"] if f["actionable"]]
     first = actionable[0] if actionable else None
-    out = {"first_actionable": first["kind"] if first else None,
-           "first_text": first["text"] if first else None,
-           "causes_found": [f["kind"] for f in actionable]}
+    out = {
+        "first_actionable": first["kind"] if first else None,
+        "first_text": first["text"] if first else None,
+        "causes_found": [f["kind"] for f in actionable],
+    }
     if "cause" in case:
         levers = first["levers"] if first else {}
         named = {d: any(lv["key"] == key for lv in levers.get(d, [])) for d, key in case["levers"].items()}
-        out.update(expected=case["cause"], levers_named=named,
-                   passed=bool(first and first["kind"] == case["cause"] and all(named.values())))
+        out.update(
+            expected=case["cause"],
+            levers_named=named,
+            passed=bool(first and first["kind"] == case["cause"] and all(named.values())),
+        )
     else:
         out["passed"] = not actionable
     return out
@@ -170,20 +250,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             res = run_case(case, Path(tmp))
-            row = {"name": case["name"], "kind": "scenario" if "cause" in case else "control", "what": case["what"],
-                   "overrides": list(case["overrides"]), "nproc": case["nproc"], "train_s": res["train_s"],
-                   **score(case, res),
-                   "measures": [{k: m[k] for k in ("measure", "role", "stage", "value", "status")}
-                                for m in res["measures"]]}
+            row = {
+                "name": case["name"],
+                "kind": "scenario" if "cause" in case else "control",
+                "what": case["what"],
+                "overrides": list(case["overrides"]),
+                "nproc": case["nproc"],
+                "train_s": res["train_s"],
+                **score(case, res),
+                "measures": [
+                    {k: m[k] for k in ("measure", "role", "stage", "value", "status")} for m in res["measures"]
+                ],
+            }
             if not args.no_hta:
                 row["hta"] = hta_beside(res["run_dir"])
             results.append(row)
             print(json.dumps({k: row[k] for k in ("name", "passed", "first_actionable", "causes_found")}), flush=True)
-    summary = {"scenarios": sum(r["kind"] == "scenario" for r in results),
-               "scenarios_diagnosed": sum(r["passed"] for r in results if r["kind"] == "scenario"),
-               "controls": sum(r["kind"] == "control" for r in results),
-               "controls_clean": sum(r["passed"] for r in results if r["kind"] == "control"),
-               "base": list(BASE), "machine": f"{os.cpu_count()} CPU cores, torch CPU"}
+    summary = {
+        "scenarios": sum(r["kind"] == "scenario" for r in results),
+        "scenarios_diagnosed": sum(r["passed"] for r in results if r["kind"] == "scenario"),
+        "controls": sum(r["kind"] == "control" for r in results),
+        "controls_clean": sum(r["passed"] for r in results if r["kind"] == "control"),
+        "base": list(BASE),
+        "machine": f"{os.cpu_count()} CPU cores, torch CPU",
+    }
     Path(args.out).write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")
     print(json.dumps(summary))
 

@@ -48,13 +48,13 @@ def ensure_hta() -> Path:
     python = HTA_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "holistictraceanalysis", "pandas<2.3"],
-                       check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "holistictraceanalysis", "pandas<2.3"], check=True)
     return python
 
 
-def measured(cmd: list[str], env: dict | None = None, tree: bool = True, sample: bool = True
-             ) -> tuple[float, dict, str]:
+def measured(
+    cmd: list[str], env: dict | None = None, tree: bool = True, sample: bool = True
+) -> tuple[float, dict, str]:
     """(wall seconds, peak memory in MB, stdout). Peaks, sampled every 10 ms over the process and all its
     descendants (the process alone with tree=False): `pss` the summed proportional set size (shared pages,
     such as a forked worker's copy of its parent, counted once: the tree's real footprint), `rss_sum` the summed
@@ -126,8 +126,12 @@ def main() -> int:
         info = write_trace(trace, args.mb)
         rlprof = [sys.executable, "-m", "rlprof.cli", "analyze", str(trace), "--json"]
         commands = {"rlprof": rlprof, "floor": floor_cmd(trace), "rlprof_one_core": rlprof + ["--workers", "1"]}
-        result = {"size_mb": round(info["bytes"] / 1e6, 1), "file_mb": round(trace.stat().st_size / 1e6, 1),
-                  "events": info["events"], "pairs": args.pairs}
+        result = {
+            "size_mb": round(info["bytes"] / 1e6, 1),
+            "file_mb": round(trace.stat().st_size / 1e6, 1),
+            "events": info["events"],
+            "pairs": args.pairs,
+        }
         # One untimed round first: this VM's host backs guest memory on first touch, so a process's first use of
         # memory nothing touched before costs up to 2x (the floor's 850 MB of structs: 1.5 s warm, up to 3.7 s
         # cold). Every command is then timed warm; the cold round is printed too.
@@ -143,9 +147,14 @@ def main() -> int:
         if not args.no_hta:
             python = ensure_hta()
             hta_s, hta_mb, _ = measured([str(python), "-c", HTA_SCRIPT, str(folder)])
-            result.update({"hta_s": round(hta_s, 2), "hta_peak_mb": hta_mb,
-                           "speedup_vs_hta": round(hta_s / result["rlprof_s"], 1),
-                           "memory_vs_hta": {k: round(result["rlprof_peak_mb"][k] / hta_mb[k], 3) for k in hta_mb}})
+            result.update(
+                {
+                    "hta_s": round(hta_s, 2),
+                    "hta_peak_mb": hta_mb,
+                    "speedup_vs_hta": round(hta_s / result["rlprof_s"], 1),
+                    "memory_vs_hta": {k: round(result["rlprof_peak_mb"][k] / hta_mb[k], 3) for k in hta_mb},
+                }
+            )
     result["machine"] = f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB"
     print(json.dumps(result))
     return 0

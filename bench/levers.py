@@ -50,17 +50,38 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+")
 
 
-def train(name: str, work: Path, nproc: int, overrides: list[str], config: Path | None = None,
-          steps: int = 10, timeout: int = 900) -> dict:
+def train(
+    name: str,
+    work: Path,
+    nproc: int,
+    overrides: list[str],
+    config: Path | None = None,
+    steps: int = 10,
+    timeout: int = 900,
+) -> dict:
     """One run of the reference trainer; returns its run directory and metrics."""
     save = work / name / "profile"
-    out = [*overrides, *THREADS, f"trainer.steps={steps}",
-           *diagnose.profile_overrides(save, nproc, steps="[" + ",".join(map(str, PROFILED)) + "]"),
-           f"trainer.output_dir={work / name / 'train'}"]
+    out = [
+        *overrides,
+        *THREADS,
+        f"trainer.steps={steps}",
+        *diagnose.profile_overrides(save, nproc, steps="[" + ",".join(map(str, PROFILED)) + "]"),
+        f"trainer.output_dir={work / name / 'train'}",
+    ]
     args = ([str(config)] if config else []) + out
     if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-               str(29500 + os.getpid() % 1000), "-m", "rlprof.trainer", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_port",
+            str(29500 + os.getpid() % 1000),
+            "-m",
+            "rlprof.trainer",
+            *args,
+        ]
     else:
         cmd = [sys.executable, "-m", "rlprof.trainer", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"}
@@ -85,12 +106,14 @@ def step_times(metrics: list[dict]) -> dict:
     of the plain wall time."""
     steady = [m for m in metrics if m["step"] > max(PROFILED) and not m.get("profiled")]
     stages = sorted({s for m in steady for s in m["stage_ms"]})
-    return {"steps": [m["step"] for m in steady],
-            "quiet_ms": statistics.median(m["step_ms"] - _wait(m) for m in steady),
-            "wall_ms": statistics.median(m["step_ms"] for m in steady),
-            "wait_ms": statistics.median(_wait(m) for m in steady),
-            "stage_ms": {s: statistics.median(m["stage_ms"].get(s, 0.0) for m in steady) for s in stages},
-            "per_step": [[round(m["step_ms"], 2), round(_wait(m), 2)] for m in steady]}
+    return {
+        "steps": [m["step"] for m in steady],
+        "quiet_ms": statistics.median(m["step_ms"] - _wait(m) for m in steady),
+        "wall_ms": statistics.median(m["step_ms"] for m in steady),
+        "wait_ms": statistics.median(_wait(m) for m in steady),
+        "stage_ms": {s: statistics.median(m["stage_ms"].get(s, 0.0) for m in steady) for s in stages},
+        "per_step": [[round(m["step_ms"], 2), round(_wait(m), 2)] for m in steady],
+    }
 
 
 def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
@@ -100,24 +123,36 @@ def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
 
     # the measure the cause is judged on and its threshold (analyze/causes.py); a slow rank's, here, the time the
     # others wait for it (its finding's impact)
-    measure, threshold_key = (("slow_rank_wait_ms", None) if cause == "slow_rank" else
-                              (CAUSES[cause].measure, CAUSES[cause].threshold))
+    measure, threshold_key = (
+        ("slow_rank_wait_ms", None) if cause == "slow_rank" else (CAUSES[cause].measure, CAUSES[cause].threshold)
+    )
     fired = [f for f in doc["findings"] if f.get("actionable") and f["kind"] == cause]
     means = stage_means(doc)
     if measure == "ref_ms":
         value = sum(v["wall_ms"] for k, v in means.items() if k[1] == "ref_compute_log_prob")
     elif measure == "comm_share":
-        value = max((v["comm_ms"] / v["wall_ms"] for k, v in means.items() if k[1] in stages and v["wall_ms"] > 0),
-                    default=0.0)
+        value = max(
+            (v["comm_ms"] / v["wall_ms"] for k, v in means.items() if k[1] in stages and v["wall_ms"] > 0), default=0.0
+        )
     elif measure == "slow_rank_wait_ms":
         value = max((f["impact_ms"] for f in fired), default=0.0)
     else:
-        values = [m["value"] for m in doc["measures"] if m["measure"] == measure and m["status"] == "measured"
-                  and (measure in ("reward_share", "weight_sync_share") or m["stage"] in stages)]
+        values = [
+            m["value"]
+            for m in doc["measures"]
+            if m["measure"] == measure
+            and m["status"] == "measured"
+            and (measure in ("reward_share", "weight_sync_share") or m["stage"] in stages)
+        ]
         value = max(values, default=0.0)
     threshold = THRESHOLDS[threshold_key] if threshold_key else None
-    return {"measure": measure, "value": value, "threshold": threshold, "fired": bool(fired),
-            "busy": any(f["kind"] == "busy_machine" for f in doc["findings"])}
+    return {
+        "measure": measure,
+        "value": value,
+        "threshold": threshold,
+        "fired": bool(fired),
+        "busy": any(f["kind"] == "busy_machine" for f in doc["findings"]),
+    }
 
 
 def advise_fix(run_dir: Path, cause: str | None, out: Path) -> dict:
@@ -148,16 +183,26 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
         b = train(f"{name}_diagnosed{len(tries)}", work, nproc, before_overrides, steps=steps)
         b["doc"] = analyze(b["run_dir"], workers=1)
         fix = advise_fix(b["run_dir"], cause, work / f"{name}_fix.yaml")
-        tries.append({"first_cause_found": first_cause(b["doc"]), "fixed": fix["fix"] is not None,
-                      "busy": any(f["kind"] == "busy_machine" for f in b["doc"]["findings"])})
+        tries.append(
+            {
+                "first_cause_found": first_cause(b["doc"]),
+                "fixed": fix["fix"] is not None,
+                "busy": any(f["kind"] == "busy_machine" for f in b["doc"]["findings"]),
+            }
+        )
         if fix["fix"] is None:
             fix = None
             if len(tries) == DIAGNOSE_TRIES:
-                return {"name": name, "cause": cause, "nproc": nproc, "fix": None, "tries": tries,
-                        "passed": False, "why": f"the cause was not found in {len(tries)} runs: advise --fix wrote "
-                                                "nothing",
-                        "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"),
-                                     "load_average": round(os.getloadavg()[0], 2)}}
+                return {
+                    "name": name,
+                    "cause": cause,
+                    "nproc": nproc,
+                    "fix": None,
+                    "tries": tries,
+                    "passed": False,
+                    "why": f"the cause was not found in {len(tries)} runs: advise --fix wrote nothing",
+                    "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2)},
+                }
     runs["before"].append(b)
     keys = set(fix["fix"]["overrides"])
     after_overrides = [o for o in before_overrides if _key(o) not in keys]
@@ -178,13 +223,21 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     for b in runs["before"][1:]:
         other = advise_fix(b["run_dir"], cause, work / f"{b['name']}_fix.yaml")
         if other["fix"] is not None:
-            predictions.append({"saving_ms": other["fix"]["saving"]["saving_ms"],
-                                "overrides": other["fix"]["overrides"]})
+            predictions.append(
+                {"saving_ms": other["fix"]["saving"]["saving_ms"], "overrides": other["fix"]["overrides"]}
+            )
     times = {side: [step_times(r["metrics"]) for r in rs] for side, rs in runs.items()}
     pair_savings = [b["quiet_ms"] - a["quiet_ms"] for b, a in zip(times["before"], times["after"])]
     wall_savings = [b["wall_ms"] - a["wall_ms"] for b, a in zip(times["before"], times["after"])]
-    pooled = {side: [m["step_ms"] - _wait(m) for r in rs for m in r["metrics"]
-                     if m["step"] > max(PROFILED) and not m.get("profiled")] for side, rs in runs.items()}
+    pooled = {
+        side: [
+            m["step_ms"] - _wait(m)
+            for r in rs
+            for m in r["metrics"]
+            if m["step"] > max(PROFILED) and not m.get("profiled")
+        ]
+        for side, rs in runs.items()
+    }
     before_ms = statistics.median(pooled["before"])
     measured = before_ms - statistics.median(pooled["after"])
     spread = max(pair_savings) - min(pair_savings) if len(pair_savings) > 1 else 0.0
@@ -196,31 +249,59 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     fired = sum(m["fired"] for m in measures["after"])
     # below: the median after-run's measure under its threshold and the cause found in a minority of them (micro-
     # batches too small: gone when they are too few to merge, whatever their fixed share)
-    below = 2 * fired < len(measures["after"]) and (threshold is None or after_value < threshold
-                                                     or cause == "small_units")
+    below = 2 * fired < len(measures["after"]) and (
+        threshold is None or after_value < threshold or cause == "small_units"
+    )
     slower = measured < 0 and -measured > max(spread, 0.0)
     within = rel is not None and rel <= CRITERION
-    return {"name": name, "cause": cause, "nproc": nproc, "what": case["what"], "overrides": list(case["overrides"]),
-            "first_cause_found": first_cause(runs["before"][0]["doc"]), "diagnosis_tries": tries,
-            "fix": fx["overrides"], "fix_levers": fx["levers"], "setting": pred.get("setting"),
-            "predicted": {"saving_ms": predicted, "saving_share": pred.get("saving_share"),
-                          "assumption": pred.get("assumption"), "by_stage_ms": pred.get("by_stage_ms"),
-                          "from_other_before_runs": predictions},
-            "measured": {"saving_ms": measured, "saving_share": measured / before_ms if before_ms else None,
-                         "pair_savings_ms": pair_savings, "spread_ms": spread, "wall_pair_savings_ms": wall_savings,
-                         "by_stage_ms": _stage_savings(times),
-                         "before": times["before"], "after": times["after"]},
-            "measure": measures, "relative_error": rel, "within_30": within, "measure_below_threshold": below,
-            "slower_beyond_spread": slower, "passed": bool(within and below and not slower),
-            "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2)},
-            "train_s": sum(r["train_s"] for rs in runs.values() for r in rs)}
+    return {
+        "name": name,
+        "cause": cause,
+        "nproc": nproc,
+        "what": case["what"],
+        "overrides": list(case["overrides"]),
+        "first_cause_found": first_cause(runs["before"][0]["doc"]),
+        "diagnosis_tries": tries,
+        "fix": fx["overrides"],
+        "fix_levers": fx["levers"],
+        "setting": pred.get("setting"),
+        "predicted": {
+            "saving_ms": predicted,
+            "saving_share": pred.get("saving_share"),
+            "assumption": pred.get("assumption"),
+            "by_stage_ms": pred.get("by_stage_ms"),
+            "from_other_before_runs": predictions,
+        },
+        "measured": {
+            "saving_ms": measured,
+            "saving_share": measured / before_ms if before_ms else None,
+            "pair_savings_ms": pair_savings,
+            "spread_ms": spread,
+            "wall_pair_savings_ms": wall_savings,
+            "by_stage_ms": _stage_savings(times),
+            "before": times["before"],
+            "after": times["after"],
+        },
+        "measure": measures,
+        "relative_error": rel,
+        "within_30": within,
+        "measure_below_threshold": below,
+        "slower_beyond_spread": slower,
+        "passed": bool(within and below and not slower),
+        "recorded": {"date": time.strftime("%Y-%m-%d %H:%M"), "load_average": round(os.getloadavg()[0], 2)},
+        "train_s": sum(r["train_s"] for rs in runs.values() for r in rs),
+    }
 
 
 def _stage_savings(times: dict) -> dict:
     """Per stage: the median over pairs of (before - after) of the stage's median time."""
     stages = sorted({s for t in times["before"] + times["after"] for s in t["stage_ms"]})
-    return {s: statistics.median(b["stage_ms"].get(s, 0.0) - a["stage_ms"].get(s, 0.0)
-                                 for b, a in zip(times["before"], times["after"])) for s in stages}
+    return {
+        s: statistics.median(
+            b["stage_ms"].get(s, 0.0) - a["stage_ms"].get(s, 0.0) for b, a in zip(times["before"], times["after"])
+        )
+        for s in stages
+    }
 
 
 def control(case: dict, work: Path, steps: int) -> dict:
@@ -230,16 +311,24 @@ def control(case: dict, work: Path, steps: int) -> dict:
     doc = analyze(b["run_dir"], workers=1)
     out = work / f"{case['name']}_fix.yaml"
     fix = advise_fix(b["run_dir"], None, out)
-    return {"name": case["name"], "what": case["what"], "first_cause_found": first_cause(doc),
-            "written": fix["written"], "said": fix["stdout"].strip().splitlines()[-2:],
-            "passed": not fix["written"] and "nothing written" in fix["stdout"]}
+    return {
+        "name": case["name"],
+        "what": case["what"],
+        "first_cause_found": first_cause(doc),
+        "written": fix["written"],
+        "said": fix["stdout"].strip().splitlines()[-2:],
+        "passed": not fix["written"] and "nothing written" in fix["stdout"],
+    }
 
 
 def table(path: str) -> str:
     """The recorded results as a markdown table (bench/README.md)."""
     data = json.loads(Path(path).read_text())
-    lines = ["| scenario | fix written | predicted ms (% of step) | measured ms (% of step), pairs | within 30% | "
-             "measure before -> after (threshold) | passed |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| scenario | fix written | predicted ms (% of step) | measured ms (% of step), pairs | within 30% | "
+        "measure before -> after (threshold) | passed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in data["cases"]:
         if r.get("fix") is None:
             lines.append(f"| {r['name']} | none: {r.get('why', '')} | - | - | - | - | no |")
@@ -252,11 +341,13 @@ def table(path: str) -> str:
         after = "/".join(fmt(x["value"]) for x in meas["after"])
         thr = meas["before"][0]["threshold"]
         pairs = ", ".join(f"{x:.0f}" for x in m["pair_savings_ms"])
-        lines.append(f"| {r['name']} | {fix} | {p['saving_ms']:.1f} ({p['saving_share']:.0%}) | "
-                     f"{m['saving_ms']:.1f} ({m['saving_share']:.0%}); {pairs} | "
-                     f"{'yes' if r['within_30'] else 'no'} ({r['relative_error']:.0%} off) | "
-                     f"{before} -> {after} ({thr if thr is not None else 'finding gone'}) | "
-                     f"{'yes' if r['passed'] else 'no'} |")
+        lines.append(
+            f"| {r['name']} | {fix} | {p['saving_ms']:.1f} ({p['saving_share']:.0%}) | "
+            f"{m['saving_ms']:.1f} ({m['saving_share']:.0%}); {pairs} | "
+            f"{'yes' if r['within_30'] else 'no'} ({r['relative_error']:.0%} off) | "
+            f"{before} -> {after} ({thr if thr is not None else 'finding gone'}) | "
+            f"{'yes' if r['passed'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -281,25 +372,42 @@ def main() -> None:
             row = scenario(case, work, args.pairs, args.steps)
             results.append(row)
             load.append(os.getloadavg()[0])
-            print(json.dumps({k: row.get(k) for k in ("name", "fix", "passed", "within_30", "measure_below_threshold",
-                                                      "relative_error")} |
-                             {"predicted_ms": row.get("predicted", {}).get("saving_ms"),
-                              "measured_ms": row.get("measured", {}).get("saving_ms"),
-                              "spread_ms": row.get("measured", {}).get("spread_ms")}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        k: row.get(k)
+                        for k in ("name", "fix", "passed", "within_30", "measure_below_threshold", "relative_error")
+                    }
+                    | {
+                        "predicted_ms": row.get("predicted", {}).get("saving_ms"),
+                        "measured_ms": row.get("measured", {}).get("saving_ms"),
+                        "spread_ms": row.get("measured", {}).get("spread_ms"),
+                    }
+                ),
+                flush=True,
+            )
         for case in diagnose.CONTROLS:
             if args.only and case["name"] not in args.only:
                 continue
             controls.append(control(case, work, args.steps))
             print(json.dumps(controls[-1]), flush=True)
-    summary = {"scenarios": len(results), "within_30": sum(bool(r.get("within_30")) for r in results),
-               "measure_below_threshold": sum(bool(r.get("measure_below_threshold")) for r in results),
-               "passed": sum(bool(r.get("passed")) for r in results),
-               "slower_beyond_spread": sum(bool(r.get("slower_beyond_spread")) for r in results),
-               "controls": len(controls), "controls_clean": sum(c["passed"] for c in controls),
-               "pairs": args.pairs, "steps": args.steps, "threads": list(THREADS), "hold": HOLD,
-               "base": list(diagnose.BASE),
-               "load_average": [round(x, 2) for x in load], "date": time.strftime("%Y-%m-%d"),
-               "machine": f"{os.cpu_count()} CPU cores, torch CPU"}
+    summary = {
+        "scenarios": len(results),
+        "within_30": sum(bool(r.get("within_30")) for r in results),
+        "measure_below_threshold": sum(bool(r.get("measure_below_threshold")) for r in results),
+        "passed": sum(bool(r.get("passed")) for r in results),
+        "slower_beyond_spread": sum(bool(r.get("slower_beyond_spread")) for r in results),
+        "controls": len(controls),
+        "controls_clean": sum(c["passed"] for c in controls),
+        "pairs": args.pairs,
+        "steps": args.steps,
+        "threads": list(THREADS),
+        "hold": HOLD,
+        "base": list(diagnose.BASE),
+        "load_average": [round(x, 2) for x in load],
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} CPU cores, torch CPU",
+    }
     if args.only and Path(args.out).exists():  # a partial run updates its rows of the recorded file
         old = json.loads(Path(args.out).read_text())
         keep = [r for r in old.get("cases", []) if r["name"] not in {x["name"] for x in results}]
@@ -307,13 +415,18 @@ def main() -> None:
         order = [c["name"] for c in diagnose.SCENARIOS]
         results = sorted(keep + results, key=lambda r: order.index(r["name"]))
         controls = keep_c + controls
-        summary.update(scenarios=len(results), within_30=sum(bool(r.get("within_30")) for r in results),
-                       measure_below_threshold=sum(bool(r.get("measure_below_threshold")) for r in results),
-                       passed=sum(bool(r.get("passed")) for r in results),
-                       slower_beyond_spread=sum(bool(r.get("slower_beyond_spread")) for r in results),
-                       controls=len(controls), controls_clean=sum(c["passed"] for c in controls))
-    Path(args.out).write_text(json.dumps({"summary": summary, "cases": results, "controls": controls}, indent=1,
-                                         default=str) + "\n")
+        summary.update(
+            scenarios=len(results),
+            within_30=sum(bool(r.get("within_30")) for r in results),
+            measure_below_threshold=sum(bool(r.get("measure_below_threshold")) for r in results),
+            passed=sum(bool(r.get("passed")) for r in results),
+            slower_beyond_spread=sum(bool(r.get("slower_beyond_spread")) for r in results),
+            controls=len(controls),
+            controls_clean=sum(c["passed"] for c in controls),
+        )
+    Path(args.out).write_text(
+        json.dumps({"summary": summary, "cases": results, "controls": controls}, indent=1, default=str) + "\n"
+    )
     print(json.dumps(summary))
 
 

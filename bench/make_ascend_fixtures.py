@@ -52,17 +52,79 @@ TORCH_NPU = "torch-npu==2.14.0"
 
 # The CANN tables, as the msprof db reference documents them (every column, in order).
 CANN_TABLES = {
-    "TASK": ("startNs", "endNs", "deviceId", "connectionId", "globalTaskId", "globalPid", "taskType", "contextId",
-             "streamId", "taskId", "modelId"),
-    "COMPUTE_TASK_INFO": ("name", "globalTaskId", "blockDim", "mixBlockDim", "taskType", "opType", "inputFormats",
-                          "inputDataTypes", "inputShapes", "outputFormats", "outputDataTypes", "outputShapes",
-                          "attrInfo", "opState", "hf32Eligible"),
-    "COMMUNICATION_OP": ("opName", "startNs", "endNs", "connectionId", "groupName", "opId", "relay", "retry",
-                         "dataType", "algType", "count", "opType", "waitNs"),
-    "COMMUNICATION_TASK_INFO": ("name", "globalTaskId", "taskType", "planeId", "groupName", "notifyId", "rdmaType",
-                                "srcRank", "dstRank", "transportType", "size", "dataType", "linkType", "opId"),
-    "MSTX_EVENTS": ("startNs", "endNs", "eventType", "rangeId", "category", "message", "globalTid", "endGlobalTid",
-                    "domainId", "connectionId"),
+    "TASK": (
+        "startNs",
+        "endNs",
+        "deviceId",
+        "connectionId",
+        "globalTaskId",
+        "globalPid",
+        "taskType",
+        "contextId",
+        "streamId",
+        "taskId",
+        "modelId",
+    ),
+    "COMPUTE_TASK_INFO": (
+        "name",
+        "globalTaskId",
+        "blockDim",
+        "mixBlockDim",
+        "taskType",
+        "opType",
+        "inputFormats",
+        "inputDataTypes",
+        "inputShapes",
+        "outputFormats",
+        "outputDataTypes",
+        "outputShapes",
+        "attrInfo",
+        "opState",
+        "hf32Eligible",
+    ),
+    "COMMUNICATION_OP": (
+        "opName",
+        "startNs",
+        "endNs",
+        "connectionId",
+        "groupName",
+        "opId",
+        "relay",
+        "retry",
+        "dataType",
+        "algType",
+        "count",
+        "opType",
+        "waitNs",
+    ),
+    "COMMUNICATION_TASK_INFO": (
+        "name",
+        "globalTaskId",
+        "taskType",
+        "planeId",
+        "groupName",
+        "notifyId",
+        "rdmaType",
+        "srcRank",
+        "dstRank",
+        "transportType",
+        "size",
+        "dataType",
+        "linkType",
+        "opId",
+    ),
+    "MSTX_EVENTS": (
+        "startNs",
+        "endNs",
+        "eventType",
+        "rangeId",
+        "category",
+        "message",
+        "globalTid",
+        "endGlobalTid",
+        "domainId",
+        "connectionId",
+    ),
 }
 
 
@@ -71,16 +133,22 @@ def torch_npu_analysis():
     CACHE.mkdir(exist_ok=True)
     wheels = sorted(CACHE.glob("torch_npu-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", TORCH_NPU, "-d", str(CACHE)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", TORCH_NPU, "-d", str(CACHE)], check=True
+        )
         wheels = sorted(CACHE.glob("torch_npu-*.whl"))
     src = CACHE / "torch_npu_py"
     if not (src / "torch_npu").exists():
         with zipfile.ZipFile(wheels[-1]) as z:
             z.extractall(src, [n for n in z.namelist() if n.endswith(".py")])
     pkg = src / "torch_npu"
-    for name, sub in (("torch_npu", ""), ("torch_npu.utils", "utils"), ("torch_npu._init", "_init"),
-                      ("torch_npu._init.common", "_init/common"), ("torch_npu.profiler", "profiler")):
+    for name, sub in (
+        ("torch_npu", ""),
+        ("torch_npu.utils", "utils"),
+        ("torch_npu._init", "_init"),
+        ("torch_npu._init.common", "_init/common"),
+        ("torch_npu.profiler", "profiler"),
+    ):
         module = types.ModuleType(name)
         module.__path__ = [str(pkg / sub)]  # a namespace: the packages' __init__ would load the C extension
         sys.modules[name] = module
@@ -114,19 +182,39 @@ class DbWriter:
     def insert(self, table: str, rows: list[dict]) -> None:
         cols = self.columns(table)
         self.conn.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols)})")
-        self.conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})",
-                              [tuple(r.get(c) for c in cols) for r in rows])
+        self.conn.executemany(
+            f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})", [tuple(r.get(c) for c in cols) for r in rows]
+        )
 
     def compute(self, rows: list[tuple[int, int, str, str | None, int]]) -> None:
         """(startNs, endNs, name, opType, streamId) compute tasks."""
         tasks, info = [], []
         for start, end, name, op_type, stream in rows:
             self.task_id += 1
-            tasks.append({"startNs": start, "endNs": end, "deviceId": 0, "connectionId": self.task_id,
-                          "globalTaskId": self.task_id, "globalPid": 0, "taskType": self.sid("KERNEL_AIVEC"),
-                          "contextId": 4294967295, "streamId": stream, "taskId": self.task_id, "modelId": 4294967295})
-            info.append({"name": self.sid(name), "globalTaskId": self.task_id, "blockDim": 1,
-                         "taskType": self.sid("AI_VECTOR_CORE"), "opType": self.sid(op_type)})
+            tasks.append(
+                {
+                    "startNs": start,
+                    "endNs": end,
+                    "deviceId": 0,
+                    "connectionId": self.task_id,
+                    "globalTaskId": self.task_id,
+                    "globalPid": 0,
+                    "taskType": self.sid("KERNEL_AIVEC"),
+                    "contextId": 4294967295,
+                    "streamId": stream,
+                    "taskId": self.task_id,
+                    "modelId": 4294967295,
+                }
+            )
+            info.append(
+                {
+                    "name": self.sid(name),
+                    "globalTaskId": self.task_id,
+                    "blockDim": 1,
+                    "taskType": self.sid("AI_VECTOR_CORE"),
+                    "opType": self.sid(op_type),
+                }
+            )
         self.insert("TASK", tasks)
         self.insert("COMPUTE_TASK_INFO", info)
 
@@ -136,9 +224,21 @@ class DbWriter:
         tasks = []
         for start, end, task_type, stream in rows:
             self.task_id += 1
-            tasks.append({"startNs": start, "endNs": end, "deviceId": 0, "connectionId": self.task_id,
-                          "globalTaskId": self.task_id, "globalPid": 0, "taskType": self.sid(task_type),
-                          "contextId": 4294967295, "streamId": stream, "taskId": self.task_id, "modelId": 4294967295})
+            tasks.append(
+                {
+                    "startNs": start,
+                    "endNs": end,
+                    "deviceId": 0,
+                    "connectionId": self.task_id,
+                    "globalTaskId": self.task_id,
+                    "globalPid": 0,
+                    "taskType": self.sid(task_type),
+                    "contextId": 4294967295,
+                    "streamId": stream,
+                    "taskId": self.task_id,
+                    "modelId": 4294967295,
+                }
+            )
         self.insert("TASK", tasks)
 
     def communication(self, rows: list[tuple[int, int, str, str, str]]) -> None:
@@ -146,35 +246,100 @@ class DbWriter:
         ops, tasks, info = [], [], []
         for k, (start, end, name, op_type, group) in enumerate(rows):
             self.task_id += 1
-            ops.append({"opName": self.sid(name), "startNs": start, "endNs": end, "connectionId": self.task_id,
-                        "groupName": self.sid(group), "opId": k, "relay": 0, "retry": 0, "dataType": self.sid("FP16"),
-                        "algType": self.sid("RING"), "count": 1 << 20, "opType": self.sid(op_type), "waitNs": 0})
-            tasks.append({"startNs": start, "endNs": end, "deviceId": 0, "connectionId": self.task_id,
-                          "globalTaskId": self.task_id, "globalPid": 0, "taskType": self.sid("COMMUNICATION"),
-                          "contextId": 4294967295, "streamId": 9, "taskId": self.task_id, "modelId": 4294967295})
-            info.append({"name": self.sid("Memcpy"), "globalTaskId": self.task_id, "taskType": self.sid("SDMA"),
-                         "planeId": 0, "groupName": self.sid(group), "opId": k})
+            ops.append(
+                {
+                    "opName": self.sid(name),
+                    "startNs": start,
+                    "endNs": end,
+                    "connectionId": self.task_id,
+                    "groupName": self.sid(group),
+                    "opId": k,
+                    "relay": 0,
+                    "retry": 0,
+                    "dataType": self.sid("FP16"),
+                    "algType": self.sid("RING"),
+                    "count": 1 << 20,
+                    "opType": self.sid(op_type),
+                    "waitNs": 0,
+                }
+            )
+            tasks.append(
+                {
+                    "startNs": start,
+                    "endNs": end,
+                    "deviceId": 0,
+                    "connectionId": self.task_id,
+                    "globalTaskId": self.task_id,
+                    "globalPid": 0,
+                    "taskType": self.sid("COMMUNICATION"),
+                    "contextId": 4294967295,
+                    "streamId": 9,
+                    "taskId": self.task_id,
+                    "modelId": 4294967295,
+                }
+            )
+            info.append(
+                {
+                    "name": self.sid("Memcpy"),
+                    "globalTaskId": self.task_id,
+                    "taskType": self.sid("SDMA"),
+                    "planeId": 0,
+                    "groupName": self.sid(group),
+                    "opId": k,
+                }
+            )
         self.insert("COMMUNICATION_OP", ops)
         self.insert("TASK", tasks)
         self.insert("COMMUNICATION_TASK_INFO", info)
 
     def mstx(self, ranges: list[tuple[int, int, str]], tid: int = 1) -> None:
-        self.insert("MSTX_EVENTS", [{"startNs": s, "endNs": e, "eventType": 2, "rangeId": k, "category": 0,
-                                     "message": self.sid(msg), "globalTid": tid, "endGlobalTid": tid,
-                                     "domainId": self.sid("default"), "connectionId": 4294967295}
-                                    for k, (s, e, msg) in enumerate(ranges)])
+        self.insert(
+            "MSTX_EVENTS",
+            [
+                {
+                    "startNs": s,
+                    "endNs": e,
+                    "eventType": 2,
+                    "rangeId": k,
+                    "category": 0,
+                    "message": self.sid(msg),
+                    "globalTid": tid,
+                    "endGlobalTid": tid,
+                    "domainId": self.sid("default"),
+                    "connectionId": 4294967295,
+                }
+                for k, (s, e, msg) in enumerate(ranges)
+            ],
+        )
 
     def steps(self, spans: list[tuple[int, int, int]]) -> None:
         self.insert("STEP_TIME", [{"id": i, "startNs": s, "endNs": e} for i, s, e in spans])
 
     def api(self, table: str, rows: list[tuple[int, int, str, int]], api_type: int) -> None:
-        self.insert(table, [{"startNs": s, "endNs": e, "globalTid": tid, "name": self.sid(n), "type": api_type}
-                            for s, e, n, tid in rows])
+        self.insert(
+            table,
+            [
+                {"startNs": s, "endNs": e, "globalTid": tid, "name": self.sid(n), "type": api_type}
+                for s, e, n, tid in rows
+            ],
+        )
 
     def close(self, rank: int) -> None:
-        self.insert("ENUM_API_TYPE", [{"id": i, "name": n} for i, n in
-                                      ((50001, "op"), (50002, "queue"), (50003, "trace"), (50004, "mstx"),
-                                       (20000, "acl"), (5000, "runtime"), (5500, "communication"))])
+        self.insert(
+            "ENUM_API_TYPE",
+            [
+                {"id": i, "name": n}
+                for i, n in (
+                    (50001, "op"),
+                    (50002, "queue"),
+                    (50003, "trace"),
+                    (50004, "mstx"),
+                    (20000, "acl"),
+                    (5000, "runtime"),
+                    (5500, "communication"),
+                )
+            ],
+        )
         self.insert("RANK_DEVICE_MAP", [{"rankId": rank, "deviceId": 0}])
         self.insert("CONNECTION_IDS", [])  # torch_npu writes it beside PYTORCH_API; no flows are kept here
         self.insert("META_DATA", [{"name": "SOURCE", "value": "rlprof bench/make_ascend_fixtures.py"}])
@@ -197,8 +362,9 @@ def step_trace(torch_npu, db: Path, spans: list[tuple[int, int, int]], first_tas
         single.db_path = None
     torch_db.init(str(db))
     analysis_db.init(str(out))
-    ranges = [{C.STEP_ID: str(i), C.START_TS: first_task.get(i, s), C.END_TS: e, C.FWK_START_TS: s}
-              for i, s, e in spans]
+    ranges = [
+        {C.STEP_ID: str(i), C.START_TS: first_task.get(i, s), C.END_TS: e, C.FWK_START_TS: s} for i, s, e in spans
+    ]
     with tempfile.TemporaryDirectory() as scratch:
         parser = parser_cls(C.TRACE_STEP_TIME_DB_PARSER, {"profiler_path": scratch, "output_path": str(db.parent)})
         status, _ = parser.run({C.STEP_INFO_DB_PARSER: ranges})
@@ -222,16 +388,49 @@ def from_trace_view(torch_npu, out: Path) -> None:
     # (MEMCPY_ASYNC) are no operator: TASK only (this CANN version types every task "Other").
     device = [e for e in xs if procs.get(e["pid"]) == "Ascend Hardware"]
     operator = [mindspeed.is_operator_task(e["args"].get("Task Type", ""), e["name"]) for e in device]
-    w.compute([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["name"].rsplit("_", 1)[-1],
-                e["args"].get("Stream Id", 0)) for e, op in zip(device, operator) if op])
-    w.runtime_tasks([(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["args"].get("Stream Id", 0))
-                     for e, op in zip(device, operator) if not op])
-    w.api("PYTORCH_API", [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"])) for e in xs
-                          if procs.get(e["pid"]) == "Python" and not e["name"].startswith("ProfilerStep#")], 50001)
-    w.api("CANN_API", [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"])) for e in xs
-                       if procs.get(e["pid"]) == "CANN"], 20000)
-    spans = [(int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in xs
-             if e["name"].startswith("ProfilerStep#")]
+    w.compute(
+        [
+            (
+                ns(e["ts"]),
+                ns(e["ts"]) + ns(e["dur"]),
+                e["name"],
+                e["name"].rsplit("_", 1)[-1],
+                e["args"].get("Stream Id", 0),
+            )
+            for e, op in zip(device, operator)
+            if op
+        ]
+    )
+    w.runtime_tasks(
+        [
+            (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], e["args"].get("Stream Id", 0))
+            for e, op in zip(device, operator)
+            if not op
+        ]
+    )
+    w.api(
+        "PYTORCH_API",
+        [
+            (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"]))
+            for e in xs
+            if procs.get(e["pid"]) == "Python" and not e["name"].startswith("ProfilerStep#")
+        ],
+        50001,
+    )
+    w.api(
+        "CANN_API",
+        [
+            (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"], int(e["tid"]))
+            for e in xs
+            if procs.get(e["pid"]) == "CANN"
+        ],
+        20000,
+    )
+    spans = [
+        (int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in xs
+        if e["name"].startswith("ProfilerStep#")
+    ]
     w.steps(spans)
     tasks = sorted(ns(e["ts"]) for e in xs if procs.get(e["pid"]) == "Ascend Hardware")
     w.close(0)
@@ -269,11 +468,16 @@ STAGES = (
     ("compute_advantage", "host"),
     ("ActorHybridWorkerBase.update", "train"),
 )
-KERNELS = {"decode": ("PagedAttention", "MatMulV2", "RmsNorm", "Add", "Sample"),
-           "forward": ("FlashAttentionScore", "MatMulV2", "RmsNorm", "SwiGlu", "Add"),
-           "train": ("FlashAttentionScoreGrad", "MatMulV2", "RmsNormGrad", "SwiGluGrad", "ApplyAdamW")}
-COLLECTIVE = {"decode": ("hcom_allReduce_", 0.0), "forward": ("hcom_allGather_", 0.3),
-              "train": ("hcom_reduceScatter_", 0.6)}
+KERNELS = {
+    "decode": ("PagedAttention", "MatMulV2", "RmsNorm", "Add", "Sample"),
+    "forward": ("FlashAttentionScore", "MatMulV2", "RmsNorm", "SwiGlu", "Add"),
+    "train": ("FlashAttentionScoreGrad", "MatMulV2", "RmsNormGrad", "SwiGluGrad", "ApplyAdamW"),
+}
+COLLECTIVE = {
+    "decode": ("hcom_allReduce_", 0.0),
+    "forward": ("hcom_allGather_", 0.3),
+    "train": ("hcom_reduceScatter_", 0.6),
+}
 
 
 def mindspeed_timelines(ranks: int = 2, seed: int = 0) -> list[dict]:
@@ -306,8 +510,7 @@ def mindspeed_timelines(ranks: int = 2, seed: int = 0) -> list[dict]:
                         starts = [x - int(overlap * transfer) for x in t]
                         end = max(x - int(overlap * transfer) for x in t) + transfer
                         for r in range(ranks):
-                            out[r]["comm"].append((starts[r], end, f"{op_type}_{step}_{u}_1", op_type,
-                                                   f"group_{kind}"))
+                            out[r]["comm"].append((starts[r], end, f"{op_type}_{step}_{u}_1", op_type, f"group_{kind}"))
                             t[r] = max(t[r], end) + 5_000
             for r in range(ranks):
                 out[r]["ranges"].append((lo[r], t[r], name))
@@ -327,14 +530,39 @@ def mindspeed_rank(torch_npu, path: Path, rank: int, timeline: dict, lightweight
     w.mstx(timeline["ranges"])
     w.steps(spans)
     if not lightweight:
-        w.insert("MEMORY_RECORD", [{"component": w.sid("PTA"), "timestamp": int(s), "totalAllocated": int(a),
-                                    "totalReserved": int(a * 1.2), "totalActive": int(a), "deviceId": 0}
-                                   for s, a in zip(np.linspace(spans[0][1], spans[-1][2], 40).astype(np.int64),
-                                                   (8 + 6 * np.abs(np.sin(np.arange(40) / 4))) * 2**30)])
+        w.insert(
+            "MEMORY_RECORD",
+            [
+                {
+                    "component": w.sid("PTA"),
+                    "timestamp": int(s),
+                    "totalAllocated": int(a),
+                    "totalReserved": int(a * 1.2),
+                    "totalActive": int(a),
+                    "deviceId": 0,
+                }
+                for s, a in zip(
+                    np.linspace(spans[0][1], spans[-1][2], 40).astype(np.int64),
+                    (8 + 6 * np.abs(np.sin(np.arange(40) / 4))) * 2**30,
+                )
+            ],
+        )
     w.close(rank)
-    (path.parent.parent / f"profiler_info_{rank}.json").write_text(json.dumps({"rank_id": rank, "config": {
-        "experimental_config": {"_export_type": ["db"], "_profiler_level": "Level_none" if lightweight else "Level0",
-                                "_msprof_tx": lightweight}}}, indent=1))
+    (path.parent.parent / f"profiler_info_{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank_id": rank,
+                "config": {
+                    "experimental_config": {
+                        "_export_type": ["db"],
+                        "_profiler_level": "Level_none" if lightweight else "Level0",
+                        "_msprof_tx": lightweight,
+                    }
+                },
+            },
+            indent=1,
+        )
+    )
     if not lightweight:
         step_trace(torch_npu, path, spans, timeline["first"])
 
@@ -344,8 +572,13 @@ def mindspeed_run(torch_npu, out: Path) -> None:
     for sub, lightweight in (("profiler_data/integrated", False), ("profiler_data_mstx/integrated", True)):
         for rank, timeline in enumerate(timelines):
             coll = out / sub / f"node0_{4100 + rank}_20261122120000{rank}_ascend_pt"
-            mindspeed_rank(torch_npu, coll / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db", rank,
-                           timeline, lightweight)
+            mindspeed_rank(
+                torch_npu,
+                coll / "ASCEND_PROFILER_OUTPUT" / f"ascend_pytorch_profiler_{rank}.db",
+                rank,
+                timeline,
+                lightweight,
+            )
     raw = out / "profiler_data" / "actor_update" / "node0_4100_20261122120500_ascend_pt"
     for d in ("FRAMEWORK", "PROF_000001_20261122120500000_ABCDEFGHIJ"):  # raw collection, never parsed
         (raw / d).mkdir(parents=True, exist_ok=True)

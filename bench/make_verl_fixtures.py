@@ -46,12 +46,17 @@ def verl_config(mode: str, save_path: str):
     base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
     discrete = mode == "discrete"
     overrides = [
-        "global_profiler.tool=torch", "global_profiler.steps=[2,3]", f"global_profiler.save_path={save_path}",
-        "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.actor.profiler.all_ranks=True",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2,3]",
+        f"global_profiler.save_path={save_path}",
+        "actor_rollout_ref.actor.profiler.enable=True",
+        "actor_rollout_ref.actor.profiler.all_ranks=True",
         f"actor_rollout_ref.actor.profiler.tool_config.torch.discrete={discrete}",
         "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
-        "critic.profiler.enable=True", "critic.profiler.all_ranks=True",
-        f"critic.profiler.tool_config.torch.discrete={discrete}", "critic.profiler.tool_config.torch.contents=[cpu]",
+        "critic.profiler.enable=True",
+        "critic.profiler.all_ranks=True",
+        f"critic.profiler.tool_config.torch.discrete={discrete}",
+        "critic.profiler.tool_config.torch.contents=[cpu]",
         # the rollout engines are profiled in discrete mode only (agent loop); relocate their traces
         "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
         "actor_rollout_ref.rollout.profiler.relocate_results=True",
@@ -59,8 +64,10 @@ def verl_config(mode: str, save_path: str):
     if discrete:
         overrides += ["actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=2"]
     else:
-        overrides += ["global_profiler.finish_hook_cmd='env | grep ^VERL_PROFILE_ | sort > "
-                      "\"$VERL_PROFILE_SAVE_PATH/finish_hook_$VERL_PROFILE_ROLE.rank$VERL_PROFILE_RANK.env\"'"]
+        overrides += [
+            "global_profiler.finish_hook_cmd='env | grep ^VERL_PROFILE_ | sort > "
+            '"$VERL_PROFILE_SAVE_PATH/finish_hook_$VERL_PROFILE_ROLE.rank$VERL_PROFILE_RANK.env"\''
+        ]
     cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(overrides))
     OmegaConf.resolve(cfg)  # as verl.trainer.main_ppo does before building any worker
     return cfg, overrides
@@ -80,8 +87,9 @@ def profiler_of(role_block):
 class TinyPolicy(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(HIDDEN, 4 * HIDDEN), torch.nn.GELU(),
-                                        torch.nn.Linear(4 * HIDDEN, HIDDEN))
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(HIDDEN, 4 * HIDDEN), torch.nn.GELU(), torch.nn.Linear(4 * HIDDEN, HIDDEN)
+        )
         self.head = torch.nn.Linear(HIDDEN, 32)
 
     def forward(self, x):
@@ -95,8 +103,9 @@ def make_classes():
         """Stands in for verl's TrainingWorker: the mini-batch loop of train_mini_batch, its train_batch."""
 
         def __init__(self, rank, config, tool_config, model_type, model):
-            DistProfilerExtension.__init__(self, DistProfiler(rank=rank, config=config, tool_config=tool_config,
-                                                              save_file_prefix=model_type))
+            DistProfilerExtension.__init__(
+                self, DistProfiler(rank=rank, config=config, tool_config=tool_config, save_file_prefix=model_type)
+            )
             self.model = model
             self.optim = torch.optim.SGD(model.parameters(), lr=1e-3)
 
@@ -125,8 +134,9 @@ def make_classes():
         def __init__(self, rank, omega_config):
             self.role = "actor_rollout_ref"
             config, tool_config = profiler_of(omega_config.actor.profiler)  # _is_actor: the actor's profiler
-            DistProfilerExtension.__init__(self, DistProfiler(rank=rank, config=config, tool_config=tool_config,
-                                                              save_file_prefix=self.role))
+            DistProfilerExtension.__init__(
+                self, DistProfiler(rank=rank, config=config, tool_config=tool_config, save_file_prefix=self.role)
+            )
             torch.manual_seed(0)
             self.actor = InnerTrainingWorker(rank, config, tool_config, "language_model", TinyPolicy())
             self.ref = InnerTrainingWorker(rank, config, tool_config, "language_model", TinyPolicy())
@@ -190,8 +200,9 @@ def rollout_engine(replica: int, mode: str, save_path: str) -> None:
     config, tool_config = profiler_of(cfg.actor_rollout_ref.rollout.profiler)
     out_dir = rollout_trace_dir(config, replica)
     model = TinyPolicy()
-    handler = torch.profiler.tensorboard_trace_handler(out_dir, worker_name=f"{socket.gethostname()}-rank-0",
-                                                       use_gzip=True)
+    handler = torch.profiler.tensorboard_trace_handler(
+        out_dir, worker_name=f"{socket.gethostname()}-rank-0", use_gzip=True
+    )
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], on_trace_ready=handler):
         x = torch.randn(4, HIDDEN)
         with torch.no_grad():
@@ -219,12 +230,14 @@ def main() -> None:
         for env_file in (out / mode).glob("finish_hook_*.env"):  # no machine paths in committed fixtures
             env_file.write_text(env_file.read_text().replace(save_path, "<save_path>"))
         (out / mode / "verl_overrides.txt").write_text(
-            "\n".join(o.replace(save_path, "<save_path>") for o in overrides) + "\n")
+            "\n".join(o.replace(save_path, "<save_path>") for o in overrides) + "\n"
+        )
     import verl
 
     (out / "SOURCE.md").write_text(
         f"Written by verl {verl.__version__}'s own profiler code (torch {torch.__version__}, CPU) through "
-        f"bench/make_verl_fixtures.py; regenerate with\n`bench/.venv-verl/bin/python bench/make_verl_fixtures.py`.\n")
+        f"bench/make_verl_fixtures.py; regenerate with\n`bench/.venv-verl/bin/python bench/make_verl_fixtures.py`.\n"
+    )
     for p in sorted(out.rglob("*")):
         if p.is_file():
             print(p.relative_to(out), p.stat().st_size)

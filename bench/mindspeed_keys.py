@@ -15,8 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-SECTIONS = {"megatron_training": "megatron_config.py", "actor_config": "megatron_config.py",
-            "rl_config": "rl_config.py", "generate_config": "generate_config.py"}
+SECTIONS = {
+    "megatron_training": "megatron_config.py",
+    "actor_config": "megatron_config.py",
+    "rl_config": "rl_config.py",
+    "generate_config": "generate_config.py",
+}
 
 
 def keys_of(source: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -25,7 +29,11 @@ def keys_of(source: str) -> tuple[list[str], dict[str, list[str]]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
                     keys.add(target.attr)
                     if isinstance(node.value, ast.Dict):
                         dicts[target.attr] = sorted(k.value for k in node.value.keys if isinstance(k, ast.Constant))
@@ -34,8 +42,10 @@ def keys_of(source: str) -> tuple[list[str], dict[str, list[str]]]:
 
 def main(repo: str, commit: str | None = None) -> None:
     root = Path(repo)
-    commit = commit or subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True,
-                                      text=True).stdout.strip()
+    commit = (
+        commit
+        or subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    )
     out = {"source": f"Ascend/MindSpeed-RL @{commit[:7]} mindspeed_rl/config_cls", "sections": {}}
     for section, name in SECTIONS.items():
         keys, dicts = keys_of((root / "mindspeed_rl/config_cls" / name).read_text())

@@ -36,12 +36,18 @@ def ensure_msprof() -> Path:
         return exe
     try:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", f"msprof-analyze=={VERSION}",
-                        "openpyxl"], check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", f"msprof-analyze=={VERSION}", "openpyxl"],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        raise Unavailable(f"msprof-analyze {VERSION} could not be installed in {VENV}: "
-                          f"{detail.decode(errors='replace').strip().splitlines()[-1:] or exc}") from None
+        raise Unavailable(
+            f"msprof-analyze {VERSION} could not be installed in {VENV}: "
+            f"{detail.decode(errors='replace').strip().splitlines()[-1:] or exc}"
+        ) from None
     return exe
 
 
@@ -49,10 +55,15 @@ def overall(base: Path, new: Path) -> dict[str, dict[str, float]]:
     """{'base': {metric: ms}, 'new': {metric: ms}} from msprof-analyze's own comparison of two db files."""
     exe = ensure_msprof()
     with tempfile.TemporaryDirectory(prefix="msprof-") as out:
-        proc = subprocess.run([str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", out],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [str(exe), "compare", "-d", str(new), "-bp", str(base), "-o", out],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"msprof-analyze compare failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        sheet = subprocess.run([str(VENV / "bin" / "python"), "-c", _READ_SHEET, out], capture_output=True,
-                               text=True, check=True)
+        sheet = subprocess.run(
+            [str(VENV / "bin" / "python"), "-c", _READ_SHEET, out], capture_output=True, text=True, check=True
+        )
     return json.loads(sheet.stdout)

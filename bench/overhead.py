@@ -64,10 +64,12 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="rlprof-overhead-")
     base = [f"global_profiler.save_path={tmp}", "actor_rollout_ref.actor.profiler.enable=true"]
     # A plan that selects step 1000 only: every boundary below is on an unselected step.
-    idle = Profiler(load_plan(None, base + ["global_profiler.tool=torch", "global_profiler.steps=[1000]"]),
-                    run_id="idle")
-    markers = Profiler(load_plan(None, base + ["global_profiler.tool=markers", "global_profiler.steps=[1]"]),
-                       run_id="markers")
+    idle = Profiler(
+        load_plan(None, base + ["global_profiler.tool=torch", "global_profiler.steps=[1000]"]), run_id="idle"
+    )
+    markers = Profiler(
+        load_plan(None, base + ["global_profiler.tool=markers", "global_profiler.steps=[1]"]), run_id="markers"
+    )
 
     def bare():
         return None
@@ -90,8 +92,9 @@ def main() -> int:
         results["unselected_decorator_ns"] = per_call_ns("w.update()", {"w": worker}) - plain
     idle.close()
     with markers.step(1):
-        results["markers_stage_ns"] = per_call_ns("with p.stage('actor_update'):\n    pass", {"p": markers},
-                                                  number=20_000)
+        results["markers_stage_ns"] = per_call_ns(
+            "with p.stage('actor_update'):\n    pass", {"p": markers}, number=20_000
+        )
     markers.close(wait_analysis=False)
     verl_ns, verl_plain, verl_version = verl_annotate_ns()
     results["verl_disabled_annotate_ns"] = verl_ns

@@ -53,31 +53,48 @@ def waits(dest: Path) -> str:
     for r in rows:
         load = machine_load(r)
         if load is not None:
-            parts.append(f"step {r['step']} rank {r.get('rank', 0)}: wait {load['wait_share']:.0%}, others "
-                         f"{load['external_share']:.0%}{' BUSY' if load['busy'] else ''}")
+            parts.append(
+                f"step {r['step']} rank {r.get('rank', 0)}: wait {load['wait_share']:.0%}, others "
+                f"{load['external_share']:.0%}{' BUSY' if load['busy'] else ''}"
+            )
     return "; ".join(parts) or "not recorded"
 
 
 def record(dest: Path, how: str, expected, found, load: float, commit: str) -> None:
-    (dest / "recorded.json").write_text(json.dumps({
-        "how": how, "injected_cause": expected, "first_cause_found": found, "load_average": round(load, 2),
-        "run_queue_wait": waits(dest), "date": time.strftime("%Y-%m-%d"), "commit": commit,
-        "machine": f"{os.cpu_count()} CPU cores, torch {__import__('torch').__version__}"}, indent=1) + "\n")
+    (dest / "recorded.json").write_text(
+        json.dumps(
+            {
+                "how": how,
+                "injected_cause": expected,
+                "first_cause_found": found,
+                "load_average": round(load, 2),
+                "run_queue_wait": waits(dest),
+                "date": time.strftime("%Y-%m-%d"),
+                "commit": commit,
+                "machine": f"{os.cpu_count()} CPU cores, torch {__import__('torch').__version__}",
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 def write_sources() -> None:
     rows = []
     for f in sorted(OUT.glob("*/recorded.json")):
         r = json.loads(f.read_text())
-        rows.append(f"| `{f.parent.name}` | `{r['how']}` | {r['injected_cause'] or '-'} | {r['first_cause_found'] or '-'} "
-                    f"| {r['load_average']} | {r['run_queue_wait']} | {r['date']}, {r['commit']}, {r['machine']} |")
+        rows.append(
+            f"| `{f.parent.name}` | `{r['how']}` | {r['injected_cause'] or '-'} | {r['first_cause_found'] or '-'} "
+            f"| {r['load_average']} | {r['run_queue_wait']} | {r['date']}, {r['commit']}, {r['machine']} |"
+        )
     (OUT / "SOURCES.md").write_text(
         "# Recorded runs of the reference trainer\n\nWhat the trainer wrote, kept whole (the run directory and its "
         "metrics.jsonl), for the diagnosis and advice tests: they read these instead of training, so their answer "
         "does not move with the machine's load. Made by this repository's own code (`python3 bench/record_runs.py`; "
         "each run's `recorded.json` says how); Apache-2.0 like it.\n\n"
         "| run | how | injected cause | first cause found | load average | per window: run-queue wait, other processes' CPU share | made |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n")
+        "| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+    )
 
 
 def main() -> None:
@@ -87,8 +104,9 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     import diagnose
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in SCENARIOS:
@@ -100,8 +118,10 @@ def main() -> None:
             dest = OUT / name
             keep(Path(res["run_dir"]), Path(res["train_dir"]), dest)
             scored = diagnose.score(case, res)
-            how = (f"rlprof train {' '.join((*diagnose.BASE, *case['overrides']))} + the torch tool on step 2 "
-                   "(bench/diagnose.py)")
+            how = (
+                f"rlprof train {' '.join((*diagnose.BASE, *case['overrides']))} + the torch tool on step 2 "
+                "(bench/diagnose.py)"
+            )
             record(dest, how, scored.get("expected"), scored["first_actionable"], load, commit)
             print(json.dumps({"name": name, **scored}), flush=True)
         for name, extra in TWO_RANKS.items():
@@ -109,24 +129,60 @@ def main() -> None:
                 continue
             load = os.getloadavg()[0]
             run = work / name
-            overrides = ["trainer.steps=3", f"trainer.output_dir={run}/train", "global_profiler.tool=torch",
-                         "global_profiler.steps=[2]", f"global_profiler.save_path={run}/profile", f"{A}.enable=true",
-                         f"{A}.all_ranks=true", *extra]
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-                   "rlprof.trainer", *overrides]
-            subprocess.run(cmd, check=True, capture_output=True, cwd=work,
-                           env={**os.environ, "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"})
+            overrides = [
+                "trainer.steps=3",
+                f"trainer.output_dir={run}/train",
+                "global_profiler.tool=torch",
+                "global_profiler.steps=[2]",
+                f"global_profiler.save_path={run}/profile",
+                f"{A}.enable=true",
+                f"{A}.all_ranks=true",
+                *extra,
+            ]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                "-m",
+                "rlprof.trainer",
+                *overrides,
+            ]
+            subprocess.run(
+                cmd,
+                check=True,
+                capture_output=True,
+                cwd=work,
+                env={**os.environ, "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"},
+            )
             dest = OUT / name
             keep(run / "profile" / name, run / "train", dest)
-            record(dest, "torchrun --nproc_per_node 2 -m rlprof.trainer " + " ".join(
-                o for o in overrides if not o.startswith(("trainer.output_dir", "global_profiler.save_path"))),
-                "slow_rank" if extra else None, None, load, commit)
+            record(
+                dest,
+                "torchrun --nproc_per_node 2 -m rlprof.trainer "
+                + " ".join(
+                    o for o in overrides if not o.startswith(("trainer.output_dir", "global_profiler.save_path"))
+                ),
+                "slow_rank" if extra else None,
+                None,
+                load,
+                commit,
+            )
             print(json.dumps({"name": name, "waits": waits(dest)}), flush=True)
         if not args.only or "markers" in args.only:
             load = os.getloadavg()[0]
             run = work / "markers"
-            cmd = [sys.executable, "-m", "rlprof.trainer", str(ROOT / "examples/configs/markers.yaml"), "trainer.steps=4",
-                   f"trainer.output_dir={run}/train", f"global_profiler.save_path={run}/profile"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "rlprof.trainer",
+                str(ROOT / "examples/configs/markers.yaml"),
+                "trainer.steps=4",
+                f"trainer.output_dir={run}/train",
+                f"global_profiler.save_path={run}/profile",
+            ]
             subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "RLPROF_RUN_ID": "markers"})
             dest = OUT / "markers"
             keep(run / "profile" / "markers", run / "train", dest)

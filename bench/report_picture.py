@@ -22,8 +22,12 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as work:
-        subprocess.run([sys.executable, "-m", "rlprof.trainer", "reward.cost_ms=3"], cwd=work, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "rlprof.trainer", "reward.cost_ms=3"],
+            cwd=work,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         report = next(Path(work, "outputs", "profile").glob("*/report.html"))
         args.out.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as p:
@@ -31,11 +35,15 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.goto(report.resolve().as_uri())
             page.wait_for_timeout(2000)  # plotly draws after load
-            page.screenshot(path=str(args.out / "report_findings.png"),
-                            clip={"x": 0, "y": 0, "width": 1100, "height": 560})
+            page.screenshot(
+                path=str(args.out / "report_findings.png"), clip={"x": 0, "y": 0, "width": 1100, "height": 560}
+            )
             timeline = page.query_selector_all("h2")[1].bounding_box()["y"] - 20
-            page.screenshot(path=str(args.out / "report_timeline.png"), full_page=True,
-                            clip={"x": 0, "y": timeline, "width": 1100, "height": 1030})
+            page.screenshot(
+                path=str(args.out / "report_timeline.png"),
+                full_page=True,
+                clip={"x": 0, "y": timeline, "width": 1100, "height": 1030},
+            )
             browser.close()
     print(os.fspath(args.out))
 

@@ -42,9 +42,24 @@ def make_run(folder: Path, ranks: int, rank_mb: float) -> float:
         for rank in range(ranks):
             name = f"step1_actor_actor_update_rank{rank}.pt.trace.json"
             write_trace(folder / name, rank_mb, seed=rank, rank=rank)
-            manifest.write(json.dumps({"run_id": folder.name, "step": 1, "steps": [1], "role": "actor",
-                                       "stage": "actor_update", "rank": rank, "world_size": ranks, "window": 0,
-                                       "path": name, "status": "ok", "host": socket.gethostname()}) + "\n")
+            manifest.write(
+                json.dumps(
+                    {
+                        "run_id": folder.name,
+                        "step": 1,
+                        "steps": [1],
+                        "role": "actor",
+                        "stage": "actor_update",
+                        "rank": rank,
+                        "world_size": ranks,
+                        "window": 0,
+                        "path": name,
+                        "status": "ok",
+                        "host": socket.gethostname(),
+                    }
+                )
+                + "\n"
+            )
     return sum(p.stat().st_size for p in folder.iterdir()) / 1e6
 
 
@@ -55,17 +70,33 @@ class RayHead:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.env = {"RAY_ADDRESS": f"127.0.0.1:{self.port}", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {
+            "RAY_ADDRESS": f"127.0.0.1:{self.port}",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
         self.temp = f"/tmp/rlprof-ray-{self.port}"
-        self.proc = psutil.Popen([shutil.which("ray"), "start", "--head", "--block", f"--port={self.port}",
-                                  "--include-dashboard=false", f"--temp-dir={self.temp}"],
-                                 env=dict(os.environ, **self.env), stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = psutil.Popen(
+            [
+                shutil.which("ray"),
+                "start",
+                "--head",
+                "--block",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.temp}",
+            ],
+            env=dict(os.environ, **self.env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         probe = "import ray; ray.init(); print(len(ray.nodes()))"
         for _ in range(60):
-            ok = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, **self.env),
-                                capture_output=True, text=True)
+            ok = subprocess.run(
+                [sys.executable, "-c", probe], env=dict(os.environ, **self.env), capture_output=True, text=True
+            )
             if ok.returncode == 0:
                 return
             time.sleep(2)

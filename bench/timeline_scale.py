@@ -30,10 +30,26 @@ from ingest import measured  # noqa: E402
 from rlprof.analyze.timeline_file import BUSY, DTYPE, TIMELINE_DIR, WARMUP, columns, rank_file  # noqa: E402
 from rlprof.vocab import STAGES  # noqa: E402
 
-USED = ("weight_sync", "rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
-        "advantage_compute", "actor_update", "critic_update")  # 8 stages, in the order a step runs them
-BASE_S = {"weight_sync": 0.05, "rollout_generate": 2.0, "reward_compute": 0.3, "ref_compute_log_prob": 0.6,
-          "actor_compute_log_prob": 0.6, "advantage_compute": 0.01, "actor_update": 1.5, "critic_update": 0.8}
+USED = (
+    "weight_sync",
+    "rollout_generate",
+    "reward_compute",
+    "ref_compute_log_prob",
+    "actor_compute_log_prob",
+    "advantage_compute",
+    "actor_update",
+    "critic_update",
+)  # 8 stages, in the order a step runs them
+BASE_S = {
+    "weight_sync": 0.05,
+    "rollout_generate": 2.0,
+    "reward_compute": 0.3,
+    "ref_compute_log_prob": 0.6,
+    "actor_compute_log_prob": 0.6,
+    "advantage_compute": 0.01,
+    "actor_update": 1.5,
+    "critic_update": 0.8,
+}
 FRACTIONS = (0.617, 0.6, 0.4321)  # the straggling rank, the step it starts at, the spike's step: shares of the run
 
 
@@ -62,7 +78,7 @@ def make_run(folder: Path, ranks: int, steps: int) -> int:
             if name == "rollout_generate":
                 t = t * drift
             if name == "reward_compute" and rank == straggler:
-                t[straggle_from - 1:] *= 3
+                t[straggle_from - 1 :] *= 3
             if name == "actor_update":
                 t[spike_step - 1] *= 4
             rec["stage_s"][:, i] = t
@@ -96,10 +112,20 @@ def main() -> None:
             "spikes": len(doc["spikes"]),
             "drift": [d["stage"] for d in doc["drift"]],
         }
-        print(json.dumps({"ranks": args.ranks, "steps": args.steps, "stages": len(USED),
-                          "timeline_mb": round(size / 1e6, 1), "seconds": round(seconds, 2),
-                          "peak_mb": {k: round(v, 1) for k, v in peaks.items()},
-                          "limit": {"seconds": 10, "peak_mb": 1000}, "found": found}))
+        print(
+            json.dumps(
+                {
+                    "ranks": args.ranks,
+                    "steps": args.steps,
+                    "stages": len(USED),
+                    "timeline_mb": round(size / 1e6, 1),
+                    "seconds": round(seconds, 2),
+                    "peak_mb": {k: round(v, 1) for k, v in peaks.items()},
+                    "limit": {"seconds": 10, "peak_mb": 1000},
+                    "found": found,
+                }
+            )
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -37,13 +37,24 @@ print("STEP_TIMES " + json.dumps(times))
 
 
 def one_run(workdir: Path, steps: int, installed: bool) -> list[float]:
-    args = [str(ROOT / "examples" / "configs" / "trl.yaml"), "global_profiler.steps=null",
-            f"global_profiler.save_path={workdir}/p", "--steps", str(steps), "--workdir", str(workdir)]
+    args = [
+        str(ROOT / "examples" / "configs" / "trl.yaml"),
+        "global_profiler.steps=null",
+        f"global_profiler.save_path={workdir}/p",
+        "--steps",
+        str(steps),
+        "--workdir",
+        str(workdir),
+    ]
     if not installed:
         args.append("--no-profile")
     code = CHILD.format(examples=str(ROOT / "examples"))
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env={"KINETO_LOG_LEVEL": "5", "OMP_NUM_THREADS": "1", **__import__("os").environ})
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={"KINETO_LOG_LEVEL": "5", "OMP_NUM_THREADS": "1", **__import__("os").environ},
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
     line = next(x for x in proc.stdout.splitlines() if x.startswith("STEP_TIMES "))
@@ -58,18 +69,25 @@ def main() -> int:
     with_times, without_times, run_medians = [], [], []
     with tempfile.TemporaryDirectory(prefix="rlprof-trl-") as tmp:
         for i in range(args.pairs):
-            for installed in ((False, True) if i % 2 == 0 else (True, False)):
+            for installed in (False, True) if i % 2 == 0 else (True, False):
                 times = one_run(Path(tmp), args.steps, installed)
                 (with_times if installed else without_times).extend(times)
                 if not installed:
                     run_medians.append(statistics.median(times))
     base, inst = statistics.median(without_times), statistics.median(with_times)
-    print(json.dumps({
-        "steps_per_run": args.steps, "pairs": args.pairs,
-        "without_ms_per_step": round(base * 1e3, 2), "with_ms_per_step": round(inst * 1e3, 2),
-        "diff_ms_per_step": round((inst - base) * 1e3, 3), "diff_pct": round(100 * (inst - base) / base, 2),
-        "baseline_run_to_run_spread_ms": round((max(run_medians) - min(run_medians)) * 1e3, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "steps_per_run": args.steps,
+                "pairs": args.pairs,
+                "without_ms_per_step": round(base * 1e3, 2),
+                "with_ms_per_step": round(inst * 1e3, 2),
+                "diff_ms_per_step": round((inst - base) * 1e3, 3),
+                "diff_pct": round(100 * (inst - base) / base, 2),
+                "baseline_run_to_run_spread_ms": round((max(run_medians) - min(run_medians)) * 1e3, 3),
+            }
+        )
+    )
     return 0
 
 

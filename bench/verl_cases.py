@@ -31,17 +31,31 @@ ROOT = Path(__file__).resolve().parents[1]
 LINES = ROOT / "tests" / "data" / "verl" / "profiler_lines.yaml"
 MEANINGS = ROOT / "tests" / "data" / "verl" / "head_meanings.json"
 COMMIT = "1dda039b9c6311889a9c9a26040677e1254814f9"
-FILES = ("examples/profile/*.sh", "tests/special_e2e/*.sh", "tests/special_e2e/*/*.sh", "tests/special_npu/*.sh",
-         "tests/special_npu/*/*.sh", "docs/perf/*.md", "docs/ascend_tutorial/**/*.md", "docs/ascend_tutorial/**/*.rst")
+FILES = (
+    "examples/profile/*.sh",
+    "tests/special_e2e/*.sh",
+    "tests/special_e2e/*/*.sh",
+    "tests/special_npu/*.sh",
+    "tests/special_npu/*/*.sh",
+    "docs/perf/*.md",
+    "docs/ascend_tutorial/**/*.md",
+    "docs/ascend_tutorial/**/*.rst",
+)
 OVERRIDE = re.compile(r"""(?:^|\s)(\+{0,2}[A-Za-z_][\w.]*profiler\.[\w.\[\]]+=(?:"[^"]*"|'[^']*'|[^\s#]+))""")
-VARIABLE = re.compile(r"""^\s*(?:export\s+)?([A-Za-z_]\w*)=(?:\$\{\w+:-(.*)\}|"([^"]*)"|'([^']*)'|([^\s"'#]\S*))\s*(?:#.*)?$""")
+VARIABLE = re.compile(
+    r"""^\s*(?:export\s+)?([A-Za-z_]\w*)=(?:\$\{\w+:-(.*)\}|"([^"]*)"|'([^']*)'|([^\s"'#]\S*))\s*(?:#.*)?$"""
+)
 # What a user's shell would hold for the variables a script or doc leaves to it (the hook's own VERL_PROFILE_* stay
 # literal: verl exports them to the hook).
 SHELL = {"HOME": "/home/user", "SCRIPT_DIR": "/verl/tests/special_e2e", "PROFILE_SAVE_PATH": "/tmp/profile"}
 GAP = 3  # lines between two override lines that start a new command in a doc
 RANKS = range(8)  # the ranks each role's DistProfiler is asked about
-ROLES = {"actor": "actor_rollout_ref.actor", "rollout": "actor_rollout_ref.rollout", "ref": "actor_rollout_ref.ref",
-         "critic": "critic"}
+ROLES = {
+    "actor": "actor_rollout_ref.actor",
+    "rollout": "actor_rollout_ref.rollout",
+    "ref": "actor_rollout_ref.ref",
+    "critic": "critic",
+}
 
 
 # ---- extract (no verl needed) -------------------------------------------------------------------------------------
@@ -89,8 +103,9 @@ def commands(path: Path, text: str) -> list[dict]:
             out[-1]["overrides"].extend(words)
     for c in out:
         c["lines"] = sorted(set(c["lines"]))
-        c["unresolved"] = sorted({m for o in c["overrides"] for m in re.findall(r"\$\{?(\w+)\}?", o)
-                                  if not m.startswith("VERL_PROFILE_")})
+        c["unresolved"] = sorted(
+            {m for o in c["overrides"] for m in re.findall(r"\$\{?(\w+)\}?", o) if not m.startswith("VERL_PROFILE_")}
+        )
     return out
 
 
@@ -146,9 +161,11 @@ def extract(src: Path) -> None:
             if rel.suffix in (".md", ".rst"):
                 for i, b in enumerate(yaml_blocks(rel, text)):
                     cases.append({"id": f"{rel}#yaml{i}", "source": str(rel), **b})
-    LINES.write_text("# Profiler-setting override lines of verl's scripts and docs (bench/verl_cases.py extract), at\n"
-                     f"# verl-project/verl {COMMIT}; $VARIABLES resolved from the script's own defaults.\n"
-                     + yaml.safe_dump({"commit": COMMIT, "cases": cases}, sort_keys=False, width=160))
+    LINES.write_text(
+        "# Profiler-setting override lines of verl's scripts and docs (bench/verl_cases.py extract), at\n"
+        f"# verl-project/verl {COMMIT}; $VARIABLES resolved from the script's own defaults.\n"
+        + yaml.safe_dump({"commit": COMMIT, "cases": cases}, sort_keys=False, width=160)
+    )
     print(json.dumps({"cases": len(cases), "file": str(LINES.relative_to(ROOT))}))
 
 
@@ -186,8 +203,11 @@ def _meaning(config_dir: Path, overrides: list[str], edit: dict | None = None) -
         try:
             config = omega_conf_to_dataclass(block, dataclass_type=ProfilerConfig)
             tool = block.get("tool")
-            tool_config = (omega_conf_to_dataclass(block.get("tool_config", {}).get(tool))
-                           if tool in ("npu", "nsys", "torch", "torch_memory", "precision_debugger") else None)
+            tool_config = (
+                omega_conf_to_dataclass(block.get("tool_config", {}).get(tool))
+                if tool in ("npu", "nsys", "torch", "torch_memory", "precision_debugger")
+                else None
+            )
         except Exception as exc:
             out["roles"][role] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             continue
@@ -216,8 +236,9 @@ def _profiler(role: str, rank: int, replica: int, config, tool_config):
 
     def build(cfg):
         if role == "rollout":
-            return build_rollout_dist_profiler(replica_rank=rank, replica_world_size=replica, config=cfg,
-                                               tool_config=tool_config)
+            return build_rollout_dist_profiler(
+                replica_rank=rank, replica_world_size=replica, config=cfg, tool_config=tool_config
+            )
         return DistProfiler(rank=rank, config=cfg, tool_config=tool_config)
 
     try:
@@ -242,8 +263,6 @@ def meaning(src: Path) -> None:
     print(json.dumps({"cases": len(results["cases"]), "file": str(MEANINGS.relative_to(ROOT))}))
 
 
-
-
 # ---- table (in this environment: rlprof's reading of each case, beside verl's) ------------------------------------------
 TABLE = ROOT / "docs" / "framework_configs.md"
 
@@ -254,8 +273,11 @@ def _who(meaning: dict) -> str:
         return "refused: " + meaning["refused"].split(":", 1)[0]
     if not meaning.get("steps"):
         return "nothing (no steps)"
-    parts = [f"{role} {v['tool']} {'discrete' if v['discrete'] else 'e2e'} ranks {','.join(map(str, v['ranks']))}"
-             for role, v in sorted(meaning["roles"].items()) if v.get("tool") and v.get("ranks")]
+    parts = [
+        f"{role} {v['tool']} {'discrete' if v['discrete'] else 'e2e'} ranks {','.join(map(str, v['ranks']))}"
+        for role, v in sorted(meaning["roles"].items())
+        if v.get("tool") and v.get("ranks")
+    ]
     return "; ".join(parts) or "nothing (no role enabled)"
 
 
@@ -265,34 +287,46 @@ def table() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     cases = yaml.safe_load(LINES.read_text())["cases"]
     verl = json.loads(MEANINGS.read_text())["cases"]
-    rows = ["# Real framework configs and what they mean", "",
-            "Every profiler-setting command in verl's `examples/profile/*.sh`, `tests/special_e2e` and `tests/special_npu`",
-            f"scripts and profiling docs at verl-project/verl `{COMMIT[:9]}` (0.10.0.dev), extracted by",
-            "`bench/verl_cases.py extract` into `tests/data/verl/profiler_lines.yaml`: override lines, and the docs' YAML",
-            "blocks (`#yamlN`: edits of the trainer YAML). The last column is what verl's own",
-            "code makes of it (Hydra's compose of its trainer config, then each role's DistProfiler; rollout servers profile",
-            "in discrete mode only), computed by `bench/verl_cases.py meaning` in a side venv; `tests/test_verl_cases.py`",
-            "checks rlprof's plan of each against it (ranks 0-7 asked). MindSpeed-RL's profiler guide blocks and test",
-            "config are checked in `tests/test_framework_meanings.py`.", "",
-            "| command (file#block: lines) | form | verl collects |", "| --- | --- | --- |"]
+    rows = [
+        "# Real framework configs and what they mean",
+        "",
+        "Every profiler-setting command in verl's `examples/profile/*.sh`, `tests/special_e2e` and `tests/special_npu`",
+        f"scripts and profiling docs at verl-project/verl `{COMMIT[:9]}` (0.10.0.dev), extracted by",
+        "`bench/verl_cases.py extract` into `tests/data/verl/profiler_lines.yaml`: override lines, and the docs' YAML",
+        "blocks (`#yamlN`: edits of the trainer YAML). The last column is what verl's own",
+        "code makes of it (Hydra's compose of its trainer config, then each role's DistProfiler; rollout servers profile",
+        "in discrete mode only), computed by `bench/verl_cases.py meaning` in a side venv; `tests/test_verl_cases.py`",
+        "checks rlprof's plan of each against it (ranks 0-7 asked). MindSpeed-RL's profiler guide blocks and test",
+        "config are checked in `tests/test_framework_meanings.py`.",
+        "",
+        "| command (file#block: lines) | form | verl collects |",
+        "| --- | --- | --- |",
+    ]
     for c in cases:
         what = f"{len(c['overrides'])} overrides" if "overrides" in c else "YAML edit"
-        rows.append(f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {what} | "
-                    f"{_who(verl[c['id']])} |")
-    rows += ["", "## MindSpeed-RL", "",
-             "Its profiler guide's YAML blocks and its only test config with a profiler block, at Ascend/MindSpeed-RL",
-             "`05a90d7` (`tests/data/mindspeed/`), each checked in `tests/test_framework_meanings.py` against what",
-             "`get_grpo_profiler` / `profiler_start` (mindspeed_rl/utils/utils.py) do with it:", "",
-             "| source | MindSpeed-RL collects |", "| --- | --- |",
-             "| `tests/st/configs/test_ppo_trainer_qwen25_7b_integrated.yaml`: 147-163 | actor_update of step 1 on rank 0, "
-             "NPU + CPU at level1, db export, parsed online |",
-             "| `docs/zh/features/profiler.md`: 17-33 (the general block) | nothing (`profile: false`) |",
-             "| `docs/zh/features/profiler.md`: 40-51 (the DPO block) | one window over step 1 on every rank, NPU + CPU "
-             "at level1, text export |",
-             "| `docs/zh/features/profiler.md`: 92-96 (the lightweight block) | NPU activity at level_none plus its mstx "
-             "ranges (msprof_tx); no CPU activity |",
-             "| `profile_ranks: 1` (an integer; utils.py ~524-532) | rank 0 (list(1) fails; it falls back to [0]) |",
-             "| `profile_with_stack: true` (base_config.py ~29-33) | refused at setup: not a ProfilerConfig key |"]
+        rows.append(
+            f"| `{c['id']}`: {', '.join(map(str, c['lines'][:1] + c['lines'][-1:]))} | {what} | {_who(verl[c['id']])} |"
+        )
+    rows += [
+        "",
+        "## MindSpeed-RL",
+        "",
+        "Its profiler guide's YAML blocks and its only test config with a profiler block, at Ascend/MindSpeed-RL",
+        "`05a90d7` (`tests/data/mindspeed/`), each checked in `tests/test_framework_meanings.py` against what",
+        "`get_grpo_profiler` / `profiler_start` (mindspeed_rl/utils/utils.py) do with it:",
+        "",
+        "| source | MindSpeed-RL collects |",
+        "| --- | --- |",
+        "| `tests/st/configs/test_ppo_trainer_qwen25_7b_integrated.yaml`: 147-163 | actor_update of step 1 on rank 0, "
+        "NPU + CPU at level1, db export, parsed online |",
+        "| `docs/zh/features/profiler.md`: 17-33 (the general block) | nothing (`profile: false`) |",
+        "| `docs/zh/features/profiler.md`: 40-51 (the DPO block) | one window over step 1 on every rank, NPU + CPU "
+        "at level1, text export |",
+        "| `docs/zh/features/profiler.md`: 92-96 (the lightweight block) | NPU activity at level_none plus its mstx "
+        "ranges (msprof_tx); no CPU activity |",
+        "| `profile_ranks: 1` (an integer; utils.py ~524-532) | rank 0 (list(1) fails; it falls back to [0]) |",
+        "| `profile_with_stack: true` (base_config.py ~29-33) | refused at setup: not a ProfilerConfig key |",
+    ]
     TABLE.write_text("\n".join(rows) + "\n")
     print(json.dumps({"rows": len(cases), "file": str(TABLE.relative_to(ROOT))}))
 

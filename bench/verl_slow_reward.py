@@ -30,8 +30,18 @@ def _count(path: str) -> int:
         os.close(fd)
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, *, slow_from_step: int = 0,
-                  slow_seconds: float = 0.0, calls_per_step: int = 1, counter: str = "", **kwargs):
+def compute_score(
+    data_source,
+    solution_str,
+    ground_truth,
+    extra_info=None,
+    *,
+    slow_from_step: int = 0,
+    slow_seconds: float = 0.0,
+    calls_per_step: int = 1,
+    counter: str = "",
+    **kwargs,
+):
     from verl.utils.reward_score import default_compute_score
 
     if counter and slow_from_step > 0:

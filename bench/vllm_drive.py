@@ -32,9 +32,19 @@ def make_model(out: str) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=512,
-                      tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(out)
 
 
@@ -42,8 +52,16 @@ def engine(model: str, profiler_config: dict | None):
     from vllm import LLM
 
     kwargs = {"profiler_config": profiler_config} if profiler_config else {}
-    return LLM(model=model, skip_tokenizer_init=True, dtype="float32", max_model_len=512, seed=0,
-               kv_cache_memory_bytes=64 << 20, enforce_eager=True, **kwargs)
+    return LLM(
+        model=model,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        max_model_len=512,
+        seed=0,
+        kv_cache_memory_bytes=64 << 20,
+        enforce_eager=True,
+        **kwargs,
+    )
 
 
 def run(args) -> dict:
@@ -55,8 +73,11 @@ def run(args) -> dict:
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
         out["runner_wrapped"] = llm.collective_rpc(
-            lambda w: {m: getattr(getattr(w.worker.model_runner, m), "rlprof_wrapper", False)
-                       for m in ("execute_model", "sample_tokens")})[0]
+            lambda w: {
+                m: getattr(getattr(w.worker.model_runner, m), "rlprof_wrapper", False)
+                for m in ("execute_model", "sample_tokens")
+            }
+        )[0]
     step = host = None
     if args.driver_steps or args.host_slow_from:
         from rlprof.integrations.vllm.loader import step

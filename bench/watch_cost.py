@@ -39,8 +39,16 @@ def _plan(tmp: str, watch: bool):
     from rlprof.config import load_plan
 
     extra = [f"{T}.slow.factor=50.0", f"{T}.straggler.factor=50.0"] if watch else []
-    return load_plan(None, ["global_profiler.tool=torch", "global_profiler.steps=null",
-                            f"global_profiler.save_path={tmp}", f"{A}.enable=true", *extra])
+    return load_plan(
+        None,
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=null",
+            f"global_profiler.save_path={tmp}",
+            f"{A}.enable=true",
+            *extra,
+        ],
+    )
 
 
 def boundary_ns(watch: bool, n: int = 200_000, rounds: int = 7) -> float:
@@ -102,16 +110,36 @@ def two_rank_worker() -> None:
         dist.all_gather(parts, vec)
         bare.append((time.perf_counter_ns() - t) / 1e3)
     if dist.get_rank() == 0:
-        print(json.dumps({"decision_us": statistics.median(per_step[10:]),
-                          "bare_all_gather_us": statistics.median(bare[10:]), "steps": steps}))
+        print(
+            json.dumps(
+                {
+                    "decision_us": statistics.median(per_step[10:]),
+                    "bare_all_gather_us": statistics.median(bare[10:]),
+                    "steps": steps,
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
 def two_ranks() -> dict:
     env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(Path(__file__).resolve()), "--worker"], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(Path(__file__).resolve()),
+            "--worker",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     line = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     return json.loads(line[-1]) if line else {"error": proc.stderr[-500:]}
 
@@ -119,18 +147,37 @@ def two_ranks() -> dict:
 CONFIGS = {
     "off": [],
     "watch": [f"{T}.slow.factor=50.0", f"{T}.straggler.factor=50.0"],
-    "slow_only": [f"{T}.slow.factor=50.0", f"{T}.keep=slow_only", f"{T}.stages=[actor_update]",
-                  f"{A}.tool_config.torch.discrete=true"],
+    "slow_only": [
+        f"{T}.slow.factor=50.0",
+        f"{T}.keep=slow_only",
+        f"{T}.stages=[actor_update]",
+        f"{A}.tool_config.torch.discrete=true",
+    ],
 }
 
 
 def trainer_step_ms(name: str, steps: int, tmp: Path) -> tuple[float, str]:
     out = tmp / f"{name}-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-m", "rlprof.cli", "train", f"trainer.steps={steps}", f"trainer.output_dir={out}/train",
-           "global_profiler.tool=torch", "global_profiler.steps=null", f"global_profiler.save_path={out}/p",
-           f"{A}.enable=true", *CONFIGS[name]]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(SRC),
-                                                                       KINETO_LOG_LEVEL="5"), timeout=900)
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlprof.cli",
+        "train",
+        f"trainer.steps={steps}",
+        f"trainer.output_dir={out}/train",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=null",
+        f"global_profiler.save_path={out}/p",
+        f"{A}.enable=true",
+        *CONFIGS[name],
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(SRC), KINETO_LOG_LEVEL="5"),
+        timeout=900,
+    )
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
     metrics = next((out / "train").glob("*/metrics.jsonl"))
@@ -147,9 +194,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return two_rank_worker()
-    result = {"boundary_ns": {"off": boundary_ns(False), "watch": boundary_ns(True)},
-              "step_end_us": {"off": step_us(False), "watch": step_us(True)},
-              "decision_us_2_ranks": two_ranks()}
+    result = {
+        "boundary_ns": {"off": boundary_ns(False), "watch": boundary_ns(True)},
+        "step_end_us": {"off": step_us(False), "watch": step_us(True)},
+        "decision_us_2_ranks": two_ranks(),
+    }
     runs = {name: [] for name in CONFIGS}
     said = ""
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,7 +214,8 @@ def main() -> None:
         "ratio_to_off": {k: round(statistics.median(v) / off, 3) for k, v in runs.items()},
         "off_spread": round((max(runs["off"]) - min(runs["off"])) / off, 3),
         "slow_only_said": said,
-        "steps": args.steps, "rounds": args.rounds,
+        "steps": args.steps,
+        "rounds": args.rounds,
     }
     print(json.dumps(result))
 

@@ -25,15 +25,24 @@ def _data_digest() -> dict[str, str]:
     """Every file under tests/data and examples/, by content."""
     import hashlib
 
-    return {str(p.relative_to(ROOT)): hashlib.sha1(p.read_bytes()).hexdigest()
-            for folder in (DATA, ROOT / "examples") for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(ROOT)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for folder in (DATA, ROOT / "examples")
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _git_changes() -> set[str]:
     """`git status` of the repository (changed and untracked files; ignored ones are outputs by design)."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return set()
     return set(out.stdout.splitlines()) if out.returncode == 0 else set()
@@ -54,8 +63,9 @@ def pytest_sessionfinish(session, exitstatus):
     new = sorted(changes - before[1])
     if altered or new:
         lines = [f"the test data changed: {k}" for k in altered] + [f"git status: new {line}" for line in new]
-        session.config.get_terminal_writer().line("\n".join(["tests left the repository changed:"] + lines[:20]),
-                                                  red=True)
+        session.config.get_terminal_writer().line(
+            "\n".join(["tests left the repository changed:"] + lines[:20]), red=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -140,8 +150,14 @@ def verl071():
 def run_cli(*args, cwd=None, env=None, timeout=300):
     """Run `rlprof ...` as a user would; returns CompletedProcess with text output."""
     full_env = dict(os.environ, KINETO_LOG_LEVEL="5", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "rlprof.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rlprof.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 def plan_json(*args, cwd=None):
@@ -158,8 +174,16 @@ def workdir(tmp_path, monkeypatch):
 
 # Debian's chromium, driven by playwright, for the report's browser tests (test_report, test_verl)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +194,7 @@ def browser():
             pytest.fail(why)
         pytest.skip(why)
     from playwright import sync_api
+
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield b

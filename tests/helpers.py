@@ -13,8 +13,16 @@ R = "actor_rollout_ref.rollout.profiler"
 
 
 def profiler(tmp_path, *overrides, tool="torch", steps="[2]", **kwargs):
-    plan = load_plan(None, [f"global_profiler.tool={tool}", f"global_profiler.steps={steps}",
-                            f"global_profiler.save_path={tmp_path}/profile", f"{A}.enable=true", *overrides])
+    plan = load_plan(
+        None,
+        [
+            f"global_profiler.tool={tool}",
+            f"global_profiler.steps={steps}",
+            f"global_profiler.save_path={tmp_path}/profile",
+            f"{A}.enable=true",
+            *overrides,
+        ],
+    )
     return Profiler(plan, run_id="run", **kwargs)
 
 
@@ -36,7 +44,9 @@ def load_trace(path) -> dict:
 
 def names(trace, prefix) -> list[str]:
     """Range names under `prefix`, without the `|key=value` part a unit range carries (unit_args reads that)."""
-    return [e["name"].split("|")[0] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)]
+    return [
+        e["name"].split("|")[0] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)
+    ]
 
 
 def unit_args(trace, prefix) -> list[dict]:

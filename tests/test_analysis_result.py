@@ -24,8 +24,14 @@ from rlprof.errors import AnalyzeError
 RUNS = sorted(p.name for p in (DATA / "runs").iterdir() if p.is_dir())
 TRACES = sorted(p.name for p in (DATA / "real").glob("*.json.gz")) + ["ascend"]
 # the frameworks' own layouts: verl's discrete and e2e traces, MindSpeed-RL's torch_npu collections (db, mstx ranges)
-OUTPUTS = ["verl/output/discrete", "verl/output/e2e", "ascend/mindspeed/profiler_data/integrated",
-           "ascend/mindspeed/profiler_data_mstx", "ascend/real/kernel_details", "ascend/real/trace_view"]
+OUTPUTS = [
+    "verl/output/discrete",
+    "verl/output/e2e",
+    "ascend/mindspeed/profiler_data/integrated",
+    "ascend/mindspeed/profiler_data_mstx",
+    "ascend/real/kernel_details",
+    "ascend/real/trace_view",
+]
 
 
 def canonical(value) -> str:
@@ -87,10 +93,17 @@ def test_a_watched_runs_timeline_and_captures_are_typed(tmp_path):
     from rlprof.collect.request import submit
     from rlprof.config import load_plan
 
-    plan = load_plan(None, ["global_profiler.tool=torch", f"global_profiler.save_path={tmp_path}/p",
-                            "actor_rollout_ref.actor.profiler.enable=true",
-                            "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true",
-                            "global_profiler.trigger.request=true", "global_profiler.trigger.baseline=true"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=torch",
+            f"global_profiler.save_path={tmp_path}/p",
+            "actor_rollout_ref.actor.profiler.enable=true",
+            "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=true",
+            "global_profiler.trigger.request=true",
+            "global_profiler.trigger.baseline=true",
+        ],
+    )
     prof = Profiler(plan, run_id="run")
     submit(prof.watch_dir, step=6, role="actor", stage="actor_update", ranks=None)
     with prof:
@@ -148,13 +161,25 @@ def test_optional_fields_stay_absent_and_get_reads_them(run_copies):
     assert all("saving" not in json.loads(msgspec.json.encode(f)) for f in descriptive)
 
 
-@pytest.mark.parametrize("content, words", [
-    ({"schema_version": 7, "rows": []}, ["analysis schema 7 is not readable", "allowed: schema 1"]),
-    ({"schema_version": 1, "rows": [{"wall_ms": 1.0, "stage": "x", "colour": "red"}], "inputs": [], "findings": []},
-     ["does not match analysis schema 1", "colour", "$.rows[0]"]),
-    ({"schema_version": 1, "rows": [{"wall_ms": 1.0, "stage": "x"}], "inputs": []},
-     ["not an analysis of schema 1", "compute_ms"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ({"schema_version": 7, "rows": []}, ["analysis schema 7 is not readable", "allowed: schema 1"]),
+        (
+            {
+                "schema_version": 1,
+                "rows": [{"wall_ms": 1.0, "stage": "x", "colour": "red"}],
+                "inputs": [],
+                "findings": [],
+            },
+            ["does not match analysis schema 1", "colour", "$.rows[0]"],
+        ),
+        (
+            {"schema_version": 1, "rows": [{"wall_ms": 1.0, "stage": "x"}], "inputs": []},
+            ["not an analysis of schema 1", "compute_ms"],
+        ),
+    ],
+)
 def test_a_bad_analysis_json_is_one_line_and_exit_2(tmp_path, content, words):
     path = tmp_path / "analysis.json"
     path.write_text(json.dumps(content))
@@ -168,8 +193,10 @@ def test_a_bad_analysis_json_is_one_line_and_exit_2(tmp_path, content, words):
 
 
 def test_load_of_what_is_not_an_analysis_names_the_file(tmp_path):
-    for name, text, words in (("trace.json", '{"traceEvents": []}', "no schema_version"),
-                              ("broken.json", '{"schema_version": 1, "rows": [', "not JSON")):
+    for name, text, words in (
+        ("trace.json", '{"traceEvents": []}', "no schema_version"),
+        ("broken.json", '{"schema_version": 1, "rows": [', "not JSON"),
+    ):
         (tmp_path / name).write_text(text)
         with pytest.raises(AnalyzeError, match=re.escape(words)) as err:
             Analysis.load(tmp_path / name)
@@ -197,8 +224,9 @@ def test_the_schema_docs_field_reference_is_generated_from_the_types():
     doc = (ROOT / "docs" / "analysis_schema.md").read_text()
     block = re.search(r"<!-- generated: .*? -->\n(.*?)<!-- end of generated -->", doc, re.S)
     assert block, "docs/analysis_schema.md lost its generated field reference"
-    assert block.group(1) == schema_reference(), \
+    assert block.group(1) == schema_reference(), (
         "docs/analysis_schema.md is out of date: paste `python3 -m rlprof.analyze.result` between its markers"
+    )
     # every record type the document holds has its table there
     reachable, todo = set(), [Analysis]
     while todo:
@@ -224,14 +252,16 @@ def _structs(t):
 
 
 def test_import_rlprof_stays_light_and_analyze_is_callable_after_its_package_loads():
-    probe = ("import sys, rlprof; light = not any(m.split('.')[0] in ('numpy', 'msgspec') for m in sys.modules); "
-             "import rlprof.analyze.pipeline; print(light, callable(rlprof.analyze), rlprof.Analysis.__name__)")
+    probe = (
+        "import sys, rlprof; light = not any(m.split('.')[0] in ('numpy', 'msgspec') for m in sys.modules); "
+        "import rlprof.analyze.pipeline; print(light, callable(rlprof.analyze), rlprof.Analysis.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT / "src")
     assert out.stdout.split() == ["True", "True", "Analysis"]
 
 
 def _python_block(text: str, heading: str) -> str:
-    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+    return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.S).group(1)
 
 
 def test_the_readmes_and_the_guides_examples_run(run_copies, tmp_path, capsys):

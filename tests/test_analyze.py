@@ -32,8 +32,14 @@ def test_gpu_nccl_buckets_match_independent_interval_unions():
     assert len(nccl) == 80
     span = max(e for _, e in map(iv, events)) - min(s for s, _ in map(iv, events))
     c, m, cm, busy = union(compute), union(nccl), union(compute + nccl), union(compute + nccl + copies)
-    expected = {"compute_ms": c, "comm_ms": cm - c, "overlap_ms": c + m - cm, "memcpy_ms": busy - cm,
-                "idle_ms": span - busy, "wall_ms": span}
+    expected = {
+        "compute_ms": c,
+        "comm_ms": cm - c,
+        "overlap_ms": c + m - cm,
+        "memcpy_ms": busy - cm,
+        "idle_ms": span - busy,
+        "wall_ms": span,
+    }
     for key, value in expected.items():
         assert row[key] == pytest.approx(value / 1e3, rel=1e-9, abs=1e-6), key
     assert sum(row[b] for b in BUCKETS if b != "overlap_ms") == pytest.approx(row["wall_ms"], rel=1e-9)
@@ -59,16 +65,28 @@ def test_rocm_and_compact_layouts_are_read():
 
 def test_trainer_run_rows_per_stage_with_units(tmp_path):
     a = "actor_rollout_ref.actor.profiler"
-    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=torch",
-                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p", f"{a}.enable=true",
-                   f"{a}.tool_config.torch.discrete=true", cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        "trainer.steps=2",
+        f"trainer.output_dir={tmp_path}/t",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{a}.enable=true",
+        f"{a}.tool_config.torch.discrete=true",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     (run,) = list((tmp_path / "p").iterdir())
     doc, _ = analyze_json(run)
     stages = {(r["step"], r["role"], r["stage"], r["rank"]) for r in doc["rows"] if r["unit"] is None}
-    assert stages == {(2, "rollout", "rollout_generate", 0), (2, "ref", "ref_compute_log_prob", 0),
-                      (2, "actor", "actor_compute_log_prob", 0), (2, "actor", "advantage_compute", 0),
-                      (2, "actor", "actor_update", 0)}
+    assert stages == {
+        (2, "rollout", "rollout_generate", 0),
+        (2, "ref", "ref_compute_log_prob", 0),
+        (2, "actor", "actor_compute_log_prob", 0),
+        (2, "actor", "advantage_compute", 0),
+        (2, "actor", "actor_update", 0),
+    }
     micro = [r for r in doc["rows"] if r["stage"] == "actor_update" and r["unit"] == "micro_batch"]
     assert sorted(r["index"] for r in micro) == list(range(8))
     decode = [r for r in doc["rows"] if r["unit"] == "decode_step"]
@@ -103,8 +121,9 @@ def test_file_cut_mid_event(tmp_path):
     assert "mid.json" in err and "byte" in err
 
 
-@pytest.mark.parametrize("content,what", [(b"", "empty"), (b'{"hello": 1}', "traceEvents"),
-                                          (b"not json at all", "not a readable trace")])
+@pytest.mark.parametrize(
+    "content,what", [(b"", "empty"), (b'{"hello": 1}', "traceEvents"), (b"not json at all", "not a readable trace")]
+)
 def test_unreadable_single_file_exits_2(tmp_path, content, what):
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
@@ -124,8 +143,7 @@ def test_exports_csv_and_duckdb(tmp_path):
     trace = _copy(tmp_path, "gpu_nccl_rank0.json.gz")
     proc = run_cli("analyze", trace, "-o", tmp_path / "csv")
     assert proc.returncode == 0, proc.stderr
-    assert {p.name for p in (tmp_path / "csv").iterdir()} >= {"analysis.json", "rows.csv", "ops.csv",
-                                                             "collectives.csv"}
+    assert {p.name for p in (tmp_path / "csv").iterdir()} >= {"analysis.json", "rows.csv", "ops.csv", "collectives.csv"}
     doc = json.loads((tmp_path / "csv" / "analysis.json").read_text())
     assert doc["schema_version"] == 1
     proc = run_cli("analyze", trace, "-o", tmp_path / "db", "--export", "db")
@@ -164,8 +182,11 @@ def test_ascend_output_directory(tmp_path):
     events = json.loads((REAL / "ascend" / "trace_view.json").read_text())
     assert isinstance(events[0]["ts"], str)  # string timestamps, parsed
     pid = {e["args"]["name"]: str(e["pid"]) for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    lane_of = {(str(e["pid"]), str(e["tid"])): e["args"]["name"] for e in events
-               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    lane_of = {
+        (str(e["pid"]), str(e["tid"])): e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     lanes = {}
     for e in events:
         if e.get("ph") == "X" and str(e["pid"]) in (pid["Overlap Analysis"], pid["Ascend Hardware"]):
@@ -177,8 +198,9 @@ def test_ascend_output_directory(tmp_path):
     # the exporter's own lanes, which rlprof skips and recomputes from the tasks
     assert row["compute_ms"] == pytest.approx(float(union(lanes["Computing"])) / 1e3, rel=1e-6)
     assert row["idle_ms"] == pytest.approx(float(union(lanes["Free"])) / 1e3, rel=1e-6)
-    assert row["wall_ms"] == pytest.approx(float(max(e for _, e in lanes["tasks"]) -
-                                                 min(s for s, _ in lanes["tasks"])) / 1e3, rel=1e-9)
+    assert row["wall_ms"] == pytest.approx(
+        float(max(e for _, e in lanes["tasks"]) - min(s for s, _ in lanes["tasks"])) / 1e3, rel=1e-9
+    )
     assert row["idle_ms"] == pytest.approx(row["wall_ms"] - row["compute_ms"] - row["comm_ms"], abs=1e-9)
     kernels = {o["name"] for o in doc["ops"] if o["kind"] == "kernel"}
     assert "MEMCPY_ASYNC" not in kernels and "aclnnMm_MatMulCommon_MatMulV2" in kernels  # the runtime's copies
@@ -200,10 +222,13 @@ def test_step_trace_time_csv(tmp_path):
     (out / "step_trace_time.csv").write_text(
         "Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,"
         "Communication(Not Overlapped and Exclude Receive),Preparing\n"
-        "1,1000.0,500.0,250.0,750.0,200.0,0,0,500.0,0\n2,1100.0,400.0,300.0,700.0,100.0,0,0,400.0,0\n")
+        "1,1000.0,500.0,250.0,750.0,200.0,0,0,500.0,0\n2,1100.0,400.0,300.0,700.0,100.0,0,0,400.0,0\n"
+    )
     doc, _ = analyze_json(tmp_path)
     assert [(r["step"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["idle_ms"]) for r in doc["rows"]] == [
-        (1, 1.0, 0.5, 0.25, 0.2), (2, 1.1, 0.4, 0.3, 0.1)]
+        (1, 1.0, 0.5, 0.25, 0.2),
+        (2, 1.1, 0.4, 0.3, 0.1),
+    ]
 
 
 class _Evil:
@@ -228,10 +253,16 @@ def test_malicious_memory_snapshot_is_refused(tmp_path):
 def test_memory_snapshot_peak_and_timeline(tmp_path):
     import pickle
 
-    snap = {"segments": [{"total_size": 4096, "blocks": [{"size": 1024, "state": "active_allocated"}]}],
-            "device_traces": [[{"action": "alloc", "size": 1024, "time_us": 1},
-                               {"action": "alloc", "size": 2048, "time_us": 2},
-                               {"action": "free_completed", "size": 2048, "time_us": 3}]]}
+    snap = {
+        "segments": [{"total_size": 4096, "blocks": [{"size": 1024, "state": "active_allocated"}]}],
+        "device_traces": [
+            [
+                {"action": "alloc", "size": 1024, "time_us": 1},
+                {"action": "alloc", "size": 2048, "time_us": 2},
+                {"action": "free_completed", "size": 2048, "time_us": 3},
+            ]
+        ],
+    }
     path = tmp_path / "snap.memory_snapshot.pickle"
     path.write_bytes(pickle.dumps(snap))
     doc, _ = analyze_json(path)
@@ -249,8 +280,15 @@ def test_self_time_of_nested_ops():
     # thread 0: A [0,100) holds B [10,40) (which holds C [15,25)) and D [50,60); thread 1: E [0,30)
     start = np.array([0, 10, 15, 50, 0], dtype=float)
     end = np.array([100, 40, 25, 60, 30], dtype=float)
-    t = EventTable(start, end, np.full(5, CPU_OP, np.uint8), np.arange(5, dtype=np.int32),
-                   np.array([0, 0, 0, 0, 1], dtype=np.int32), names=list("ABCDE"), threads=["t0", "t1"])
+    t = EventTable(
+        start,
+        end,
+        np.full(5, CPU_OP, np.uint8),
+        np.arange(5, dtype=np.int32),
+        np.array([0, 0, 0, 0, 1], dtype=np.int32),
+        names=list("ABCDE"),
+        threads=["t0", "t1"],
+    )
     assert self_times(t, np.arange(5)).tolist() == [60, 20, 10, 10, 30]
     ops = {o["name"]: o for o in top_ops(t)}
     assert ops["A"]["self_ms"] == 0.06 and ops["A"]["total_ms"] == 0.1 and ops["A"]["count"] == 1
@@ -273,15 +311,28 @@ def test_self_times_in_segments_equal_the_whole(monkeypatch):
 
 def test_markers_timeline_windows_are_analysed(tmp_path):
     a = "actor_rollout_ref.actor.profiler"
-    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=markers",
-                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p", f"{a}.enable=true",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        "trainer.steps=2",
+        f"trainer.output_dir={tmp_path}/t",
+        "global_profiler.tool=markers",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{a}.enable=true",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     (run,) = list((tmp_path / "p").iterdir())
     doc, _ = analyze_json(run)
     stages = [r["stage"] for r in doc["rows"] if r["unit"] is None]
-    assert stages == ["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
-                      "advantage_compute", "actor_update"]
+    assert stages == [
+        "rollout_generate",
+        "reward_compute",
+        "ref_compute_log_prob",
+        "actor_compute_log_prob",
+        "advantage_compute",
+        "actor_update",
+    ]
     assert any(r["unit"] == "decode_step" for r in doc["rows"])
 
 
@@ -296,18 +347,32 @@ def test_kernels_belong_to_the_stage_that_launched_them(tmp_path):
     launch = {e["id"]: e["ts"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
     arrive = {(e["pid"], e["tid"], e["ts"]): e["id"] for e in events if e.get("ph") == "f" and e.get("cat") == "ac2g"}
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    calls = {e["args"]["correlation"]: e["ts"] for e in events
-             if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-    launched = {id(k): launch.get(arrive.get((k["pid"], k["tid"], k["ts"])), calls.get(k["args"]["correlation"]))
-                for k in kernels}
+    calls = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    launched = {
+        id(k): launch.get(arrive.get((k["pid"], k["tid"], k["ts"])), calls.get(k["args"]["correlation"]))
+        for k in kernels
+    }
     before = {id(k) for k in kernels if k["args"]["correlation"] < min(calls)}
     assert before and all(launched[id(k)] is None for k in kernels if id(k) in before)
     # the cut: where the most kernels were launched before it but run after it
     cut = sorted(launched[id(k)] for k in kernels if launched[id(k)] is not None)[len(kernels) // 2]
     pid, tid = host[0]["pid"], host[0]["tid"]
     for name, a, b in (("actor_compute_log_prob", lo, cut), ("actor_update", cut, hi)):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"rlprof:stage:{name}", "pid": pid, "tid": tid,
-                       "ts": a, "dur": b - a})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"rlprof:stage:{name}",
+                "pid": pid,
+                "tid": tid,
+                "ts": a,
+                "dur": b - a,
+            }
+        )
     path = tmp_path / "staged.pt.trace.json"
     path.write_text(json.dumps(trace))
     from rlprof.analyze.pipeline import analyze
@@ -345,8 +410,11 @@ def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
     (row,), (ref_row,) = whole_row(doc), whole_row(ref)
     assert ref["partial"] is False and doc["inputs"][0]["events"] == ref["inputs"][0]["events"]
     assert doc["inputs"][0]["device"] is True  # a GPU trace stays one, whatever the cut left of it
-    compute = [(e["ts"], e["ts"] + e["dur"]) for e in events
-               if e.get("cat") == "kernel" and not e["name"].lower().startswith("nccl")]
+    compute = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "kernel" and not e["name"].lower().startswith("nccl")
+    ]
     # what the kept events leave uncovered may be the lost events' time: unknown, and idle its lower bound (0)
     assert row["idle_ms"] == 0
     assert row["unknown_ms"] == pytest.approx(row["wall_ms"] - row["compute_ms"] - row["comm_ms"] - row["memcpy_ms"])
@@ -363,13 +431,17 @@ def test_a_cut_gzip_keeps_every_event_it_could_decompress(tmp_path, n):
 
 
 def test_unusable_times_are_dropped_counted_and_never_printed(tmp_path):
-    good = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100 + 10 * k, "dur": 5}
-            for k in range(5)]
-    bad = [{"ph": "X", "cat": "cpu_op", "name": "nan_ts", "pid": 1, "tid": 1, "ts": "NaN", "dur": 5},
-           {"ph": "X", "cat": "cpu_op", "name": "negative", "pid": 1, "tid": 1, "ts": 120, "dur": -50},
-           {"ph": "X", "cat": "cpu_op", "name": "huge", "pid": 1, "tid": 1, "ts": 1e300, "dur": 1e300},
-           {"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 1, "dur": 5},
-           {"ph": "X", "cat": "cpu_op", "name": "word_ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 5}]
+    good = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100 + 10 * k, "dur": 5}
+        for k in range(5)
+    ]
+    bad = [
+        {"ph": "X", "cat": "cpu_op", "name": "nan_ts", "pid": 1, "tid": 1, "ts": "NaN", "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "negative", "pid": 1, "tid": 1, "ts": 120, "dur": -50},
+        {"ph": "X", "cat": "cpu_op", "name": "huge", "pid": 1, "tid": 1, "ts": 1e300, "dur": 1e300},
+        {"ph": "X", "cat": "cpu_op", "name": "no_ts", "pid": 1, "tid": 1, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "word_ts", "pid": 1, "tid": 1, "ts": "soon", "dur": 5},
+    ]
     path = tmp_path / "odd.json"
     path.write_text(json.dumps({"traceEvents": good + bad}))
     proc = run_cli("analyze", path, "--json")
@@ -389,10 +461,12 @@ def test_unusable_times_are_dropped_counted_and_never_printed(tmp_path):
 
 def test_pytorch_1_8_capitalised_categories_are_read(tmp_path):
     """torch-tb-profiler era traces: Operator / Kernel / Runtime / Memcpy, not cpu_op / kernel / cuda_runtime."""
-    events = [{"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-              {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
-              {"ph": "X", "cat": "Kernel", "name": "implicit_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 60},
-              {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 90, "dur": 5}]
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "Kernel", "name": "implicit_gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 60},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 90, "dur": 5},
+    ]
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"traceEvents": events}))
     doc, _ = analyze_json(path)
@@ -403,9 +477,9 @@ def test_pytorch_1_8_capitalised_categories_are_read(tmp_path):
 
 
 def test_mostly_unknown_categories_warn_instead_of_reporting_zeros(tmp_path):
-    events = [{"ph": "X", "cat": "Mystery", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5}
-              for k in range(9)] + [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100,
-                                     "dur": 5}]
+    events = [
+        {"ph": "X", "cat": "Mystery", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5} for k in range(9)
+    ] + [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 5}]
     path = tmp_path / "odd.json"
     path.write_text(json.dumps({"traceEvents": events}))
     doc, _ = analyze_json(path)
@@ -420,13 +494,21 @@ def test_a_partly_copied_run_directory_goes_on(tmp_path):
     run.mkdir()
     good = json.loads(gzip.open(REAL / "cpu_only_rank34.json.gz").read())
     (run / "good.json").write_text(json.dumps(good))
-    raw = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "NAME", "pid": 1, "tid": 1, "ts": 1,
-                                       "dur": 1}]}).encode().replace(b"NAME", b"bad\xff\xfename")
+    raw = (
+        json.dumps(
+            {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "NAME", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}
+        )
+        .encode()
+        .replace(b"NAME", b"bad\xff\xfename")
+    )
     (run / "bad_utf8.json").write_bytes(raw)
-    rows = [{"path": "good.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
-            {"path": "gone.json", "step": 3, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
-            {"path": "bad_utf8.json", "step": "4", "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
-            [1, 2, 3], {"path": 17, "status": "complete"}]
+    rows = [
+        {"path": "good.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+        {"path": "gone.json", "step": 3, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+        {"path": "bad_utf8.json", "step": "4", "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+        [1, 2, 3],
+        {"path": 17, "status": "complete"},
+    ]
     (run / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     proc = run_cli("analyze", run, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -441,15 +523,17 @@ def test_a_partly_copied_run_directory_goes_on(tmp_path):
 
 
 def test_other_writers_layouts_unterminated_array_and_damage(tmp_path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": "p1", "tid": "t1", "ts": str(10 * k), "dur": 5}
-              for k in range(4)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": "p1", "tid": "t1", "ts": str(10 * k), "dur": 5}
+        for k in range(4)
+    ]
     unterminated = tmp_path / "unterminated.json"  # the Trace Event Format's array form may omit its "]"
     unterminated.write_text("[" + ",\n".join(json.dumps(e) for e in events) + ",\n")
     doc, _ = analyze_json(unterminated)
     assert doc["partial"] is False and doc["inputs"][0]["events"] == 4
     compact = json.dumps({"otherData": {}, "traceEvents": events})  # one line, traceEvents not first
     broken = tmp_path / "broken.json"
-    broken.write_text(compact[:compact.index('"op3"') + 3])
+    broken.write_text(compact[: compact.index('"op3"') + 3])
     proc = run_cli("analyze", broken, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

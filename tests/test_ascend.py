@@ -67,8 +67,11 @@ def test_step_rows_equal_torch_npus_own_step_trace():
         analysis = db.parent / "analysis.db"
         if not analysis.exists():
             continue
-        ref = sqlite3.connect(analysis).execute(
-            "SELECT step, computing, communication_not_overlapped, overlapped, free FROM StepTraceTime").fetchall()
+        ref = (
+            sqlite3.connect(analysis)
+            .execute("SELECT step, computing, communication_not_overlapped, overlapped, free FROM StepTraceTime")
+            .fetchall()
+        )
         steps = {r["step"]: r for r in analyze(db, workers=1)["rows"] if r["stage"] is None} or _step_rows(db)
         for step, compute, comm, overlap, free in ref:
             row = steps[int(step)]
@@ -100,8 +103,12 @@ def test_buckets_agree_with_msprof_analyze(msprof):
         ref = msprof.overall(base, new)
         for side, db in (("base", base), ("new", new)):
             totals = analyze(db, workers=1)["inputs"][0]["device_totals_all_tasks"]
-            mine = {"Computing Time": totals["compute_ms"], "Uncovered Communication Time": totals["comm_ms"],
-                    "Free Time": totals["idle_ms"], "E2E Time": totals["wall_ms"]}
+            mine = {
+                "Computing Time": totals["compute_ms"],
+                "Uncovered Communication Time": totals["comm_ms"],
+                "Free Time": totals["idle_ms"],
+                "E2E Time": totals["wall_ms"],
+            }
             for metric, theirs in ref[side].items():
                 assert mine[metric] == pytest.approx(theirs, rel=0.01, abs=1e-6), (db, metric)
 
@@ -118,10 +125,18 @@ def test_mstx_ranges_become_stage_rows_per_step_and_rank(run):
     conn = sqlite3.connect(db)
     strings = dict(conn.execute("SELECT id, value FROM STRING_IDS"))
     comm = conn.execute("SELECT startNs, endNs FROM COMMUNICATION_OP").fetchall()
-    compute = conn.execute("SELECT t.startNs, t.endNs FROM COMPUTE_TASK_INFO c JOIN TASK t "
-                           "ON t.globalTaskId = c.globalTaskId").fetchall() if run == "profiler_data" else []
-    update = [(s, e) for s, e, m in conn.execute("SELECT startNs, endNs, message FROM MSTX_EVENTS")
-              if strings[m] == "ActorHybridWorkerBase.update"]
+    compute = (
+        conn.execute(
+            "SELECT t.startNs, t.endNs FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+        ).fetchall()
+        if run == "profiler_data"
+        else []
+    )
+    update = [
+        (s, e)
+        for s, e, m in conn.execute("SELECT startNs, endNs, message FROM MSTX_EVENTS")
+        if strings[m] == "ActorHybridWorkerBase.update"
+    ]
     mine = [r for r in rows if r["rank"] == 1 and r["stage"] == "actor_update"]
     for (lo, hi), row in zip(update, mine):
         clip = lambda pairs, lo=lo, hi=hi: [(max(s, lo), min(e, hi)) for s, e in pairs if e > lo and s < hi]  # noqa: E731
@@ -141,16 +156,29 @@ def test_mstx_ranges_in_the_text_export(tmp_path):
     events = json.loads((REAL / "ascend" / "trace_view.json").read_text())
     step = next(e for e in events if e.get("name") == "ProfilerStep#1")
     t0 = float(step["ts"])
-    for name, lo, hi in (("ActorHybridWorkerBase.compute_log_prob", 2600, 6000),
-                         ("ActorHybridWorkerBase.update", 6000, 13900)):
-        events.append({"ph": "X", "name": name, "pid": step["pid"], "tid": step["tid"],
-                       "ts": f"{t0 + lo:.3f}", "dur": hi - lo, "args": {}})
+    for name, lo, hi in (
+        ("ActorHybridWorkerBase.compute_log_prob", 2600, 6000),
+        ("ActorHybridWorkerBase.update", 6000, 13900),
+    ):
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": step["pid"],
+                "tid": step["tid"],
+                "ts": f"{t0 + lo:.3f}",
+                "dur": hi - lo,
+                "args": {},
+            }
+        )
     out = tmp_path / "r_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
     (out / "trace_view.json").write_text(json.dumps(events))
     rows = analyze(tmp_path, workers=1)["rows"]
-    assert [(r["step"], r["stage"], r["role"]) for r in rows] == [(1, "actor_compute_log_prob", "actor"),
-                                                                   (1, "actor_update", "actor")]
+    assert [(r["step"], r["stage"], r["role"]) for r in rows] == [
+        (1, "actor_compute_log_prob", "actor"),
+        (1, "actor_update", "actor"),
+    ]
     assert rows[0]["host_wall_ms"] == pytest.approx(3.4) and rows[1]["host_wall_ms"] == pytest.approx(7.9)
     computing = [e for e in events if e.get("ph") == "X" and e["name"] == "Computing"]  # the exporter's own lane
     # each range holds the operators it launched (trace_view's async_npu flows): together all the step's computing
@@ -210,8 +238,14 @@ def _damaged(tmp_path, how: str) -> Path:
     return db
 
 
-@pytest.mark.parametrize("how,says", [("truncated", "damaged or truncated"), ("missing-tables", "no TASK table"),
-                                      ("not-sqlite", "not a readable sqlite db")])
+@pytest.mark.parametrize(
+    "how,says",
+    [
+        ("truncated", "damaged or truncated"),
+        ("missing-tables", "no TASK table"),
+        ("not-sqlite", "not a readable sqlite db"),
+    ],
+)
 def test_bad_db_is_one_line_and_exit_2(tmp_path, how, says):
     db = _damaged(tmp_path, how)
     proc = run_cli("analyze", tmp_path / "run")
@@ -239,10 +273,18 @@ def test_locked_db_is_named_and_the_other_ranks_still_analysed(tmp_path):
 
 def test_compare_an_ascend_run_with_a_kineto_run(tmp_path):
     """msprof-analyze compare -d NPU -bp GPU, by stage and bucket: here against rlprof's own trainer (CPU)."""
-    train = run_cli("train", "trainer.steps=2", "global_profiler.tool=torch", "global_profiler.steps=[2]",
-                    f"global_profiler.save_path={tmp_path}/kineto", "actor_rollout_ref.actor.profiler.enable=true",
-                    "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.ref.profiler.enable=true",
-                    cwd=tmp_path, timeout=600)
+    train = run_cli(
+        "train",
+        "trainer.steps=2",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/kineto",
+        "actor_rollout_ref.actor.profiler.enable=true",
+        "actor_rollout_ref.rollout.profiler.enable=true",
+        "actor_rollout_ref.ref.profiler.enable=true",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stderr[-2000:]
     proc = run_cli("compare", "-d", MINDSPEED / "profiler_data", "-bp", tmp_path / "kineto", "-o", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr
@@ -277,9 +319,18 @@ def test_mindspeeds_lightweight_mode_on_rlprofs_own_timeline(tmp_path):
     """`mstx: true` in the integrated dialect: the activities the switches select (on this CPU machine the torch
     tool) plus the ranges, analysed into the same stage rows, here from one window holding steps 2 and 3."""
     i = "profiler_config.integrated"
-    proc = run_cli("train", "trainer.steps=3", f"trainer.output_dir={tmp_path}/t", f"{i}.profile=true",
-                   f"{i}.mstx=true", f"{i}.profile_step_start=2", f"{i}.profile_step_end=4",
-                   f"{i}.profile_save_path={tmp_path}/p", cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        "train",
+        "trainer.steps=3",
+        f"trainer.output_dir={tmp_path}/t",
+        f"{i}.profile=true",
+        f"{i}.mstx=true",
+        f"{i}.profile_step_start=2",
+        f"{i}.profile_step_end=4",
+        f"{i}.profile_save_path={tmp_path}/p",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run,) = list((tmp_path / "p").iterdir())
     doc = analyze(run, workers=1)

@@ -23,11 +23,16 @@ def torch_npu_step_trace(collection: Path) -> dict[int, dict[str, float]]:
     out = collection / "ASCEND_PROFILER_OUTPUT"
     if (out / "step_trace_time.csv").exists():
         with open(out / "step_trace_time.csv", newline="") as f:
-            rows = [(r["Step"], r["Computing"], r["Communication(Not Overlapped)"], r["Overlapped"], r["Free"])
-                    for r in csv.DictReader(f)]
+            rows = [
+                (r["Step"], r["Computing"], r["Communication(Not Overlapped)"], r["Overlapped"], r["Free"])
+                for r in csv.DictReader(f)
+            ]
     else:
-        rows = sqlite3.connect(out / "analysis.db").execute(
-            "SELECT step, computing, communication_not_overlapped, overlapped, free FROM StepTraceTime").fetchall()
+        rows = (
+            sqlite3.connect(out / "analysis.db")
+            .execute("SELECT step, computing, communication_not_overlapped, overlapped, free FROM StepTraceTime")
+            .fetchall()
+        )
     keys = ("compute_ms", "comm_ms", "overlap_ms", "idle_ms")
     return {int(step): {k: float(v) / 1e3 for k, v in zip(keys, rest)} for step, *rest in rows}
 
@@ -54,7 +59,8 @@ def test_every_real_collection_equals_torch_npus_own_step_trace(msinsight):
                 assert mine[step][bucket] == pytest.approx(value, rel=1e-4, abs=1e-6), (collection, step, bucket)
             # wall is torch_npu's Stage (no hcom_receive here, so no bubble): the three buckets add up to it
             assert mine[step]["wall_ms"] == pytest.approx(
-                theirs["compute_ms"] + theirs["comm_ms"] + theirs["idle_ms"], rel=1e-4)
+                theirs["compute_ms"] + theirs["comm_ms"] + theirs["idle_ms"], rel=1e-4
+            )
         checked.append(collection)
     assert len(checked) == 12  # text and db x level0-2 x two ranks
 
@@ -90,10 +96,14 @@ def test_text_operators_have_their_step_names_and_cpu_side(msinsight):
         assert {c["name"] for c in doc["collectives"]} == {"hcom_allReduce_"}  # the call ids folded away
         assert sum(c["count"] for c in doc["collectives"]) == 4
         assert any(o["kind"] == "cpu_op" and o["name"] == "aten::conv2d" for o in doc["ops"])
-        with open(msinsight / "text" / level / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv",
-                  newline="") as f:
-            types = {r["Type"] if r["Type"] != "N/A" else r["Name"] for r in csv.DictReader(f)
-                     if r["Accelerator Core"] != "HCCL"}
+        with open(
+            msinsight / "text" / level / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline=""
+        ) as f:
+            types = {
+                r["Type"] if r["Type"] != "N/A" else r["Name"]
+                for r in csv.DictReader(f)
+                if r["Accelerator Core"] != "HCCL"
+            }
         assert names - {"hcom_allReduce_"} <= types and len(names) > 10
 
 
@@ -123,8 +133,12 @@ def test_buckets_agree_with_msprof_analyze_on_real_pairs(msprof, msinsight):
         ref = msprof.overall(base, new)
         for side, collection in (("base", base), ("new", new)):
             mine = analyze(collection, workers=1)["inputs"][0][totals]
-            mine = {"Computing Time": mine["compute_ms"], "Uncovered Communication Time": mine["comm_ms"],
-                    "Free Time": mine["idle_ms"], "E2E Time": mine["wall_ms"]}
+            mine = {
+                "Computing Time": mine["compute_ms"],
+                "Uncovered Communication Time": mine["comm_ms"],
+                "Free Time": mine["idle_ms"],
+                "E2E Time": mine["wall_ms"],
+            }
             for metric, theirs in ref[side].items():
                 assert mine[metric] == pytest.approx(theirs, rel=0.01), (export, side, metric)
 

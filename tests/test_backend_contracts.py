@@ -36,8 +36,9 @@ class RecordingTorchNpu:
         self._dirs = itertools.count()
 
         def handler_factory(dir_name, worker_name=None, analyse_flag=True):
-            rec.append(("tensorboard_trace_handler", dir_name, {"worker_name": worker_name,
-                                                                "analyse_flag": analyse_flag}))
+            rec.append(
+                ("tensorboard_trace_handler", dir_name, {"worker_name": worker_name, "analyse_flag": analyse_flag})
+            )
 
             def handler(prof):  # what torch_npu writes: <worker>_<timestamp>_ascend_pt/
                 out = Path(dir_name) / f"{worker_name}_{next(self._dirs)}_ascend_pt"
@@ -78,9 +79,13 @@ class RecordingTorchNpu:
             rec.append(("mstx.range_start", message, rid))
             return rid
 
-        self.npu = SimpleNamespace(mstx=SimpleNamespace(
-            range_start=range_start, range_end=lambda rid: rec.append(("mstx.range_end", rid)),
-            mark=lambda message, stream=None: rec.append(("mstx.mark", message))))
+        self.npu = SimpleNamespace(
+            mstx=SimpleNamespace(
+                range_start=range_start,
+                range_end=lambda rid: rec.append(("mstx.range_end", rid)),
+                mark=lambda message, stream=None: rec.append(("mstx.mark", message)),
+            )
+        )
 
     def named(self, name):
         return [c for c in self.calls if c[0] == name]
@@ -104,8 +109,13 @@ NPU_MATRIX = [
     ("level0", "text", "[npu,cpu]", False, None),
     ("level1", "db", "[npu]", True, None),
     ("level2", "text", "[cpu,memory,shapes]", False, "{unit: micro_batch, wait: 1, warmup: 0, active: 1}"),
-    ("level_none", "db", "[npu,cpu,stack,module]", True, "{unit: decode_step, skip_first: 1, wait: 0, warmup: 1, "
-                                                         "active: 1, repeat: 1}"),
+    (
+        "level_none",
+        "db",
+        "[npu,cpu,stack,module]",
+        True,
+        "{unit: decode_step, skip_first: 1, wait: 0, warmup: 1, active: 1, repeat: 1}",
+    ),
     ("level_none", "text", "[npu,cpu,memory,shapes,stack,module]", False, None),
 ]
 
@@ -113,9 +123,18 @@ NPU_MATRIX = [
 @pytest.mark.parametrize("level,export,contents,analysis,schedule", NPU_MATRIX)
 def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, contents, analysis, schedule):
     npu = f"{A}.tool_config.npu"
-    overrides = ["global_profiler.tool=npu", "global_profiler.steps=[1]", f"global_profiler.save_path={tmp_path}",
-                 f"{A}.enable=true", f"{npu}.discrete=true", f"{npu}.level={level}", f"{npu}.export_type={export}",
-                 f"{npu}.contents={contents}", f"{npu}.analysis={str(analysis).lower()}", f"{A}.stages=[actor_update]"]
+    overrides = [
+        "global_profiler.tool=npu",
+        "global_profiler.steps=[1]",
+        f"global_profiler.save_path={tmp_path}",
+        f"{A}.enable=true",
+        f"{npu}.discrete=true",
+        f"{npu}.level={level}",
+        f"{npu}.export_type={export}",
+        f"{npu}.contents={contents}",
+        f"{npu}.analysis={str(analysis).lower()}",
+        f"{A}.stages=[actor_update]",
+    ]
     if schedule:
         overrides.append(f"{npu}.schedule={schedule}")
     plan = load_plan(None, overrides)
@@ -126,13 +145,20 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
     window_dir = str(tmp_path / "r" / "step1_actor_actor_update_rank0")
     (exp,) = standin.named("_ExperimentalConfig")
     level_name = {"level_none": "Level_none", "level0": "Level0", "level1": "Level1", "level2": "Level2"}[level]
-    assert exp[1] == {"export_type": f"ExportType.{export.capitalize()}",
-                      "profiler_level": f"ProfilerLevel.{level_name}",
-                      "msprof_tx": not (export == "db" and level == "level_none"),
-                      "aic_metrics": "AiCMetrics.AiCoreNone", "data_simplification": True}
+    assert exp[1] == {
+        "export_type": f"ExportType.{export.capitalize()}",
+        "profiler_level": f"ProfilerLevel.{level_name}",
+        "msprof_tx": not (export == "db" and level == "level_none"),
+        "aic_metrics": "AiCMetrics.AiCoreNone",
+        "data_simplification": True,
+    }
     assert standin.named("tensorboard_trace_handler") == [
-        ("tensorboard_trace_handler", window_dir,
-         {"worker_name": "step1_actor_actor_update_rank0", "analyse_flag": analysis})]
+        (
+            "tensorboard_trace_handler",
+            window_dir,
+            {"worker_name": "step1_actor_actor_update_rank0", "analyse_flag": analysis},
+        )
+    ]
     (prof_call,) = standin.named("profile")
     kwargs = prof_call[1]
     assert kwargs["activities"] == [f"ProfilerActivity.{a}" for a in ("CPU", "NPU") if a.lower() in want]
@@ -144,8 +170,13 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
     if schedule:
         (sched,) = standin.named("schedule")
         s = plan.role("actor").schedule
-        assert sched[1] == {"wait": s.wait, "warmup": s.warmup, "active": s.active, "repeat": s.repeat,
-                            "skip_first": s.skip_first}
+        assert sched[1] == {
+            "wait": s.wait,
+            "warmup": s.warmup,
+            "active": s.active,
+            "repeat": s.repeat,
+            "skip_first": s.skip_first,
+        }
         assert kwargs["schedule"] == ("schedule", sched[1])
     else:
         assert "schedule" not in kwargs and not standin.named("schedule")
@@ -162,14 +193,23 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
 
 
 def test_npu_e2e_window_covers_all_stages(tmp_path):
-    plan = load_plan(None, ["global_profiler.tool=npu", "global_profiler.steps=[2]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=npu",
+            "global_profiler.steps=[2]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+        ],
+    )
     standin = RecordingTorchNpu()
     with Profiler(plan, run_id="r", backends={"npu": lambda s: NpuBackend(s, torch_npu=standin)}) as p:
         tiny_loop(p, steps=(1, 2, 3))
     assert len(standin.named("profile")) == 1  # only step 2
     assert [c[1] for c in standin.named("mstx.range_start") if "stage" in c[1]] == [
-        "rlprof:stage:rollout_generate", "rlprof:stage:actor_update"]
+        "rlprof:stage:rollout_generate",
+        "rlprof:stage:actor_update",
+    ]
     assert [r["stage"] for r in rows(tmp_path / "r")] == ["e2e"]
 
 
@@ -194,30 +234,50 @@ class RecordingNvtxApi:
 
 
 def test_nsys_e2e_capture_and_ranges_in_order(tmp_path):
-    plan = load_plan(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=nsys",
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+        ],
+    )
     api = RecordingNvtxApi()
     with Profiler(plan, run_id="r", backends={"nsys": lambda s: NsysBackend(s, api=api)}) as p:
         tiny_loop(p, steps=(1, 2), decode_steps=2, micro_batches=1)
     assert api.calls == [
-        "push step1_actor_e2e_rank0", "capture_start",
+        "push step1_actor_e2e_rank0",
+        "capture_start",
         "push rlprof:stage:rollout_generate",
-        "push rlprof:decode_step:0", "pop rlprof:decode_step:0",
-        "push rlprof:decode_step:1", "pop rlprof:decode_step:1",
+        "push rlprof:decode_step:0",
+        "pop rlprof:decode_step:0",
+        "push rlprof:decode_step:1",
+        "pop rlprof:decode_step:1",
         "pop rlprof:stage:rollout_generate",
-        "push rlprof:stage:actor_update", "push rlprof:micro_batch:0", "pop rlprof:micro_batch:0",
+        "push rlprof:stage:actor_update",
+        "push rlprof:micro_batch:0",
+        "pop rlprof:micro_batch:0",
         "pop rlprof:stage:actor_update",
-        "capture_stop", "pop step1_actor_e2e_rank0",
+        "capture_stop",
+        "pop step1_actor_e2e_rank0",
     ]
     (row,) = rows(tmp_path / "r")
     assert row["tool"] == "nsys" and row["path"] is None and row["status"] == "complete"
 
 
 def test_nsys_discrete_schedule_opens_capture_only_for_active_units(tmp_path):
-    plan = load_plan(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true",
-                            f"{R}.tool_config.nsys.discrete=true",
-                            f"{R}.tool_config.nsys.schedule={{unit: decode_step, wait: 1, active: 1}}"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=nsys",
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+            f"{R}.tool_config.nsys.discrete=true",
+            f"{R}.tool_config.nsys.schedule={{unit: decode_step, wait: 1, active: 1}}",
+        ],
+    )
     # verl's rollout servers switch nsys off (the plan says so); the backend itself still honours a rollout window
     assert not plan.role("rollout").enabled
     rollout = msgspec.structs.replace(plan.role("rollout"), enabled=True)
@@ -228,9 +288,14 @@ def test_nsys_discrete_schedule_opens_capture_only_for_active_units(tmp_path):
     assert api.calls == [
         "push step1_rollout_rollout_generate_rank0",
         "push rlprof:stage:rollout_generate",
-        "push rlprof:decode_step:0", "pop rlprof:decode_step:0", "capture_start",
-        "push rlprof:decode_step:1", "pop rlprof:decode_step:1", "capture_stop",
-        "push rlprof:decode_step:2", "pop rlprof:decode_step:2",
+        "push rlprof:decode_step:0",
+        "pop rlprof:decode_step:0",
+        "capture_start",
+        "push rlprof:decode_step:1",
+        "pop rlprof:decode_step:1",
+        "capture_stop",
+        "push rlprof:decode_step:2",
+        "pop rlprof:decode_step:2",
         "pop rlprof:stage:rollout_generate",
         "pop step1_rollout_rollout_generate_rank0",
     ]
@@ -252,16 +317,32 @@ class RecordingCudaMemory:
 
 def test_torch_memory_records_history_and_dumps_snapshot_per_cycle(tmp_path):
     m = f"{A}.tool_config.torch_memory"
-    plan = load_plan(None, ["global_profiler.tool=torch_memory", "global_profiler.steps=[1]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true", f"{m}.discrete=true",
-                            f"{m}.max_entries=5000", f"{m}.stack_depth=16",
-                            f"{m}.schedule={{unit: micro_batch, active: 1, repeat: 2}}", f"{A}.stages=[actor_update]"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=torch_memory",
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+            f"{m}.discrete=true",
+            f"{m}.max_entries=5000",
+            f"{m}.stack_depth=16",
+            f"{m}.schedule={{unit: micro_batch, active: 1, repeat: 2}}",
+            f"{A}.stages=[actor_update]",
+        ],
+    )
     mem = RecordingCudaMemory()
     factory = {"torch_memory": lambda s: TorchMemoryBackend(s, memory_api=mem)}
     with Profiler(plan, run_id="r", role="actor", backends=factory) as p:
         tiny_loop(p, micro_batches=3)
     start = ("record", {"enabled": "all", "context": "all", "stacks": "python", "max_entries": 5000})
     stop = ("record", {"enabled": None})
-    assert mem.calls == [start, ("dump", "step1_actor_actor_update_rank0_w0.memory_snapshot.pickle"), stop,
-                         start, ("dump", "step1_actor_actor_update_rank0_w1.memory_snapshot.pickle"), stop]
+    assert mem.calls == [
+        start,
+        ("dump", "step1_actor_actor_update_rank0_w0.memory_snapshot.pickle"),
+        stop,
+        start,
+        ("dump", "step1_actor_actor_update_rank0_w1.memory_snapshot.pickle"),
+        stop,
+    ]
     assert sorted(r["window"] for r in rows(tmp_path / "r")) == [0, 1]

@@ -25,8 +25,9 @@ def table_rows() -> list[dict]:
 
 
 def _events(n=3):
-    return [{"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5}
-            for k in range(n)]
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5} for k in range(n)
+    ]
 
 
 def _write(path, doc):
@@ -47,8 +48,12 @@ def _before_first_device_event(data: bytes) -> int:
     return data.rfind(b'{"ph"', 0, first)
 
 
-KERNEL_VALUE = {"nan-literal": ("ts", "NaN"), "wrong-type-dur": ("dur", "[1]"), "ts-far-apart": ("ts", "-5"),
-                "day-long-dur": ("dur", "1e12")}
+KERNEL_VALUE = {
+    "nan-literal": ("ts", "NaN"),
+    "wrong-type-dur": ("dur", "[1]"),
+    "ts-far-apart": ("ts", "-5"),
+    "day-long-dur": ("dur", "1e12"),
+}
 
 
 def build(case: str, tmp) -> list:
@@ -74,8 +79,10 @@ def build(case: str, tmp) -> list:
         cut.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes()[:300_000])
         return ["analyze", cut, "--json"]
     if case == "bad-times":
-        bad = [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-               for ts, dur in (("NaN", 1), ("soon", 1), (5, -3), (1e300, 1))]
+        bad = [
+            {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+            for ts, dur in (("NaN", 1), ("soon", 1), (5, -3), (1e300, 1))
+        ]
         return ["analyze", _write(f, {"traceEvents": _events() + bad}), "--json"]
     if case in KERNEL_VALUE:  # one kernel of a real trace given a bad value, written as the JSON text shown
         field, text = KERNEL_VALUE[case]
@@ -87,9 +94,13 @@ def build(case: str, tmp) -> list:
     if case == "not-an-object":
         return ["analyze", _write(f, {"traceEvents": _events() + [7]}), "--json"]
     if case == "deep-args":
-        f.write_text(json.dumps({"traceEvents": _events() + ["@@DEEP@@"]}).replace(
-            '"@@DEEP@@"', '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 40, "dur": 2, '
-            '"args": ' + "[" * 5000 + "]" * 5000 + "}"))
+        f.write_text(
+            json.dumps({"traceEvents": _events() + ["@@DEEP@@"]}).replace(
+                '"@@DEEP@@"',
+                '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 40, "dur": 2, '
+                '"args": ' + "[" * 5000 + "]" * 5000 + "}",
+            )
+        )
         return ["analyze", f, "--json"]
     if case == "gzip-flipped-one-line":
         data = bytearray((REAL / ONE_LINE).read_bytes())
@@ -105,19 +116,19 @@ def build(case: str, tmp) -> list:
         return ["analyze", gz] + (["--json"] if not case.endswith("header") else [])
     if case == "cut-gpu-trace":
         data = gzip.decompress((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
-        f.write_bytes(data[:data.index(b'"cat": "kernel"')])
+        f.write_bytes(data[: data.index(b'"cat": "kernel"')])
         return ["analyze", f, "--json"]
     if case == "cut-at-an-event":  # just after an event's comma: the text ends where another element could start
         data = _plain(ONE_LINE)
-        f.write_bytes(data[:data.index(b"}, {", len(data) // 2) + 3])
+        f.write_bytes(data[: data.index(b"}, {", len(data) // 2) + 3])
         return ["analyze", f, "--json"]
     if case == "cut-after-events":  # in the keys Kineto writes after its events (the time base)
         data = _plain("rocm_mi250_train.json.gz")
-        f.write_bytes(data[:data.index(b'"baseTimeNanoseconds"') + 10])
+        f.write_bytes(data[: data.index(b'"baseTimeNanoseconds"') + 10])
         return ["analyze", f, "--json"]
     if case == "cut-gpu-one-line":
         data = _plain(ONE_LINE)
-        f.write_bytes(data[:_before_first_device_event(data)])
+        f.write_bytes(data[: _before_first_device_event(data)])
         return ["analyze", f, "--json"]
     if case == "flipped-byte-plain":  # the quote before an event's phase, before the first runtime call
         data = bytearray(_plain(ONE_LINE))
@@ -132,11 +143,17 @@ def build(case: str, tmp) -> list:
         return ["analyze", f, "--json"]
     if case == "compare-partial-side":
         data = _plain(ONE_LINE)
-        f.write_bytes(data[:len(data) // 2])
+        f.write_bytes(data[: len(data) // 2])
         return ["compare", "-d", REAL / ONE_LINE, "-bp", f, "--json"]
     if case == "not-a-trace-array":
-        f.write_text(json.dumps([{"file": "a.json", "batch_size": 4, "mode": "train"},
-                                 {"file": "b.json", "batch_size": 8, "mode": "eval"}]))
+        f.write_text(
+            json.dumps(
+                [
+                    {"file": "a.json", "batch_size": 4, "mode": "train"},
+                    {"file": "b.json", "batch_size": 8, "mode": "eval"},
+                ]
+            )
+        )
         return ["analyze", f]
     if case in ("dangling-link", "same-rank-twice"):
         run = tmp / "run"
@@ -154,8 +171,10 @@ def build(case: str, tmp) -> list:
         run = tmp / "run"
         run.mkdir()
         _write(run / "a.json", {"traceEvents": _events()})
-        rows = [{"path": "a.json", "step": 1, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
-                {"path": "gone.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"}]
+        rows = [
+            {"path": "a.json", "step": 1, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+            {"path": "gone.json", "step": 2, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"},
+        ]
         (run / "manifest.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
         return ["analyze", run, "--json"]
     if case == "truncated-db":
@@ -222,6 +241,7 @@ def test_bad_input_row(tmp_path, row):
         (line,) = proc.stderr.strip().splitlines()
         assert row["says"] in line, line
     else:
+
         def refuse(constant):
             raise AssertionError(f"non-finite number in the output: {constant}")
 

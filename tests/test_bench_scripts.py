@@ -10,8 +10,9 @@ from conftest import REAL, ROOT
 
 def test_overhead_bench_prints_documented_json():
     env = dict(os.environ, RLPROF_BENCH_REEXEC="1")  # measure in this interpreter, verl or not
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "overhead.py")], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "overhead.py")], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     for key in ("bare_call_ns", "unselected_stage_ns", "unselected_tick_ns", "markers_stage_ns"):
@@ -20,20 +21,29 @@ def test_overhead_bench_prints_documented_json():
 
 
 def test_volume_bench_prints_documented_json():
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "volume.py")], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "volume.py")], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    for key in ("full_stage_bytes", "micro_batch_bytes", "markers_bytes", "full_stage_events",
-                "micro_batch_events", "markers_events", "ratio"):
+    for key in (
+        "full_stage_bytes",
+        "micro_batch_bytes",
+        "markers_bytes",
+        "full_stage_events",
+        "micro_batch_events",
+        "markers_events",
+        "ratio",
+    ):
         assert figures[key] > 0
     assert figures["full_stage_bytes"] > figures["micro_batch_bytes"] > figures["markers_bytes"]
 
 
 def bench_figures(script: str, *args: str) -> dict:
     """Run a bench script as a user would; its last stdout line is one JSON object."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,8 +68,9 @@ def test_compare_bench_prints_documented_json():
 
 
 def test_ab_bench_runs_a_commit_against_this_checkout():
-    figures = bench_figures("ab.py", "HEAD", "--pairs", "1", "--", "analyze", str(REAL / "cpu_only_rank34.json.gz"),
-                            "--json")
+    figures = bench_figures(
+        "ab.py", "HEAD", "--pairs", "1", "--", "analyze", str(REAL / "cpu_only_rank34.json.gz"), "--json"
+    )
     assert figures["commit"] == "HEAD" and figures["pairs"] == 1
     assert figures["a_median_s"] > 0 and figures["b_median_s"] > 0
     assert abs(figures["b_over_a"] - figures["b_median_s"] / figures["a_median_s"]) < 0.01  # one pair: its ratio
@@ -91,22 +102,29 @@ def test_the_packaged_calibration_is_the_measured_one():
     root = Path(__file__).resolve().parents[1]
     packaged = json.loads((root / "src" / "rlprof" / "calibration.json").read_text())
     assert packaged == json.loads((root / "bench" / "results" / "calibration_cpu.json").read_text())
-    assert packaged["stages"]["actor_update"]["full_bytes"] > packaged["units"]["actor_update/micro_batch"][
-        "per_unit_bytes"] > 0
+    assert (
+        packaged["stages"]["actor_update"]["full_bytes"]
+        > packaged["units"]["actor_update/micro_batch"]["per_unit_bytes"]
+        > 0
+    )
 
 
 def test_timeline_scale_bench_finds_what_it_planted():
     figures = bench_figures("timeline_scale.py", "--ranks", "20", "--steps", "400")
     assert figures["ranks"] == 20 and figures["steps"] == 400 and figures["stages"] == 8
     assert figures["seconds"] > 0 and figures["peak_mb"]["rss_max"] > 0 and figures["timeline_mb"] > 0
-    assert figures["found"]["straggler"] and figures["found"]["spike"] and "rollout_generate" in figures["found"]["drift"]
+    assert (
+        figures["found"]["straggler"] and figures["found"]["spike"] and "rollout_generate" in figures["found"]["drift"]
+    )
 
 
 def test_watch_cost_bench_prints_documented_json():
     figures = bench_figures("watch_cost.py", "--rounds", "1", "--steps", "6")
     assert set(figures["boundary_ns"]) == set(figures["step_end_us"]) == {"off", "watch"}
     assert all(v > 0 for v in (*figures["boundary_ns"].values(), *figures["step_end_us"].values()))
-    assert figures["decision_us_2_ranks"]["decision_us"] > 0 and figures["decision_us_2_ranks"]["bare_all_gather_us"] > 0
+    assert (
+        figures["decision_us_2_ranks"]["decision_us"] > 0 and figures["decision_us_2_ranks"]["bare_all_gather_us"] > 0
+    )
     trainer = figures["trainer"]
     assert set(trainer["median_ms"]) == {"off", "watch", "slow_only"} and trainer["ratio_to_off"]["off"] == 1.0
     assert trainer["slow_only_said"].startswith("rlprof: keep: slow_only profiled")

@@ -20,21 +20,47 @@ RUNS = ROOT / "tests" / "data" / "runs"
 
 
 def _row(file: str, stage: str, wall: float, step: int = 2) -> dict:
-    return {"step": step, "role": "actor", "stage": stage, "rank": 0, "replica": None, "file": file, "unit": None,
-            "index": None, "start_us": 0.0, "wall_ms": wall, "compute_ms": wall, "comm_ms": 0.0, "overlap_ms": 0.0,
-            "memcpy_ms": 0.0, "idle_ms": 0.0}
+    return {
+        "step": step,
+        "role": "actor",
+        "stage": stage,
+        "rank": 0,
+        "replica": None,
+        "file": file,
+        "unit": None,
+        "index": None,
+        "start_us": 0.0,
+        "wall_ms": wall,
+        "compute_ms": wall,
+        "comm_ms": 0.0,
+        "overlap_ms": 0.0,
+        "memcpy_ms": 0.0,
+        "idle_ms": 0.0,
+    }
 
 
 def _load(cpu: float, wait: float, external: float, span: float = 1000.0, cpus: int = 2) -> dict:
     """The collector's load fields for a window: its threads ran `cpu` and waited `wait` ms; other processes used
     `external` of the host's CPU capacity over `span` ms (the job itself used `cpu`)."""
-    return {"cpu_ms": cpu, "run_wait_ms": wait, "span_ms": span, "host_cpus": cpus, "job_cpu_ms": cpu,
-            "host_busy_ms": cpu + external * span * cpus}
+    return {
+        "cpu_ms": cpu,
+        "run_wait_ms": wait,
+        "span_ms": span,
+        "host_cpus": cpus,
+        "job_cpu_ms": cpu,
+        "host_busy_ms": cpu + external * span * cpus,
+    }
 
 
 def _doc(inputs: list[tuple[str, dict]], rows: list[dict]) -> dict:
-    return {"inputs": [{"path": f"/run/{f}", "step": 2, **load} for f, load in inputs],
-            "rows": rows, "collectives": [], "launch": [], "memory": [], "run_config": None}
+    return {
+        "inputs": [{"path": f"/run/{f}", "step": 2, **load} for f, load in inputs],
+        "rows": rows,
+        "collectives": [],
+        "launch": [],
+        "memory": [],
+        "run_config": None,
+    }
 
 
 def test_the_busy_rule_needs_both_a_wait_and_a_neighbour():
@@ -60,8 +86,12 @@ def test_the_busy_rule_needs_both_a_wait_and_a_neighbour():
 def test_a_busy_window_is_left_out_of_what_ranks():
     """Two profiled steps; the one recorded under load makes reward_compute look dominant. The ranking comes from
     the quiet one alone, and the busy one is said first."""
-    rows = [_row("busy.json.gz", "reward_compute", 900, step=2), _row("busy.json.gz", "actor_update", 100, step=2),
-            _row("quiet.json.gz", "reward_compute", 10, step=3), _row("quiet.json.gz", "actor_update", 100, step=3)]
+    rows = [
+        _row("busy.json.gz", "reward_compute", 900, step=2),
+        _row("busy.json.gz", "actor_update", 100, step=2),
+        _row("quiet.json.gz", "reward_compute", 10, step=3),
+        _row("quiet.json.gz", "actor_update", 100, step=3),
+    ]
     doc = _doc([("busy.json.gz", _load(400.0, 600.0, 0.5)), ("quiet.json.gz", _load(900.0, 10.0, 0.0))], rows)
     found_measures, out = diagnose(doc)
     assert [f["kind"] for f in out][0] == "busy_machine" and "busy.json.gz" in out[0]["text"]
@@ -75,8 +105,10 @@ def test_a_busy_window_is_left_out_of_what_ranks():
 
 def test_busy_steps_are_said_and_left_out_of_metrics_first_advice(tmp_path):
     quiet, busy = _load(900.0, 10.0, 0.0), _load(400.0, 600.0, 0.5)
-    lines = [{"step": k, "stage_ms": {"actor_update": 1000.0}, "step_ms": 1000.0, "response_length": 4, **quiet}
-             for k in range(1, 9)]
+    lines = [
+        {"step": k, "stage_ms": {"actor_update": 1000.0}, "step_ms": 1000.0, "response_length": 4, **quiet}
+        for k in range(1, 9)
+    ]
     lines[4].update(step_ms=6000.0, stage_ms={"actor_update": 6000.0}, **busy)
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -123,9 +155,18 @@ def test_a_window_recorded_under_load_carries_the_finding(tmp_path):
     cores = len(affinity())
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * cores)]
     try:
-        proc = run_cli("train", "trainer.steps=2", f"trainer.threads={cores}", f"trainer.output_dir={tmp_path}/t",
-                       "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p",
-                       "actor_rollout_ref.actor.profiler.enable=true", cwd=tmp_path, timeout=900)
+        proc = run_cli(
+            "train",
+            "trainer.steps=2",
+            f"trainer.threads={cores}",
+            f"trainer.output_dir={tmp_path}/t",
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[2]",
+            f"global_profiler.save_path={tmp_path}/p",
+            "actor_rollout_ref.actor.profiler.enable=true",
+            cwd=tmp_path,
+            timeout=900,
+        )
     finally:
         for h in hogs:
             h.kill()

@@ -20,8 +20,16 @@ T = "global_profiler.trigger"
 
 
 def plan(tmp_path, *overrides, discrete=True):
-    return load_plan(None, ["global_profiler.tool=torch", f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true",
-                            f"{A}.tool_config.torch.discrete={str(discrete).lower()}", *overrides])
+    return load_plan(
+        None,
+        [
+            "global_profiler.tool=torch",
+            f"global_profiler.save_path={tmp_path}/p",
+            f"{A}.enable=true",
+            f"{A}.tool_config.torch.discrete={str(discrete).lower()}",
+            *overrides,
+        ],
+    )
 
 
 def host(prof, steps, slow_from=None, slow_stage="actor_update", extra=0.15):
@@ -40,14 +48,17 @@ def tmp_run(prof):
 
 
 # ---- configuration ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("override, key", [
-    (f"{T}.slow.factor=0.5", f"{T}.slow.factor"),
-    (f"{T}.keep=sometimes", f"{T}.keep"),
-    (f"{T}.max_captures=0", f"{T}.max_captures"),
-    (f"{T}.slow.facter=2", f"{T}.slow.facter"),
-    (f"{T}.request=maybe", f"{T}.request"),
-    (f"{T}.cooldown=-1", f"{T}.cooldown"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        (f"{T}.slow.factor=0.5", f"{T}.slow.factor"),
+        (f"{T}.keep=sometimes", f"{T}.keep"),
+        (f"{T}.max_captures=0", f"{T}.max_captures"),
+        (f"{T}.slow.facter=2", f"{T}.slow.facter"),
+        (f"{T}.request=maybe", f"{T}.request"),
+        (f"{T}.cooldown=-1", f"{T}.cooldown"),
+    ],
+)
 def test_bad_trigger_config_is_one_line_naming_the_key(tmp_path, override, key):
     proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", override, cwd=tmp_path)
     assert proc.returncode == 2
@@ -60,19 +71,25 @@ def test_trigger_that_arms_nothing_is_refused(tmp_path):
 
 
 def test_plan_says_what_the_trigger_does(tmp_path):
-    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.straggler.factor=1.5",
-                   f"{T}.max_captures=2", cwd=tmp_path)
+    proc = run_cli(
+        "plan",
+        "global_profiler.tool=torch",
+        f"{A}.enable=true",
+        f"{T}.straggler.factor=1.5",
+        f"{T}.max_captures=2",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "trigger: every step of every rank watched" in proc.stdout and "over 1.5x the other ranks" in proc.stdout
     assert "at most 2 capture(s)" in proc.stdout and "nothing will be collected" not in proc.stdout
-    proc = run_cli("plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.request=true", "--json",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "plan", "global_profiler.tool=torch", f"{A}.enable=true", f"{T}.request=true", "--json", cwd=tmp_path
+    )
     assert json.loads(proc.stdout)["trigger"]["request"] is True
 
 
 def test_trigger_reads_in_the_integrated_dialect_too():
-    p = load_plan(None, ["profiler_config.integrated.profile=true",
-                         "profiler_config.integrated.trigger.slow.factor=3"])
+    p = load_plan(None, ["profiler_config.integrated.profile=true", "profiler_config.integrated.trigger.slow.factor=3"])
     assert p.trigger.slow.factor == 3.0 and p.trigger.keep == "next"
 
 
@@ -89,8 +106,9 @@ def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
     assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update")
     # the slowdown persists: the median of the last 20 steps catches up slowly, so it may arm again after the
     # cooldown (5 steps), within max_captures (3)
-    assert len(captured) <= 3 and all(b["trigger"]["step"] - a["trigger"]["step"] >= 5
-                                      for a, b in zip(captured, captured[1:]))
+    assert len(captured) <= 3 and all(
+        b["trigger"]["step"] - a["trigger"]["step"] >= 5 for a, b in zip(captured, captured[1:])
+    )
     t = captured[0]["trigger"]
     assert t["reason"] == "slow" and t["step"] == judged and t["stage"] == "actor_update" and t["rank"] == 0
     assert t["seconds"] > 2 * t["baseline_seconds"] and t["seconds"] >= 0.15
@@ -119,8 +137,10 @@ def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
     from helpers import load_trace, names
     from rlprof.analyze.pipeline import analyze
 
-    prof = Profiler(plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, "
-                         "active: 1}"), run_id="run")
+    prof = Profiler(
+        plan(tmp_path, f"{T}.request=true", f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}"),
+        run_id="run",
+    )
     from rlprof.collect.request import submit
 
     submit(prof.watch_dir, step=3, role="actor", stage="actor_update", ranks=None)
@@ -135,8 +155,12 @@ def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
                 doc = analyze(prof.watch_dir, workers=1)  # the timeline alone: nothing captured yet
                 assert doc["rows"] == [] and doc["timeline"]["steps"] == [1, 2]
     (row,) = rows(prof.watch_dir)
-    assert (row["step"], row["stage"], row["unit"], row["trigger"]["reason"]) == (3, "actor_update", "micro_batch",
-                                                                                  "request")
+    assert (row["step"], row["stage"], row["unit"], row["trigger"]["reason"]) == (
+        3,
+        "actor_update",
+        "micro_batch",
+        "request",
+    )
     trace = load_trace(prof.watch_dir / row["path"])
     assert names(trace, "rlprof:micro_batch:") == ["rlprof:micro_batch:0"]  # one of the stage's four
 
@@ -189,8 +213,16 @@ def test_fault_inside_the_trigger_is_one_warning_and_training_goes_on(tmp_path, 
 
 
 def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
-    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.keep=slow_only", f"{T}.stages=[actor_update]",
-                         f"{T}.max_captures=10"), run_id="run")
+    prof = Profiler(
+        plan(
+            tmp_path,
+            f"{T}.slow.factor=2.0",
+            f"{T}.keep=slow_only",
+            f"{T}.stages=[actor_update]",
+            f"{T}.max_captures=10",
+        ),
+        run_id="run",
+    )
     d = host(prof, 12, slow_from=9)
     kept = [r for r in rows(d) if r["stage"] == "actor_update"]
     busy = busy_steps(d)
@@ -208,15 +240,20 @@ def test_capture_says_in_one_line_why_not(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no live job" in proc.stderr
     assert "ended" in proc.stderr
     live = json.loads((d / "rlprof_live.json").read_text())
-    for fields, why in [({"captures_left": 0}, "the budget is spent"), ({"step": 9}, "step 5 has passed"),
-                        ({"request": False}, "takes no requests")]:
+    for fields, why in [
+        ({"captures_left": 0}, "the budget is spent"),
+        ({"step": 9}, "step 5 has passed"),
+        ({"request": False}, "takes no requests"),
+    ]:
         # a live job (this test's own process) at step 4 with the budget left, but for the one field changed
-        (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
-                                                        "captures_left": 1, **fields}))
+        (d / "rlprof_live.json").write_text(
+            json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4, "captures_left": 1, **fields})
+        )
         proc = run_cli("capture", d, "--step", "5", "--wait", "1")
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr, (fields, proc.stderr)
-    (d / "rlprof_live.json").write_text(json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4,
-                                                    "captures_left": 1}))
+    (d / "rlprof_live.json").write_text(
+        json.dumps({**live, "ended": False, "pid": os.getpid(), "step": 4, "captures_left": 1})
+    )
     proc = run_cli("capture", tmp_path / "p", "--next", "--wait", "0")  # the save_path of one live run finds it
     assert proc.returncode == 0 and f"asked {d} for a capture" in proc.stdout, proc.stderr
     assert json.loads((d / "capture_request.json").read_text())["step"] is None  # --next
@@ -230,17 +267,35 @@ def only_run(path):
 
 
 def train_args(tmp_path, steps, *extra):
-    return ["trainer.steps=%d" % steps, f"trainer.output_dir={tmp_path}/train", "global_profiler.tool=torch",
-            f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true", "data.prompts_per_step=2", "rollout.n=2",
-            "actor.mini_batch_size=2", "actor.micro_batch_size=2", "rollout.max_new_tokens=4", *extra]
+    return [
+        "trainer.steps=%d" % steps,
+        f"trainer.output_dir={tmp_path}/train",
+        "global_profiler.tool=torch",
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{A}.enable=true",
+        "data.prompts_per_step=2",
+        "rollout.n=2",
+        "actor.mini_batch_size=2",
+        "actor.micro_batch_size=2",
+        "rollout.max_new_tokens=4",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
 def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tmp_path):
-    proc = run_cli("train", *train_args(tmp_path, 22, f"{T}.slow.factor=2.0",
-                                        "trainer.debug.inject_slowdown.from_step=14",
-                                        "trainer.debug.inject_slowdown.stage=actor_update",
-                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        *train_args(
+            tmp_path,
+            22,
+            f"{T}.slow.factor=2.0",
+            "trainer.debug.inject_slowdown.from_step=14",
+            "trainer.debug.inject_slowdown.stage=actor_update",
+            "trainer.debug.inject_slowdown.seconds=0.5",
+        ),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     assert f"run directory {d}" in proc.stdout
@@ -260,8 +315,9 @@ def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tm
 def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path):
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        proc = run_cli("train", *train_args(tmp_path, 30, f"{T}.slow.factor=2.0", f"{T}.straggler.factor=1.5"),
-                       cwd=tmp_path)
+        proc = run_cli(
+            "train", *train_args(tmp_path, 30, f"{T}.slow.factor=2.0", f"{T}.straggler.factor=1.5"), cwd=tmp_path
+        )
     finally:
         burner.kill()
         burner.wait()
@@ -273,8 +329,17 @@ def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path
 
 def torchrun(tmp_path, *args, **popen):
     env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-           "rlprof.trainer", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "rlprof.trainer",
+        *args,
+    ]
     if popen:
         return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
@@ -282,11 +347,19 @@ def torchrun(tmp_path, *args, **popen):
 
 @pytest.mark.slow
 def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same_step(tmp_path):
-    proc = torchrun(tmp_path, *train_args(tmp_path, 12, f"{T}.straggler.factor=1.5", "data.prompts_per_step=4",
-                                          "trainer.debug.inject_slowdown.from_step=8",
-                                          "trainer.debug.inject_slowdown.stage=reward_compute",
-                                          "trainer.debug.inject_slowdown.seconds=0.4",
-                                          "trainer.debug.inject_slowdown.rank=1"))
+    proc = torchrun(
+        tmp_path,
+        *train_args(
+            tmp_path,
+            12,
+            f"{T}.straggler.factor=1.5",
+            "data.prompts_per_step=4",
+            "trainer.debug.inject_slowdown.from_step=8",
+            "trainer.debug.inject_slowdown.stage=reward_compute",
+            "trainer.debug.inject_slowdown.seconds=0.4",
+            "trainer.debug.inject_slowdown.rank=1",
+        ),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     busy = busy_steps(d, 0) | busy_steps(d, 1)
@@ -318,21 +391,37 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
 
 @pytest.mark.slow
 def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
-    job = torchrun(tmp_path, *train_args(tmp_path, 200, f"{T}.request=true", "data.prompts_per_step=4",
-                                         f"{A}.all_ranks=true", f"{A}.tool_config.torch.discrete=true"), popen=True)
+    job = torchrun(
+        tmp_path,
+        *train_args(
+            tmp_path,
+            200,
+            f"{T}.request=true",
+            "data.prompts_per_step=4",
+            f"{A}.all_ranks=true",
+            f"{A}.tool_config.torch.discrete=true",
+        ),
+        popen=True,
+    )
     try:
         deadline = time.monotonic() + 240
         live = None
         while time.monotonic() < deadline and live is None:
-            live = next((p for p in (tmp_path / "p").glob("*/rlprof_live.json")), None) \
-                if (tmp_path / "p").exists() else None
+            live = (
+                next((p for p in (tmp_path / "p").glob("*/rlprof_live.json")), None)
+                if (tmp_path / "p").exists()
+                else None
+            )
             time.sleep(0.5)
         assert live is not None, "the job never wrote its heartbeat"
         run = live.parent
-        for bad, why in [(["--stage", "actor_updat"], "--stage"), (["--role", "ref", "--stage", "actor_update"],
-                                                                     "--stage actor_update is a stage of role actor"),
-                         (["--step", "1"], "has passed"), (["--ranks", "5"], "--ranks 5"),
-                         (["--next", "--step", "300"], "exclusive")]:
+        for bad, why in [
+            (["--stage", "actor_updat"], "--stage"),
+            (["--role", "ref", "--stage", "actor_update"], "--stage actor_update is a stage of role actor"),
+            (["--step", "1"], "has passed"),
+            (["--ranks", "5"], "--ranks 5"),
+            (["--next", "--step", "300"], "exclusive"),
+        ]:
             proc = run_cli("capture", run, *bad, "--wait", "5")
             assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and why in proc.stderr, (bad, proc.stderr)
         proc = run_cli("capture", tmp_path / "nowhere", "--next")
@@ -340,8 +429,11 @@ def test_capture_on_request_from_a_running_two_rank_trainer(tmp_path):
         at_ask = json.loads(live.read_text())["step"]
         proc = run_cli("capture", run, "--next", "--role", "actor", "--stage", "actor_update", "--wait", "120")
         assert proc.returncode == 0, proc.stderr
-        assert "captured step" in proc.stdout and "rank 0 actor/actor_update" in proc.stdout \
-            and "rank 1 actor/actor_update" in proc.stdout, proc.stdout
+        assert (
+            "captured step" in proc.stdout
+            and "rank 0 actor/actor_update" in proc.stdout
+            and "rank 1 actor/actor_update" in proc.stdout
+        ), proc.stdout
         taken = [r for r in rows(run) if r.get("trigger")]
         assert sorted((r["rank"], r["stage"]) for r in taken) == [(0, "actor_update"), (1, "actor_update")]
         assert {r["trigger"]["reason"] for r in taken} == {"request"} and len({r["step"] for r in taken}) == 1
@@ -402,8 +494,9 @@ def the_beside(doc, captured_row):
 
 
 def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(tmp_path):
-    d, slow, expected = slowed_host(tmp_path, "reward_compute", {s: 0.002 if s == "reward_compute" else 0.02
-                                                                 for s in FOUR_STAGES})
+    d, slow, expected = slowed_host(
+        tmp_path, "reward_compute", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
+    )
     assert bool(slow) == expected, busy_steps(d)
     if not slow:
         return  # a loaded machine left no step judged after the onset
@@ -435,8 +528,9 @@ def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(t
 
 
 def test_a_captured_window_without_a_known_cause_says_so(tmp_path):
-    d, slow, expected = slowed_host(tmp_path, "actor_update", {s: 0.002 if s == "reward_compute" else 0.02
-                                                               for s in FOUR_STAGES})
+    d, slow, expected = slowed_host(
+        tmp_path, "actor_update", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
+    )
     assert bool(slow) == expected, busy_steps(d)
     if not slow:
         return
@@ -452,8 +546,9 @@ def test_a_captured_window_without_a_known_cause_says_so(tmp_path):
 
 def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path, capsys):
     # the reward holds the step in every step (a cause of the run's own); the update is what slowed
-    d, slow, expected = slowed_host(tmp_path, "actor_update", {s: 0.08 if s == "reward_compute" else 0.02
-                                                               for s in FOUR_STAGES})
+    d, slow, expected = slowed_host(
+        tmp_path, "actor_update", {s: 0.08 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
+    )
     assert bool(slow) == expected, busy_steps(d)
     if not slow:
         return
@@ -471,10 +566,19 @@ def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path
 
 @pytest.mark.slow
 def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tmp_path):
-    proc = run_cli("train", *train_args(tmp_path, 16, f"{T}.slow.factor=2.0", f"{T}.baseline=true",
-                                        "trainer.debug.inject_slowdown.from_step=10",
-                                        "trainer.debug.inject_slowdown.stage=reward_compute",
-                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        *train_args(
+            tmp_path,
+            16,
+            f"{T}.slow.factor=2.0",
+            f"{T}.baseline=true",
+            "trainer.debug.inject_slowdown.from_step=10",
+            "trainer.debug.inject_slowdown.stage=reward_compute",
+            "trainer.debug.inject_slowdown.seconds=0.5",
+        ),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     slow = [r for r in rows(d) if r.get("trigger") and r["trigger"]["reason"] == "slow"]
@@ -496,11 +600,23 @@ def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tm
 @pytest.mark.slow
 def test_async_rollout_replicas_follow_the_drivers_decision(tmp_path):
     R = "actor_rollout_ref.rollout.profiler"
-    proc = run_cli("train", *train_args(tmp_path, 14, "rollout.mode=async", "rollout.replicas=2",
-                                        f"{R}.tool_config.torch.discrete=true", f"{R}.ranks=[1]",
-                                        f"{T}.slow.factor=2.0", "trainer.debug.inject_slowdown.from_step=9",
-                                        "trainer.debug.inject_slowdown.stage=rollout_generate",
-                                        "trainer.debug.inject_slowdown.seconds=0.5"), cwd=tmp_path, timeout=400)
+    proc = run_cli(
+        "train",
+        *train_args(
+            tmp_path,
+            14,
+            "rollout.mode=async",
+            "rollout.replicas=2",
+            f"{R}.tool_config.torch.discrete=true",
+            f"{R}.ranks=[1]",
+            f"{T}.slow.factor=2.0",
+            "trainer.debug.inject_slowdown.from_step=9",
+            "trainer.debug.inject_slowdown.stage=rollout_generate",
+            "trainer.debug.inject_slowdown.seconds=0.5",
+        ),
+        cwd=tmp_path,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     expected = trigger_steps(9, busy_steps(d), 14)
@@ -512,5 +628,9 @@ def test_async_rollout_replicas_follow_the_drivers_decision(tmp_path):
     assert first["trigger"]["step"] in expected and first["trigger"]["stage"] == "rollout_generate"
     # the driver's trigger decided; replica 1 (the rollout's selected replica) took the next step's rollout
     assert (first["role"], first["stage"], first["replica"], first["step"]) == (
-        "rollout", "rollout_generate", 1, first["trigger"]["step"] + 1)
+        "rollout",
+        "rollout_generate",
+        1,
+        first["trigger"]["step"] + 1,
+    )
     assert [rank for rank, _ in timeline_ranks(d)] == [0]  # the driver keeps the timeline; replicas follow

@@ -48,8 +48,15 @@ def test_a_cause_missing_a_part_is_caught():
     whole = CAUSES["slow_reward"]
     fields = whole.__dataclass_fields__
     assert missing_parts(whole) == []
-    for part, blank in (("title", ""), ("measure", ""), ("impact", " "), ("threshold", None), ("sentence", ""),
-                        ("saving", ""), ("judge", None)):
+    for part, blank in (
+        ("title", ""),
+        ("measure", ""),
+        ("impact", " "),
+        ("threshold", None),
+        ("sentence", ""),
+        ("saving", ""),
+        ("judge", None),
+    ):
         assert part in fields
         broken = Cause(**{**{f: getattr(whole, f) for f in fields}, part: blank})
         assert missing_parts(broken), part
@@ -91,9 +98,24 @@ def test_every_finding_kind_the_analysis_emits_is_in_the_registry():
 
 # ---- each cause made to fire -------------------------------------------------------------------------------------
 def _row(stage, role, wall, unit=None, index=None, rank=0, **held):
-    return {"step": 2, "role": role, "stage": stage, "rank": rank, "replica": None, "file": "f", "unit": unit,
-            "index": index, "start_us": 0.0, "wall_ms": wall, "compute_ms": wall, "comm_ms": 0.0, "overlap_ms": 0.0,
-            "memcpy_ms": 0.0, "idle_ms": 0.0, **held}
+    return {
+        "step": 2,
+        "role": role,
+        "stage": stage,
+        "rank": rank,
+        "replica": None,
+        "file": "f",
+        "unit": unit,
+        "index": index,
+        "start_us": 0.0,
+        "wall_ms": wall,
+        "compute_ms": wall,
+        "comm_ms": 0.0,
+        "overlap_ms": 0.0,
+        "memcpy_ms": 0.0,
+        "idle_ms": 0.0,
+        **held,
+    }
 
 
 def _doc(rows, **extra):
@@ -101,21 +123,35 @@ def _doc(rows, **extra):
 
 
 def _tail():
-    units = [_row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=10 if k < 10 else 2)
-             for k in range(20)]
+    units = [
+        _row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=10 if k < 10 else 2)
+        for k in range(20)
+    ]
     return _doc([_row("rollout_generate", "rollout", 20.0), _row("actor_update", "actor", 20.0), *units])
 
 
 def _padding():
-    units = [_row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=400)
-             for k in range(2)]
+    units = [
+        _row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=400) for k in range(2)
+    ]
     return _doc([_row("actor_update", "actor", 10.0), _row("rollout_generate", "rollout", 10.0), *units])
 
 
 def _small_units():
     rows = [_row("actor_update", "actor", 100.0), _row("rollout_generate", "rollout", 100.0)]
-    rows += [_row("actor_update", "actor", 20.0 + 0.01 * (100 + 50 * k), "micro_batch", k, seqs=1,
-                  tokens=100 + 50 * k, real_tokens=100 + 50 * k) for k in range(8)]
+    rows += [
+        _row(
+            "actor_update",
+            "actor",
+            20.0 + 0.01 * (100 + 50 * k),
+            "micro_batch",
+            k,
+            seqs=1,
+            tokens=100 + 50 * k,
+            real_tokens=100 + 50 * k,
+        )
+        for k in range(8)
+    ]
     return _doc(rows)
 
 
@@ -125,8 +161,10 @@ def _share(stage, role):
 
 def _exposed_comm():
     row = _row("actor_update", "actor", 100.0, comm_ms=40.0, compute_ms=60.0)
-    return _doc([row, _row("rollout_generate", "rollout", 100.0)],
-                collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_gather", "total_ms": 40.0}])
+    return _doc(
+        [row, _row("rollout_generate", "rollout", 100.0)],
+        collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_gather", "total_ms": 40.0}],
+    )
 
 
 def _launch_bound():
@@ -136,28 +174,47 @@ def _launch_bound():
 
 def _memory():
     cap = 80 * 2**30
-    return _doc([_row("actor_update", "actor", 10.0)], memory=[
-        {"rank": 0, "role": "actor", "stage": "actor_update", "file": "f", "peak_bytes": 0.2 * cap,
-         "capacity_bytes": cap}])
+    return _doc(
+        [_row("actor_update", "actor", 10.0)],
+        memory=[
+            {
+                "rank": 0,
+                "role": "actor",
+                "stage": "actor_update",
+                "file": "f",
+                "peak_bytes": 0.2 * cap,
+                "capacity_bytes": cap,
+            }
+        ],
+    )
 
 
 def _unused_reference():
-    return _doc([_row("ref_compute_log_prob", "ref", 20.0), _row("actor_update", "actor", 50.0)],
-                run_config={"source": "x/trainer_config.json", "reference_pass": True, "kl_coef": 0.0})
+    return _doc(
+        [_row("ref_compute_log_prob", "ref", 20.0), _row("actor_update", "actor", 50.0)],
+        run_config={"source": "x/trainer_config.json", "reference_pass": True, "kl_coef": 0.0},
+    )
 
 
 def _recorded(name):
     def make(tmp_path):
         return analyze(shutil.copytree(ROOT / "tests" / "data" / "runs" / name, tmp_path / name), workers=1)
+
     return make
 
 
 # cause -> a document where it fires (a function of tmp_path where it is a recorded run)
 FIRING = {
-    "rollout_tail": _tail, "padding": _padding, "small_units": _small_units,
-    "slow_reward": _share("reward_compute", "reward"), "weight_sync": _share("weight_sync", "actor"),
-    "exposed_comm": _exposed_comm, "launch_bound": _launch_bound, "memory_headroom": _memory,
-    "unused_reference": _unused_reference, "slow_rank": _recorded("slow_rank_2"),
+    "rollout_tail": _tail,
+    "padding": _padding,
+    "small_units": _small_units,
+    "slow_reward": _share("reward_compute", "reward"),
+    "weight_sync": _share("weight_sync", "actor"),
+    "exposed_comm": _exposed_comm,
+    "launch_bound": _launch_bound,
+    "memory_headroom": _memory,
+    "unused_reference": _unused_reference,
+    "slow_rank": _recorded("slow_rank_2"),
 }
 
 
@@ -177,8 +234,9 @@ def test_each_cause_fires_and_is_said_from_its_record(name, tmp_path):
     if isinstance(cause.sentence, str):  # the template's words are in the sentence, its fields filled
         words = [lit for lit, _, _, _ in string.Formatter().parse(cause.sentence) if lit.strip()]
         assert all(w in f["text"] for w in words)
-    assert set(f["levers"]) == {d for d in DIALECTS if any(
-        not lv.stages or f["stage"] in lv.stages for lv in LEVERS[name].get(d, ()))}
+    assert set(f["levers"]) == {
+        d for d in DIALECTS if any(not lv.stages or f["stage"] in lv.stages for lv in LEVERS[name].get(d, ()))
+    }
     assert f["saving"]["status"] in ("predicted", "not predictable") and f["saving_text"]
     if isinstance(cause.saving, str):
         assert f["saving"]["status"] == "not predictable" and f["saving"]["why"] == cause.saving

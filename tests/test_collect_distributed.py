@@ -16,9 +16,21 @@ def torchrun(tmp_path, *overrides, run_id=None):
     env.pop("RLPROF_RUN_ID", None)
     if run_id:
         env["RLPROF_RUN_ID"] = run_id
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "rlprof.demo", "global_profiler.tool=torch", "global_profiler.steps=[2]",
-           f"global_profiler.save_path={tmp_path}", f"{A}.enable=true", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "rlprof.demo",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}",
+        f"{A}.enable=true",
+        *overrides,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -34,11 +46,12 @@ def test_only_listed_rank_writes(tmp_path):
 
 
 def test_all_ranks_share_one_save_path_without_collision(tmp_path):
-    d = torchrun(tmp_path, f"{A}.all_ranks=true", f"{A}.tool_config.torch.discrete=true",
-                 f"{A}.stages=[actor_update]")
+    d = torchrun(tmp_path, f"{A}.all_ranks=true", f"{A}.tool_config.torch.discrete=true", f"{A}.stages=[actor_update]")
     listed = rows(d)
     assert sorted((r["rank"], r["role"], r["stage"]) for r in listed if r["role"] == "actor") == [
-        (0, "actor", "actor_update"), (1, "actor", "actor_update")]
+        (0, "actor", "actor_update"),
+        (1, "actor", "actor_update"),
+    ]
     assert len({r["path"] for r in listed}) == len(listed)  # no two rows share a file
     assert sorted(p.name for p in d.glob("*.json.gz")) == sorted(r["path"] for r in listed)
     assert len({r["run_id"] for r in listed}) == 1
@@ -48,15 +61,17 @@ def test_all_ranks_share_one_save_path_without_collision(tmp_path):
         if r["stage"] == "actor_update":  # gradients are all-reduced over gloo inside the update
             assert any("all_reduce" in e.get("name", "") for e in trace["traceEvents"])
     # the analysis gives one row per (step, role, stage, rank) and counts gloo as communication
-    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "analyze", str(d), "--json"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlprof.cli", "analyze", str(d), "--json"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
     doc = json.loads(proc.stdout)
     stage_rows = [r for r in doc["rows"] if r["unit"] is None]
     assert sorted((r["step"], r["role"], r["stage"], r["rank"]) for r in stage_rows) == sorted(
-        (2, r["role"], r["stage"], r["rank"]) for r in listed)
+        (2, r["role"], r["stage"], r["rank"]) for r in listed
+    )
     update_rows = [r for r in stage_rows if r["stage"] == "actor_update"]
     assert len(update_rows) == 2 and all(r["comm_ms"] + r["overlap_ms"] > 0 for r in update_rows)
     assert {c["name"] for c in doc["collectives"]} & {"gloo:all_reduce", "c10d::allreduce_"}

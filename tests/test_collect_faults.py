@@ -65,8 +65,10 @@ def test_e2e_window_left_open_by_exception_is_saved(tmp_path):
 
 @pytest.mark.parametrize("phase", ["start", "step", "stop"])
 def test_backend_failure_is_logged_once_marked_failed_and_training_goes_on(tmp_path, caplog, phase):
-    overrides = [f"{A}.tool_config.torch.discrete=true",
-                 f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 2}}"]
+    overrides = [
+        f"{A}.tool_config.torch.discrete=true",
+        f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 2}}",
+    ]
     factory = {"torch": lambda spec: ExplodingBackend(spec, phase)}
     prof = profiler(tmp_path, *overrides, steps="[1,2,3]", backends=factory)
     with caplog.at_level(logging.WARNING, logger="rlprof"):

@@ -7,8 +7,14 @@ from helpers import A, R, load_trace, names, rows, run, trace_files
 
 from rlprof.vocab import STAGES
 
-DEMO_STAGES = ["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
-               "advantage_compute", "actor_update"]
+DEMO_STAGES = [
+    "rollout_generate",
+    "reward_compute",
+    "ref_compute_log_prob",
+    "actor_compute_log_prob",
+    "advantage_compute",
+    "actor_update",
+]
 
 
 def test_e2e_one_file_per_selected_step_with_stage_ranges(tmp_path):
@@ -26,9 +32,16 @@ def test_e2e_one_file_per_selected_step_with_stage_ranges(tmp_path):
 
 def test_discrete_one_file_per_selected_stage(tmp_path):
     d = run(tmp_path, f"{A}.tool_config.torch.discrete=true", steps="[2]")
-    expected = {f"step2_{role}_{stage}_rank0.pt.trace.json.gz" for role, stage in [
-        ("rollout", "rollout_generate"), ("ref", "ref_compute_log_prob"), ("actor", "actor_compute_log_prob"),
-        ("actor", "advantage_compute"), ("actor", "actor_update")]}  # reward role is not enabled
+    expected = {
+        f"step2_{role}_{stage}_rank0.pt.trace.json.gz"
+        for role, stage in [
+            ("rollout", "rollout_generate"),
+            ("ref", "ref_compute_log_prob"),
+            ("actor", "actor_compute_log_prob"),
+            ("actor", "advantage_compute"),
+            ("actor", "actor_update"),
+        ]
+    }  # reward role is not enabled
     assert set(trace_files(d)) == expected
     for row in rows(d):
         trace = load_trace(d / row["path"])
@@ -54,10 +67,14 @@ def _count(trace, name):
 
 
 def test_micro_batch_schedule_holds_exactly_one_micro_batch(tmp_path):
-    full = run(tmp_path / "full", f"{A}.tool_config.torch.discrete=true", f"{A}.stages=[actor_update]",
-               role="actor")
-    one = run(tmp_path / "one", f"{A}.tool_config.torch.discrete=true", f"{A}.stages=[actor_update]",
-              f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}", role="actor")
+    full = run(tmp_path / "full", f"{A}.tool_config.torch.discrete=true", f"{A}.stages=[actor_update]", role="actor")
+    one = run(
+        tmp_path / "one",
+        f"{A}.tool_config.torch.discrete=true",
+        f"{A}.stages=[actor_update]",
+        f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}",
+        role="actor",
+    )
     name = "step2_actor_actor_update_rank0.pt.trace.json.gz"
     t_full, t_one = load_trace(full / name), load_trace(one / name)
     assert len(names(t_full, "rlprof:micro_batch:")) == 8  # 2 mini-batches x 4 micro-batches
@@ -70,9 +87,12 @@ def test_micro_batch_schedule_holds_exactly_one_micro_batch(tmp_path):
 
 
 def test_decode_step_schedule_holds_decode_steps_31_to_60(tmp_path):
-    d = run(tmp_path, f"{R}.tool_config.torch.discrete=true",
-            f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}",
-            role="rollout")
+    d = run(
+        tmp_path,
+        f"{R}.tool_config.torch.discrete=true",
+        f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}",
+        role="rollout",
+    )
     trace = load_trace(d / "step2_rollout_rollout_generate_rank0.pt.trace.json.gz")
     steps = sorted(int(n.split(":")[2]) for n in names(trace, "rlprof:decode_step:"))
     assert steps == list(range(30, 60))  # 0-based 30..59 = decode steps 31-60
@@ -80,12 +100,21 @@ def test_decode_step_schedule_holds_decode_steps_31_to_60(tmp_path):
 
 
 def test_schedule_repeat_writes_one_file_per_cycle(tmp_path):
-    d = run(tmp_path, f"{A}.tool_config.torch.discrete=true", f"{A}.stages=[actor_update]",
-            f"{A}.tool_config.torch.schedule={{unit: micro_batch, wait: 1, active: 1, repeat: 2}}", role="actor")
-    assert trace_files(d) == ["step2_actor_actor_update_rank0_w0.pt.trace.json.gz",
-                              "step2_actor_actor_update_rank0_w1.pt.trace.json.gz"]
+    d = run(
+        tmp_path,
+        f"{A}.tool_config.torch.discrete=true",
+        f"{A}.stages=[actor_update]",
+        f"{A}.tool_config.torch.schedule={{unit: micro_batch, wait: 1, active: 1, repeat: 2}}",
+        role="actor",
+    )
+    assert trace_files(d) == [
+        "step2_actor_actor_update_rank0_w0.pt.trace.json.gz",
+        "step2_actor_actor_update_rank0_w1.pt.trace.json.gz",
+    ]
     assert [names(load_trace(d / f), "rlprof:micro_batch:") for f in trace_files(d)] == [
-        ["rlprof:micro_batch:1"], ["rlprof:micro_batch:3"]]
+        ["rlprof:micro_batch:1"],
+        ["rlprof:micro_batch:3"],
+    ]
     assert sorted(r["window"] for r in rows(d)) == [0, 1]
 
 
@@ -102,8 +131,23 @@ def test_manifest_rows_match_files(tmp_path):
     d = run(tmp_path, f"{A}.tool_config.torch.discrete=true", steps="[1,2]")
     listed = rows(d)
     assert sorted(r["path"] for r in listed) == trace_files(d)
-    required = {"step", "role", "stage", "rank", "world_size", "replica", "tool", "mode", "unit", "window", "path",
-                "bytes", "start_ns", "end_ns", "status"}
+    required = {
+        "step",
+        "role",
+        "stage",
+        "rank",
+        "world_size",
+        "replica",
+        "tool",
+        "mode",
+        "unit",
+        "window",
+        "path",
+        "bytes",
+        "start_ns",
+        "end_ns",
+        "status",
+    }
     for r in listed:
         assert required <= set(r)
         assert (d / r["path"]).stat().st_size == r["bytes"]
@@ -128,9 +172,16 @@ def test_mark_ranges_and_analysis_hook(tmp_path):
     from rlprof.collect import Profiler, mark
     from rlprof.config import load_plan
 
-    plan = load_plan(None, ["global_profiler.tool=torch", "global_profiler.steps=[1]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true",
-                            f"{A}.tool_config.torch.analysis=true"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+            f"{A}.tool_config.torch.analysis=true",
+        ],
+    )
     with Profiler(plan, run_id="r") as prof:
         with prof.step(1), prof.stage("actor_update"), mark("my_region"):
             sum(range(1000))
@@ -151,8 +202,9 @@ def test_mark_ranges_and_analysis_hook(tmp_path):
     assert [i["analysed_on"]["reused"] for i in reused["inputs"]] == [True]
     (tmp_path / "r" / "step1_actor_e2e_rank0.analysis.json").unlink()
     fresh = analyze(tmp_path / "r")
-    assert [i["analysed_on"] for i in fresh["inputs"]] == [{"host": socket.gethostname(), "node_id": None,
-                                                            "reused": False}]
+    assert [i["analysed_on"] for i in fresh["inputs"]] == [
+        {"host": socket.gethostname(), "node_id": None, "reused": False}
+    ]
     for doc in (reused, fresh):
         del doc["inputs"][0]["analysed_on"]
     assert json.dumps(reused, sort_keys=True) == json.dumps(fresh, sort_keys=True)
@@ -169,9 +221,16 @@ def test_stage_decorator_uses_current_profiler(tmp_path):
             return x * 2
 
     assert Worker().update(2) == 4  # no profiler: a plain call
-    plan = load_plan(None, ["global_profiler.tool=torch", "global_profiler.steps=[1]",
-                            f"global_profiler.save_path={tmp_path}", f"{A}.enable=true",
-                            f"{A}.tool_config.torch.discrete=true"])
+    plan = load_plan(
+        None,
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[1]",
+            f"global_profiler.save_path={tmp_path}",
+            f"{A}.enable=true",
+            f"{A}.tool_config.torch.discrete=true",
+        ],
+    )
     with Profiler(plan, run_id="r") as prof:
         with prof.step(1):
             assert Worker().update(3) == 6

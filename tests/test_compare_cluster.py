@@ -46,16 +46,21 @@ def test_real_pair_lists_what_differs_with_signs():
     for key in set(base) | set(new):
         (bc, bus), (nc, nus) = base.get(key, (0, 0.0)), new.get(key, (0, 0.0))
         if (bc, bus) != (nc, nus):
-            expected[key] = ("added" if not bc else "removed" if not nc else "slower" if nus > bus else "faster",
-                             (nus - bus) / 1e3)
+            expected[key] = (
+                "added" if not bc else "removed" if not nc else "slower" if nus > bus else "faster",
+                (nus - bus) / 1e3,
+            )
     moved = {(o["kind"], o["name"]): (o["status"], o["diff_ms"]) for o in doc["ops"] if o["status"] != "same"}
     assert moved.keys() == expected.keys()
     for key, (status, diff) in expected.items():
         assert moved[key][0] == status
         assert moved[key][1] == pytest.approx(diff, abs=1e-6)
     # the three CPU ops only the new trace runs, and the elementwise kernel it launches once less
-    assert {k[1] for k, v in expected.items() if v[0] == "added"} == {"All2All_Pooled_Req", "AddmmBackward0",
-                                                                       "CatBackward0"}
+    assert {k[1] for k, v in expected.items() if v[0] == "added"} == {
+        "All2All_Pooled_Req",
+        "AddmmBackward0",
+        "CatBackward0",
+    }
     (kernel,) = [o for o in doc["ops"] if o["status"] == "faster"]
     assert "CUDAFunctor_add<int>" in kernel["name"] and (kernel["baseline_count"], kernel["new_count"]) == (3, 2)
     assert [abs(o["diff_ms"]) for o in doc["ops"]] == sorted((abs(o["diff_ms"]) for o in doc["ops"]), reverse=True)
@@ -71,20 +76,38 @@ def test_real_pair_lists_what_differs_with_signs():
 def test_by_shape_keys_operators_by_input_dims(tmp_path):
     doc = compare_json("-d", TEST, "-bp", BASE, "--by-shape")
     added = {(o["name"], o["shape"]) for o in doc["ops"] if o["status"] == "added"}
-    assert added == {("All2All_Pooled_Req", "[[2048,34820]]"), ("AddmmBackward0", "[[1024,96]]"),
-                     ("CatBackward0", "[[1024,70904]]")}
+    assert added == {
+        ("All2All_Pooled_Req", "[[2048,34820]]"),
+        ("AddmmBackward0", "[[1024,96]]"),
+        ("CatBackward0", "[[1024,70904]]"),
+    }
     proc = run_cli("compare", "-d", TEST, "-bp", BASE, "--by-shape", "-o", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     written = {p.name for p in (tmp_path / "out").iterdir()}
-    assert written == {"compare.json", "compare_stages.csv", "compare_ops.csv", "compare_collectives.csv",
-                       "compare_memory.csv", "compare.html"}
+    assert written == {
+        "compare.json",
+        "compare_stages.csv",
+        "compare_ops.csv",
+        "compare_collectives.csv",
+        "compare_memory.csv",
+        "compare.html",
+    }
     assert "All2All_Pooled_Req" in proc.stdout  # the terminal table
 
 
 def _train(tmp_path, name, *overrides):
-    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t_{name}", "global_profiler.tool=torch",
-                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/{name}", f"{A}.enable=true",
-                   *overrides, cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        "train",
+        "trainer.steps=2",
+        f"trainer.output_dir={tmp_path}/t_{name}",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/{name}",
+        f"{A}.enable=true",
+        *overrides,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = list((tmp_path / name).iterdir())
     return run_dir
@@ -104,8 +127,9 @@ def test_micro_batch_size_change_shows_in_actor_update(tmp_path):
     top = next(o for o in ops if o["status"] != "same")
     assert top["status"] == "slower" and top["diff_ms"] > 0
     # the run's own analysis.json is an accepted input too (with a note about its top-N operators)
-    proc = run_cli("compare", "-d", small / "analysis" / "analysis.json", "-bp", large / "analysis" / "analysis.json",
-                   "--json")
+    proc = run_cli(
+        "compare", "-d", small / "analysis" / "analysis.json", "-bp", large / "analysis" / "analysis.json", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "analysis.json" in proc.stderr and json.loads(proc.stdout)["stages"]
 
@@ -122,22 +146,31 @@ def test_bad_compare_input_exits_2(tmp_path):
     one_line_exit_2(run_cli("compare", "-d", TEST), "-bp BASELINE", "missing")
     one_line_exit_2(run_cli("compare", "-bp", BASE), "-d NEW", "missing")
     one_line_exit_2(run_cli("compare", "-d", tmp_path / "nope", "-bp", BASE), "does not exist", "allowed")
-    only_actor = (f"{A}.tool_config.torch.discrete=true", f"{R}.enable=false", "actor_rollout_ref.ref.profiler.stages=[]")
+    only_actor = (
+        f"{A}.tool_config.torch.discrete=true",
+        f"{R}.enable=false",
+        "actor_rollout_ref.ref.profiler.stages=[]",
+    )
     actor_update = run(tmp_path / "a", *only_actor, f"{A}.stages=[actor_update]")
     log_prob = run(tmp_path / "b", *only_actor, f"{A}.stages=[actor_compute_log_prob]")
-    one_line_exit_2(run_cli("compare", "-d", actor_update, "-bp", log_prob), "no stage in common",
-                    "actor/actor_update", "actor/actor_compute_log_prob")
+    one_line_exit_2(
+        run_cli("compare", "-d", actor_update, "-bp", log_prob),
+        "no stage in common",
+        "actor/actor_update",
+        "actor/actor_compute_log_prob",
+    )
     one_line_exit_2(run_cli("compare", "-d", actor_update, "-bp", BASE), "is a run", "is a trace", "allowed")
     (tmp_path / "analysis.json").write_text(json.dumps({"schema_version": 1, "rows": [], "inputs": []}))
-    one_line_exit_2(run_cli("compare", "-d", tmp_path / "analysis.json", "-bp", TEST, "--by-shape"),
-                    "--by-shape")
+    one_line_exit_2(run_cli("compare", "-d", tmp_path / "analysis.json", "-bp", TEST, "--by-shape"), "--by-shape")
 
 
 def test_compare_html_escapes_names(tmp_path):
     evil = "<img src=x onerror=alert(1)>"
     for side, dur in (("base", 10), ("new", 30)):
-        events = [{"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 0, "dur": dur},
-                  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 50, "dur": 5}]
+        events = [
+            {"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 0, "dur": dur},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 50, "dur": 5},
+        ]
         (tmp_path / f"{side}.json").write_text(json.dumps({"traceEvents": events}))
     proc = run_cli("compare", "-d", tmp_path / "new.json", "-bp", tmp_path / "base.json", "-o", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
@@ -147,10 +180,24 @@ def test_compare_html_escapes_names(tmp_path):
 
 def _torchrun_run(tmp_path, name, *overrides):
     env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-           "rlprof.trainer", "trainer.steps=3", f"trainer.output_dir={tmp_path}/t_{name}", "global_profiler.tool=torch",
-           "global_profiler.steps=[2,3]", f"global_profiler.save_path={tmp_path}/{name}", f"{A}.enable=true",
-           f"{A}.all_ranks=true", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "rlprof.trainer",
+        "trainer.steps=3",
+        f"trainer.output_dir={tmp_path}/t_{name}",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2,3]",
+        f"global_profiler.save_path={tmp_path}/{name}",
+        f"{A}.enable=true",
+        f"{A}.all_ranks=true",
+        *overrides,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = list((tmp_path / name).iterdir())
@@ -201,18 +248,43 @@ def test_a_rank_slowed_by_a_wide_margin_is_named_live(tmp_path):
 
 
 def _rows(role, stage, per_rank, replica=False):
-    return [{"step": step, "role": role, "stage": stage, "rank": 0 if replica else rank,
-             "replica": rank if replica else None, "unit": None, "wall_ms": 100.0, "compute_ms": c, "comm_ms": w,
-             "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": 100.0 - c - w}
-            for rank, (c, w) in per_rank.items() for step in (1, 2)]
+    return [
+        {
+            "step": step,
+            "role": role,
+            "stage": stage,
+            "rank": 0 if replica else rank,
+            "replica": rank if replica else None,
+            "unit": None,
+            "wall_ms": 100.0,
+            "compute_ms": c,
+            "comm_ms": w,
+            "overlap_ms": 0.0,
+            "memcpy_ms": 0.0,
+            "idle_ms": 100.0 - c - w,
+        }
+        for rank, (c, w) in per_rank.items()
+        for step in (1, 2)
+    ]
 
 
 def test_slow_rank_rule_on_eight_ranks_and_replicas():
     ranks = {r: (50.0 + r * 0.3, 30.0) for r in range(8)}
     ranks[5] = (80.0, 2.0)  # computes 30 ms more, barely waits: the others wait for it
-    doc = {"rows": _rows("actor", "actor_update", ranks), "collectives": [
-        {"role": "actor", "stage": "actor_update", "rank": r, "step": 1, "name": "ncclDevKernel_AllGather",
-         "total_ms": w} for r, (_, w) in ranks.items()]}
+    doc = {
+        "rows": _rows("actor", "actor_update", ranks),
+        "collectives": [
+            {
+                "role": "actor",
+                "stage": "actor_update",
+                "rank": r,
+                "step": 1,
+                "name": "ncclDevKernel_AllGather",
+                "total_ms": w,
+            }
+            for r, (_, w) in ranks.items()
+        ],
+    }
     result = cluster(doc)
     assert [(f["rank"], f["stage"]) for f in result["slow_ranks"]] == [(5, "actor_update")]
     assert result["slow_ranks"][0]["evidence"]["collectives"][0]["name"] == "ncclDevKernel_AllGather"

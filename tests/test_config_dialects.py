@@ -8,9 +8,12 @@ ACTOR_STAGES = ["actor_compute_log_prob", "advantage_compute", "actor_update", "
 ALL_CONTENTS = ["cpu", "cuda", "memory", "shapes", "stack", "module"]
 
 GLOBAL_OVERRIDES = [
-    "global_profiler.tool=torch", "global_profiler.steps=[1,2,5]", "global_profiler.save_path=outputs/profile",
+    "global_profiler.tool=torch",
+    "global_profiler.steps=[1,2,5]",
+    "global_profiler.save_path=outputs/profile",
     "global_profiler.continuous_steps=false",
-    "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=false",
+    "actor_rollout_ref.actor.profiler.enable=true",
+    "actor_rollout_ref.actor.profiler.all_ranks=false",
     "actor_rollout_ref.actor.profiler.ranks=[0]",
     "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=false",
     "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu,cuda,memory,shapes,stack,module]",
@@ -42,15 +45,27 @@ def check_global(plan, rank=0):
     assert actor["steps"] == [1, 2, 5]
     assert actor["stages"] == ACTOR_STAGES
     assert actor["ranks"] == [0] and actor["all_ranks"] is False
-    assert actor["schedule"] == {"unit": "micro_batch", "skip_first": 0, "wait": 0, "warmup": 0, "active": 1,
-                                 "repeat": 1}
+    assert actor["schedule"] == {
+        "unit": "micro_batch",
+        "skip_first": 0,
+        "wait": 0,
+        "warmup": 0,
+        "active": 1,
+        "repeat": 1,
+    }
     assert actor["save_path"] == "outputs/profile"
     rollout = roles["rollout"]  # follows the actor except where it says otherwise
     assert rollout["enabled"] is True and rollout["mode"] == "discrete"
     assert rollout["contents"] == ALL_CONTENTS and rollout["ranks"] == [0]
     assert rollout["stages"] == ["rollout_generate"]
-    assert rollout["schedule"] == {"unit": "decode_step", "skip_first": 0, "wait": 29, "warmup": 1, "active": 30,
-                                   "repeat": 1}
+    assert rollout["schedule"] == {
+        "unit": "decode_step",
+        "skip_first": 0,
+        "wait": 29,
+        "warmup": 1,
+        "active": 30,
+        "repeat": 1,
+    }
     ref = roles["ref"]  # says nothing: the actor's settings
     assert ref["enabled"] is True and ref["mode"] == "e2e" and ref["schedule"] == actor["schedule"]
     assert ref["stages"] == ["ref_compute_log_prob"] and ref["steps"] == [1, 2, 5]
@@ -73,8 +88,12 @@ def test_global_role_overrides_only():
 
 
 def test_overrides_apply_after_yaml():
-    plan = plan_json(EXAMPLES / "global_role.yaml", "global_profiler.steps=[4,2]",
-                     "actor_rollout_ref.actor.profiler.all_ranks=true", "global_profiler.continuous_steps=true")
+    plan = plan_json(
+        EXAMPLES / "global_role.yaml",
+        "global_profiler.steps=[4,2]",
+        "actor_rollout_ref.actor.profiler.all_ranks=true",
+        "global_profiler.continuous_steps=true",
+    )
     assert plan["roles"]["actor"]["steps"] == [2, 4]
     assert plan["roles"]["actor"]["all_ranks"] is True
     assert plan["roles"]["rollout"]["all_ranks"] is True  # inherited from the actor
@@ -82,8 +101,13 @@ def test_overrides_apply_after_yaml():
 
 
 def test_enabled_without_ranks_means_rank_zero():
-    plan = plan_json("global_profiler.tool=torch", "global_profiler.steps=[3]",
-                     "actor_rollout_ref.actor.profiler.enable=true", "--rank", "0")
+    plan = plan_json(
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[3]",
+        "actor_rollout_ref.actor.profiler.enable=true",
+        "--rank",
+        "0",
+    )
     assert plan["roles"]["actor"]["ranks"] == [0]
     assert plan["roles"]["actor"]["contents"] == ["cpu", "cuda"]
     assert plan["roles"]["actor"]["schedule"] is None
@@ -106,12 +130,18 @@ def test_npu_tool_resolves_on_any_machine_with_warning():
 
 
 LEGACY_OVERRIDES = [
-    "trainer.profile_steps=[2,4]", "trainer.npu_profile.options.save_path=./profiler_data",
-    "trainer.npu_profile.options.level=level1", "trainer.npu_profile.options.record_shapes=true",
-    "trainer.npu_profile.options.with_memory=false", "trainer.npu_profile.options.with_npu=true",
-    "trainer.npu_profile.options.with_cpu=true", "trainer.npu_profile.options.with_module=false",
-    "trainer.npu_profile.options.with_stack=false", "trainer.npu_profile.options.analysis=true",
-    "actor_rollout_ref.profiler.discrete=true", "actor_rollout_ref.profiler.all_ranks=false",
+    "trainer.profile_steps=[2,4]",
+    "trainer.npu_profile.options.save_path=./profiler_data",
+    "trainer.npu_profile.options.level=level1",
+    "trainer.npu_profile.options.record_shapes=true",
+    "trainer.npu_profile.options.with_memory=false",
+    "trainer.npu_profile.options.with_npu=true",
+    "trainer.npu_profile.options.with_cpu=true",
+    "trainer.npu_profile.options.with_module=false",
+    "trainer.npu_profile.options.with_stack=false",
+    "trainer.npu_profile.options.analysis=true",
+    "actor_rollout_ref.profiler.discrete=true",
+    "actor_rollout_ref.profiler.all_ranks=false",
     "actor_rollout_ref.profiler.ranks=[0,1]",
 ]
 
@@ -143,20 +173,28 @@ def test_legacy_tool_follows_the_machine_as_verl_did():
 
 
 INTEGRATED_OVERRIDES = [
-    "profiler_config.integrated.profile=true", "profiler_config.integrated.mstx=false",
-    "profiler_config.integrated.stage=all", "profiler_config.integrated.profile_save_path=./profiler_data",
-    "profiler_config.integrated.profile_export_type=text", "profiler_config.integrated.profile_step_start=1",
-    "profiler_config.integrated.profile_step_end=2", "profiler_config.integrated.profile_level=level0",
-    "profiler_config.integrated.profile_with_memory=false", "profiler_config.integrated.profile_record_shapes=false",
-    "profiler_config.integrated.profile_with_cpu=true", "profiler_config.integrated.profile_with_npu=true",
-    "profiler_config.integrated.profile_with_module=false", "profiler_config.integrated.profile_analysis=false",
+    "profiler_config.integrated.profile=true",
+    "profiler_config.integrated.mstx=false",
+    "profiler_config.integrated.stage=all",
+    "profiler_config.integrated.profile_save_path=./profiler_data",
+    "profiler_config.integrated.profile_export_type=text",
+    "profiler_config.integrated.profile_step_start=1",
+    "profiler_config.integrated.profile_step_end=2",
+    "profiler_config.integrated.profile_level=level0",
+    "profiler_config.integrated.profile_with_memory=false",
+    "profiler_config.integrated.profile_record_shapes=false",
+    "profiler_config.integrated.profile_with_cpu=true",
+    "profiler_config.integrated.profile_with_npu=true",
+    "profiler_config.integrated.profile_with_module=false",
+    "profiler_config.integrated.profile_analysis=false",
     "profiler_config.integrated.profile_ranks=all",
 ]
 
 
 @pytest.mark.parametrize("source", ["yaml", "overrides"])
-@pytest.mark.parametrize("device,tool,device_content", [("cpu", "torch", "cuda"), ("cuda", "torch", "cuda"),
-                                                          ("npu", "npu", "npu")])
+@pytest.mark.parametrize(
+    "device,tool,device_content", [("cpu", "torch", "cuda"), ("cuda", "torch", "cuda"), ("npu", "npu", "npu")]
+)
 def test_integrated_dialect(source, device, tool, device_content):
     args = [EXAMPLES / "integrated.yaml"] if source == "yaml" else INTEGRATED_OVERRIDES
     plan = plan_json(*args, "--device", device, "--rank", "3", "--world-size", "4")
@@ -175,9 +213,13 @@ def test_integrated_dialect(source, device, tool, device_content):
 
 
 def test_integrated_stage_names_map_to_canonical():
-    plan = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.stage=[actor_generate,"
-                     "reference_compute_log_prob]", "profiler_config.integrated.profile_ranks=[1]",
-                     "profiler_config.integrated.profile_step_end=4", "profiler_config.integrated.mstx=true")
+    plan = plan_json(
+        EXAMPLES / "integrated.yaml",
+        "profiler_config.integrated.stage=[actor_generate,reference_compute_log_prob]",
+        "profiler_config.integrated.profile_ranks=[1]",
+        "profiler_config.integrated.profile_step_end=4",
+        "profiler_config.integrated.mstx=true",
+    )
     roles = plan["roles"]
     assert roles["rollout"]["stages"] == ["rollout_generate"] and roles["rollout"]["enabled"]
     assert roles["ref"]["stages"] == ["ref_compute_log_prob"] and roles["ref"]["enabled"]
@@ -190,13 +232,20 @@ def test_integrated_stage_names_map_to_canonical():
 def test_integrated_stage_all_is_one_window_over_the_steps():
     """MindSpeed-RL: stage all -> schedule(skip_first=start, active=end-start): one window holding steps
     [start, end); a stage list -> a window per listed stage per step."""
-    plan = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.profile_step_start=2",
-                     "profiler_config.integrated.profile_step_end=5")
+    plan = plan_json(
+        EXAMPLES / "integrated.yaml",
+        "profiler_config.integrated.profile_step_start=2",
+        "profiler_config.integrated.profile_step_end=5",
+    )
     actor = plan["roles"]["actor"]
     assert actor["mode"] == "e2e" and actor["steps"] == [2, 3, 4] and plan["continuous_steps"] is True
     assert actor["windows_per_process"] == 1
-    listed = plan_json(EXAMPLES / "integrated.yaml", "profiler_config.integrated.stage=[actor_update]",
-                       "profiler_config.integrated.profile_step_start=2", "profiler_config.integrated.profile_step_end=5")
+    listed = plan_json(
+        EXAMPLES / "integrated.yaml",
+        "profiler_config.integrated.stage=[actor_update]",
+        "profiler_config.integrated.profile_step_start=2",
+        "profiler_config.integrated.profile_step_end=5",
+    )
     assert listed["roles"]["actor"]["mode"] == "discrete" and listed["continuous_steps"] is False
     assert listed["roles"]["actor"]["windows_per_process"] == 3
 
@@ -214,8 +263,13 @@ def test_integrated_single_stage_string():
 
 
 def test_async_rollout_ranks_are_replicas():
-    plan = plan_json(EXAMPLES / "global_role.yaml", "actor_rollout_ref.rollout.mode=async",
-                     "actor_rollout_ref.rollout.profiler.ranks=[1]", "--rank", "1")
+    plan = plan_json(
+        EXAMPLES / "global_role.yaml",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.profiler.ranks=[1]",
+        "--rank",
+        "1",
+    )
     assert plan["async_rollout"] is True
     assert plan["roles"]["rollout"]["collects_on_rank"] is True
     assert plan["roles"]["actor"]["collects_on_rank"] is False

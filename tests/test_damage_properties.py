@@ -13,22 +13,32 @@ from rlprof.analyze.readers.kineto import MAX_DUR_US, MAX_US, NotATrace, read_ki
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-event = st.fixed_dictionaries({
-    "ph": st.just("X"), "cat": st.just("cpu_op"),
-    "name": st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12),
-    "pid": st.integers(0, 3), "tid": st.integers(0, 3),
-    "ts": st.integers(0, 10**9), "dur": st.integers(0, 10**6)})
+event = st.fixed_dictionaries(
+    {
+        "ph": st.just("X"),
+        "cat": st.just("cpu_op"),
+        "name": st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12),
+        "pid": st.integers(0, 3),
+        "tid": st.integers(0, 3),
+        "ts": st.integers(0, 10**9),
+        "dur": st.integers(0, 10**6),
+    }
+)
 
 
 def kineto_layout(events: list[dict]) -> bytes:
     """Kineto's own layout: one event per top-level element at two-space indent (the chunked fast path)."""
     body = ",\n  ".join(json.dumps(e) for e in events)
-    return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + body + '\n  ]\n}\n').encode()
+    return ('{\n  "schemaVersion": 1,\n  "traceEvents": [\n  ' + body + "\n  ]\n}\n").encode()
 
 
 @SETTINGS
-@given(events=st.lists(event, min_size=1, max_size=40), layout=st.sampled_from(["kineto", "compact"]),
-       gz=st.booleans(), fraction=st.floats(0.0, 1.0))
+@given(
+    events=st.lists(event, min_size=1, max_size=40),
+    layout=st.sampled_from(["kineto", "compact"]),
+    gz=st.booleans(),
+    fraction=st.floats(0.0, 1.0),
+)
 def test_a_cut_anywhere_keeps_exactly_the_complete_events_before_it(tmp_path, events, layout, gz, fraction):
     raw = kineto_layout(events) if layout == "kineto" else json.dumps({"traceEvents": events}).encode()
     data = gzip.compress(raw) if gz else raw
@@ -47,10 +57,14 @@ def test_a_cut_anywhere_keeps_exactly_the_complete_events_before_it(tmp_path, ev
 
 
 # times within a few hours of each other (set-apart times are the outlier rule's, tested below), durations of any size
-weird_ts = st.one_of(st.integers(-10**6, 10**9), st.floats(-1e10, 1e10),
-                     st.sampled_from(["nan", "inf", "-inf", "soon", "", "12.5"]))
-weird_dur = st.one_of(st.integers(-10**6, 10**9), st.floats(allow_nan=False, allow_infinity=False, width=64),
-                      st.sampled_from(["nan", "inf", "-inf", "soon", "", "12.5"]))
+weird_ts = st.one_of(
+    st.integers(-(10**6), 10**9), st.floats(-1e10, 1e10), st.sampled_from(["nan", "inf", "-inf", "soon", "", "12.5"])
+)
+weird_dur = st.one_of(
+    st.integers(-(10**6), 10**9),
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.sampled_from(["nan", "inf", "-inf", "soon", "", "12.5"]),
+)
 
 
 def usable(ts, dur) -> bool:
@@ -67,8 +81,10 @@ def usable(ts, dur) -> bool:
 @SETTINGS
 @given(values=st.lists(st.tuples(weird_ts, weird_dur), min_size=1, max_size=30))
 def test_bad_values_are_dropped_counted_and_never_reach_the_table(tmp_path, values):
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"e{k}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-              for k, (ts, dur) in enumerate(values)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"e{k}", "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+        for k, (ts, dur) in enumerate(values)
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     good = sum(usable(ts, dur) for ts, dur in values)
@@ -87,13 +103,21 @@ def test_bad_values_are_dropped_counted_and_never_reach_the_table(tmp_path, valu
 any_json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8) | st.integers(10**19, 10**400),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8) | st.builds(lambda n: "[" * n + "]" * n, st.integers(1000, 3000)).map(lambda raw: ("raw", raw))
+    max_leaves=8,
+) | st.builds(lambda n: "[" * n + "]" * n, st.integers(1000, 3000)).map(lambda raw: ("raw", raw))
 
 
 def rows_of(trace) -> list[tuple]:
     t = trace.table
-    return sorted(zip(t.start.tolist(), t.end.tolist(), t.kind.tolist(), (t.names[i] for i in t.name),
-                      (t.threads[i] for i in t.thread)))
+    return sorted(
+        zip(
+            t.start.tolist(),
+            t.end.tolist(),
+            t.kind.tolist(),
+            (t.names[i] for i in t.name),
+            (t.threads[i] for i in t.thread),
+        )
+    )
 
 
 def dump(events: list[dict], layout: str) -> bytes:
@@ -105,15 +129,19 @@ RAW: list[str] = []  # a raw JSON text to put in place of the marker (nesting de
 
 
 @SETTINGS
-@given(events=st.lists(event, min_size=2, max_size=30), which=st.integers(0, 10**6),
-       field=st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]), value=any_json,
-       layout=st.sampled_from(["kineto", "compact"]))
+@given(
+    events=st.lists(event, min_size=2, max_size=30),
+    which=st.integers(0, 10**6),
+    field=st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]),
+    value=any_json,
+    layout=st.sampled_from(["kineto", "compact"]),
+)
 def test_any_value_in_any_field_costs_at_most_its_event(tmp_path, events, which, field, value, layout):
     """One field of one event replaced by any JSON value (NaN, Infinity, huge integers, nesting deeper than a
     decoder recurses): the table is the trace's without that event, or with it read; never anything else."""
     k = which % len(events)
     without = tmp_path / "without.json"
-    without.write_bytes(dump(events[:k] + events[k + 1:], layout))
+    without.write_bytes(dump(events[:k] + events[k + 1 :], layout))
     bad = [dict(e) for e in events]
     RAW[:] = [value[1]] if isinstance(value, tuple) else []
     bad[k][field] = "@@RAW@@" if RAW else value
@@ -129,14 +157,17 @@ def test_any_value_in_any_field_costs_at_most_its_event(tmp_path, events, which,
 
 
 @SETTINGS
-@given(events=st.lists(event, min_size=3, max_size=30), which=st.integers(0, 10**6),
-       far=st.sampled_from([-5.0, -1e15, 1e12, 1e16]))
+@given(
+    events=st.lists(event, min_size=3, max_size=30),
+    which=st.integers(0, 10**6),
+    far=st.sampled_from([-5.0, -1e15, 1e12, 1e16]),
+)
 def test_a_time_set_far_apart_is_dropped_and_counted(tmp_path, events, which, far):
     """ts -5 or 1e12 among times a few minutes apart: that event is dropped and counted, the others kept, and the
     trace's span is theirs."""
     events = [dict(e, ts=1_700_000_000_000_000 + e["ts"]) for e in events]  # epoch microseconds, as Kineto writes
     k = which % len(events)
-    rest = events[:k] + events[k + 1:]
+    rest = events[:k] + events[k + 1 :]
     bad = [dict(e) for e in events]
     bad[k]["ts"] = far
     path = tmp_path / "t.json"
@@ -162,7 +193,7 @@ def test_each_literal_in_ts_or_dur_of_a_real_kernel_costs_exactly_that_event(tmp
     events = doc["traceEvents"]
     k = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
     without = tmp_path / "without.json"
-    without.write_bytes(kineto_layout(events[:k] + events[k + 1:]))
+    without.write_bytes(kineto_layout(events[:k] + events[k + 1 :]))
     ref = read_kineto(without)
     for field in ("ts", "dur"):
         for literal in LITERALS:

@@ -65,7 +65,9 @@ def assert_lower_bound(res: dict, ref: dict, name: str | None = None) -> None:
         for bucket in BUCKETS:
             assert row[bucket] <= full[bucket] + 1e-9, (bucket, row[bucket], full[bucket])
         assert row["idle_ms"] == 0 and row["unknown_ms"] >= 0
-        assert sum(row[b] for b in ("compute_ms", "comm_ms", "memcpy_ms", "unknown_ms")) == pytest.approx(row["wall_ms"])
+        assert sum(row[b] for b in ("compute_ms", "comm_ms", "memcpy_ms", "unknown_ms")) == pytest.approx(
+            row["wall_ms"]
+        )
     assert res["input"]["events"] <= ref["input"]["events"]
 
 
@@ -77,17 +79,20 @@ def the_warning(res: dict, path) -> str:
 
 
 @SETTINGS
-@given(name=st.sampled_from(KINETO + ONE_LINE), fraction=st.floats(0.02, 0.9999),
-       how=st.sampled_from(["plain", "gzip of the cut", "cut gzip"]))
+@given(
+    name=st.sampled_from(KINETO + ONE_LINE),
+    fraction=st.floats(0.02, 0.9999),
+    how=st.sampled_from(["plain", "gzip of the cut", "cut gzip"]),
+)
 def test_a_cut_anywhere_in_a_real_trace_is_said_once_and_reads_a_lower_bound(tmp_path, name, fraction, how):
     data, ref = plain(name), whole(name)
     if how == "cut gzip":  # the real .json.gz itself cut: the stream ends inside a deflate block
         raw = (REAL / f"{name}.json.gz").read_bytes()
         path = tmp_path / "t.json.gz"
-        path.write_bytes(raw[:int(len(raw) * fraction)])
+        path.write_bytes(raw[: int(len(raw) * fraction)])
         res = analyze_file(path, {})
     else:
-        cut = data[:int(len(data) * fraction)]
+        cut = data[: int(len(data) * fraction)]
         assume(cut.strip() != data.strip())  # only the final newline gone: nothing is damaged
         path, res = read(tmp_path, cut, gz=how != "plain")
     if res["input"].get("error"):  # nothing was read before the cut: said, with where, never an empty window
@@ -105,8 +110,9 @@ def test_a_cut_anywhere_in_a_real_trace_is_said_once_and_reads_a_lower_bound(tmp
 
 def first_device_event(data: bytes) -> int:
     """Where the first event that is a device event or a runtime call starts: a cut there keeps none of them."""
-    first = min(data.index(cat) for cat in (b'"cat": "kernel"', b'"cat": "cuda_runtime"', b'"cat": "gpu_memcpy"')
-                if cat in data)
+    first = min(
+        data.index(cat) for cat in (b'"cat": "kernel"', b'"cat": "cuda_runtime"', b'"cat": "gpu_memcpy"') if cat in data
+    )
     return data.rfind(b"{", 0, first)
 
 
@@ -116,19 +122,22 @@ def without_device_properties(data: bytes) -> bytes:
     return data[:start] + b'"deviceProperties": [],\n  ' + data[end:]
 
 
-@pytest.mark.parametrize("name,edit,sign", [
-    ("gpu_nccl_rank0", None, "deviceProperties in its header"),
-    ("gpu_nccl_rank0", without_device_properties, "distributedInfo backend nccl"),
-    ("sglang_qwen3_8b_decode_mi300x", None, "deviceProperties in its header"),
-    ("compare_base", None, "host calls such as nccl:all_reduce"),  # no header sign: its NCCL ranges say it
-])
+@pytest.mark.parametrize(
+    "name,edit,sign",
+    [
+        ("gpu_nccl_rank0", None, "deviceProperties in its header"),
+        ("gpu_nccl_rank0", without_device_properties, "distributedInfo backend nccl"),
+        ("sglang_qwen3_8b_decode_mi300x", None, "deviceProperties in its header"),
+        ("compare_base", None, "host calls such as nccl:all_reduce"),  # no header sign: its NCCL ranges say it
+    ],
+)
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_gpu_trace_cut_before_its_first_device_event_stays_a_gpu_trace(tmp_path, name, edit, sign, gz):
     """Cut before its first kernel, copy and runtime call: its CPU operators are never counted as compute (the
     one-line SGLang trace read them as 47x the whole file's compute); compute, comm and copies are 0, a lower
     bound, and the one warning says why this is a GPU trace."""
     data = plain(name) if edit is None else edit(plain(name))
-    path, res = read(tmp_path, data[:first_device_event(data)], gz)
+    path, res = read(tmp_path, data[: first_device_event(data)], gz)
     assert res["input"]["device"] is True and res["input"]["partial"] is True
     line = the_warning(res, path)
     assert f"the part read holds no device activity, but this is a GPU trace ({sign})" in line, line
@@ -142,7 +151,7 @@ def test_a_cpu_trace_cut_stays_a_cpu_trace(tmp_path):
     """HTA's CPU-only rank (gloo, no deviceProperties) cut in its events: no device sign, so its collectives
     and operators are still the CPU buckets, a lower bound of the whole file's."""
     data = plain("cpu_only_rank34")
-    path, res = read(tmp_path, data[:data.index(b'"ph": "X"', len(data) * 3 // 4)])
+    path, res = read(tmp_path, data[: data.index(b'"ph": "X"', len(data) * 3 // 4)])
     assert res["input"]["device"] is False
     assert "GPU trace" not in the_warning(res, path)
     assert_lower_bound(res, whole("cpu_only_rank34"), "cpu_only_rank34")
@@ -150,7 +159,7 @@ def test_a_cpu_trace_cut_stays_a_cpu_trace(tmp_path):
 
 def flipped(data: bytes, fraction: float) -> tuple[bytes, int]:
     at = min(int(len(data) * fraction), len(data) - 1)
-    return data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1:], at
+    return data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1 :], at
 
 
 def is_json(data: bytes) -> bool:
@@ -162,8 +171,10 @@ def is_json(data: bytes) -> bool:
 
 
 @SETTINGS
-@given(name=st.sampled_from(("rocm_mi250_train", "sglang_qwen3_8b_decode_mi300x", "compare_base")),
-       fraction=st.floats(0.0, 1.0))
+@given(
+    name=st.sampled_from(("rocm_mi250_train", "sglang_qwen3_8b_decode_mi300x", "compare_base")),
+    fraction=st.floats(0.0, 1.0),
+)
 def test_one_flipped_byte_in_a_plain_real_trace_is_said_and_reads_a_lower_bound(tmp_path, name, fraction):
     """A byte flipped so that the text is no longer JSON (a flip that leaves valid JSON is a different, valid
     trace: nothing can tell): the events around the damage are kept, one warning says where, every number is at
@@ -240,8 +251,12 @@ def test_a_second_document_ends_a_split_read_where_one_reader_ends(tmp_path, par
     path.write_bytes(data * 3)
     one, split = read_kineto(path), read_kineto(path, map_ranges=map, parts=parts)
     assert len(one.table) == len(split.table) == len(read_kineto(REAL / "rocm_mi250_train.json.gz").table)
-    assert (one.warnings, one.partial, one.bytes_read, one.meta) == \
-        (split.warnings, split.partial, split.bytes_read, split.meta)
+    assert (one.warnings, one.partial, one.bytes_read, one.meta) == (
+        split.warnings,
+        split.partial,
+        split.bytes_read,
+        split.meta,
+    )
     assert one.partial and f"from byte {len(data) + 1} " in one.warnings[0]
 
 
@@ -251,7 +266,7 @@ def test_compare_says_per_side_that_a_side_is_partial_and_why(tmp_path, damaged)
     name = "sglang_qwen3_8b_decode_mi300x"
     data = plain(name)
     cut = tmp_path / "cut.json"
-    cut.write_bytes(data[:len(data) // 2])
+    cut.write_bytes(data[: len(data) // 2])
     sides = {"baseline": REAL / f"{name}.json.gz", "new": REAL / f"{name}.json.gz", damaged: cut}
     out = tmp_path / "out"
     proc = run_cli("compare", "-d", sides["new"], "-bp", sides["baseline"], "-o", out)

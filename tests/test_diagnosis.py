@@ -105,9 +105,24 @@ def test_unit_labels_read_back_what_units_hold():
 
 # ---- thresholds: fire just above, quiet just below ---------------------------------------------------------
 def _row(stage, role, wall, unit=None, index=None, step=2, rank=0, **held):
-    return {"step": step, "role": role, "stage": stage, "rank": rank, "replica": None, "file": "f", "unit": unit,
-            "index": index, "start_us": 0.0, "wall_ms": wall, "compute_ms": wall, "comm_ms": 0.0, "overlap_ms": 0.0,
-            "memcpy_ms": 0.0, "idle_ms": 0.0, **held}
+    return {
+        "step": step,
+        "role": role,
+        "stage": stage,
+        "rank": rank,
+        "replica": None,
+        "file": "f",
+        "unit": unit,
+        "index": index,
+        "start_us": 0.0,
+        "wall_ms": wall,
+        "compute_ms": wall,
+        "comm_ms": 0.0,
+        "overlap_ms": 0.0,
+        "memcpy_ms": 0.0,
+        "idle_ms": 0.0,
+        **held,
+    }
 
 
 def _doc(rows, **extra):
@@ -121,8 +136,10 @@ def _kinds(doc):
 def _tail_doc(tail_share):
     n = 20
     tail = round(tail_share * n)
-    units = [_row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10,
-                  active=(10 if k < n - tail else 4)) for k in range(n)]
+    units = [
+        _row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=(10 if k < n - tail else 4))
+        for k in range(n)
+    ]
     return _doc([_row("rollout_generate", "rollout", 20.0), _row("actor_update", "actor", 20.0), *units])
 
 
@@ -134,8 +151,10 @@ def test_rollout_tail_threshold():
 
 
 def _padding_doc(share):
-    units = [_row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000,
-                  real_tokens=round(1000 * (1 - share))) for k in range(2)]
+    units = [
+        _row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=round(1000 * (1 - share)))
+        for k in range(2)
+    ]
     return _doc([_row("actor_update", "actor", 10.0), _row("rollout_generate", "rollout", 10.0), *units])
 
 
@@ -152,8 +171,18 @@ def _fixed_doc(fixed_ms, per_token_ms=0.01, units=8):
     rows = [_row("actor_update", "actor", 100.0), _row("rollout_generate", "rollout", 100.0)]
     for k in range(units):
         tokens = 100 + 50 * k
-        rows.append(_row("actor_update", "actor", fixed_ms + per_token_ms * tokens, "micro_batch", k, seqs=1,
-                         tokens=tokens, real_tokens=tokens))
+        rows.append(
+            _row(
+                "actor_update",
+                "actor",
+                fixed_ms + per_token_ms * tokens,
+                "micro_batch",
+                k,
+                seqs=1,
+                tokens=tokens,
+                real_tokens=tokens,
+            )
+        )
     return _doc(rows)
 
 
@@ -183,8 +212,13 @@ def _share_doc(stage, role, share):
     return _doc([_row(stage, role, other * share / (1 - share)), _row("actor_update", "actor", other)])
 
 
-@pytest.mark.parametrize("stage,role,kind,key", [("reward_compute", "reward", "slow_reward", "reward_share"),
-                                                 ("weight_sync", "actor", "weight_sync", "weight_sync_share")])
+@pytest.mark.parametrize(
+    "stage,role,kind,key",
+    [
+        ("reward_compute", "reward", "slow_reward", "reward_share"),
+        ("weight_sync", "actor", "weight_sync", "weight_sync_share"),
+    ],
+)
 def test_stage_share_thresholds(stage, role, kind, key):
     t = THRESHOLDS[key]
     assert kind in _kinds(_share_doc(stage, role, t + 0.02))
@@ -201,8 +235,9 @@ def test_unused_reference_needs_the_runs_config():
 
 def _launch_doc(share):
     wall = 100.0
-    row = _row("actor_update", "actor", wall, launch_bound_ms=share * wall, device_gap_ms=share * wall,
-               launch_unlinked_ms=0.0)
+    row = _row(
+        "actor_update", "actor", wall, launch_bound_ms=share * wall, device_gap_ms=share * wall, launch_unlinked_ms=0.0
+    )
     return _doc([row, _row("rollout_generate", "rollout", 100.0)])
 
 
@@ -214,9 +249,19 @@ def test_launch_bound_threshold():
 
 def _memory_doc(use):
     cap = 80 * 2**30
-    return _doc([_row("actor_update", "actor", 10.0)], memory=[
-        {"rank": 0, "role": "actor", "stage": "actor_update", "file": "f", "peak_bytes": use * cap,
-         "capacity_bytes": cap}])
+    return _doc(
+        [_row("actor_update", "actor", 10.0)],
+        memory=[
+            {
+                "rank": 0,
+                "role": "actor",
+                "stage": "actor_update",
+                "file": "f",
+                "peak_bytes": use * cap,
+                "capacity_bytes": cap,
+            }
+        ],
+    )
 
 
 def test_memory_headroom_threshold():
@@ -241,10 +286,17 @@ def _independent_gaps(path):
     ev = json.load(gzip.open(path))["traceEvents"]
     launch = {}
     for e in ev:
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+        if (
+            e.get("ph") == "X"
+            and e.get("cat") in ("cuda_runtime", "cuda_driver")
+            and "correlation" in e.get("args", {})
+        ):
             launch.setdefault(e["args"]["correlation"], float(e["ts"]))
-    dev = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"]), e.get("args", {}).get("correlation"))
-                 for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    dev = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]), e.get("args", {}).get("correlation"))
+        for e in ev
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
     busy_until, gap, bound = dev[0][1], 0.0, 0.0
     for start, end, corr in dev[1:]:
         if start > busy_until:
@@ -255,8 +307,9 @@ def _independent_gaps(path):
     return gap / 1e3, bound / 1e3, (busy_until - dev[0][0]) / 1e3
 
 
-@pytest.mark.parametrize("name", ["gpu_nccl_rank0.json.gz", "sglang_qwen3_8b_decode_mi300x.json.gz",
-                                  "rocm_mi250_train.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["gpu_nccl_rank0.json.gz", "sglang_qwen3_8b_decode_mi300x.json.gz", "rocm_mi250_train.json.gz"]
+)
 def test_launch_bound_gaps_on_real_gpu_traces(name):
     launch = analyze(REAL / name, workers=1)["launch"][0]
     gap, bound, span = _independent_gaps(REAL / name)
@@ -277,7 +330,7 @@ def test_memory_use_against_capacity_on_a_real_capture():
         a = e.get("args", {})
         if e.get("name") == "[memory]" and a.get("Device Type") != 0 and "Total Allocated" in a:
             peaks[a["Device Id"]] = max(peaks.get(a["Device Id"], 0), a["Total Allocated"])
-    (device, peak), = peaks.items()
+    ((device, peak),) = peaks.items()
     capacity = next(p["totalGlobalMem"] for p in raw["deviceProperties"] if p["id"] == device)
     doc = analyze(path, workers=1)
     (mem,) = doc["memory"]
@@ -311,8 +364,15 @@ def test_advise_from_verl_metrics_targets_the_dominant_stage(tmp_path):
 
 
 def _records(times, lengths=None):
-    return [{"step": i + 1, "stages": {"rollout_generate": t, "actor_update": 1.0}, "step_s": t + 1.0,
-             "response_length": (lengths[i] if lengths else 100.0)} for i, t in enumerate(times)]
+    return [
+        {
+            "step": i + 1,
+            "stages": {"rollout_generate": t, "actor_update": 1.0},
+            "step_s": t + 1.0,
+            "response_length": (lengths[i] if lengths else 100.0),
+        }
+        for i, t in enumerate(times)
+    ]
 
 
 def test_outlier_step_threshold():
@@ -376,8 +436,13 @@ def test_a_cause_that_dominates_is_found_live_whatever_the_load(tmp_path):
     """Live training asserts what holds whatever the timing: a verifier that waits 25 ms a sample holds the step
     for 1.6 s, several times what the rest of it takes even on a loaded machine, and is among the causes found."""
     bench = _bench("diagnose")
-    case = {"name": "slow_reward_25ms", "cause": "slow_reward", "nproc": 1, "overrides": ("reward.cost_ms=25",),
-            "levers": {"verl": "reward.num_workers", "rlprof": "reward.workers"}}
+    case = {
+        "name": "slow_reward_25ms",
+        "cause": "slow_reward",
+        "nproc": 1,
+        "overrides": ("reward.cost_ms=25",),
+        "levers": {"verl": "reward.num_workers", "rlprof": "reward.workers"},
+    }
     result = bench.run_case(case, tmp_path, steps="[2]")
     scored = bench.score(case, result)
     assert "slow_reward" in scored["causes_found"], scored

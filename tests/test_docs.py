@@ -18,8 +18,7 @@ def test_the_readme_is_a_landing_page():
     assert len(README.splitlines()) <= 150
     blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
     install, tests = blocks[0].strip(), blocks[1].strip()
-    assert install == ('python3 -m pip install torch==2.13.0 && python3 -m pip install -e ".[all,dev]" && '
-                       "rlprof train")
+    assert install == ('python3 -m pip install torch==2.13.0 && python3 -m pip install -e ".[all,dev]" && rlprof train')
     assert tests == "python3 -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python3 -m pip install -q torch==2.13.0" in ci and 'python3 -m pip install -q -e ".[all,dev]"' in ci
@@ -43,8 +42,12 @@ def test_every_guide_is_in_the_site_and_it_builds_strict(tmp_path):
     nav = (ROOT / "mkdocs.yml").read_text()
     missing = [p.name for p in PAGES[1:] if p.name not in nav]
     assert not missing, f"docs pages not in mkdocs.yml's nav: {missing}"
-    proc = subprocess.run([mkdocs, "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [mkdocs, "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "analysis_schema" / "index.html").exists()
 
@@ -57,16 +60,34 @@ def test_the_guides_build_fails_on_a_broken_link(tmp_path):
     docs.mkdir()
     (docs / "index.md").write_text("# x\n\n[gone](missing.md)\n")
     (tmp_path / "mkdocs.yml").write_text("site_name: x\nstrict: true\n")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
-                           str(tmp_path / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(tmp_path / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0 and "missing.md" in proc.stderr
 
 
 def test_nothing_cites_a_document_outside_the_repository():
     """Docstrings, tests and guides point at what a reader of this repository can open."""
-    here = [p for folder in ("src", "tests", "docs", "bench") for p in (ROOT / folder).rglob("*")
-            if p.suffix in (".py", ".md") and not any(part.startswith(".venv") for part in p.parts)
-            and p.name != "test_docs.py"]
+    here = [
+        p
+        for folder in ("src", "tests", "docs", "bench")
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".md")
+        and not any(part.startswith(".venv") for part in p.parts)
+        and p.name != "test_docs.py"
+    ]
     citing = [str(p.relative_to(ROOT)) for p in here if re.search(r"\bSPEC\b|SPEC\.md|\.\./shared", p.read_text())]
     assert not citing

@@ -14,11 +14,24 @@ from helpers import R, rows
 
 from rlprof.config import load_plan
 from rlprof.errors import ConfigError
-from rlprof.integrations.engines import (ReplicaFleet, SglangAdapter, VllmAdapter, recognise, rollout_plan,
-                                         sglang_start_args, vllm_settings)
+from rlprof.integrations.engines import (
+    ReplicaFleet,
+    SglangAdapter,
+    VllmAdapter,
+    recognise,
+    rollout_plan,
+    sglang_start_args,
+    vllm_settings,
+)
 
-ASYNC = ["global_profiler.tool=torch", "global_profiler.steps=[2]", "actor_rollout_ref.rollout.mode=async",
-         f"{R}.enable=true", f"{R}.all_ranks=true", f"{R}.tool_config.torch.discrete=true"]
+ASYNC = [
+    "global_profiler.tool=torch",
+    "global_profiler.steps=[2]",
+    "actor_rollout_ref.rollout.mode=async",
+    f"{R}.enable=true",
+    f"{R}.all_ranks=true",
+    f"{R}.tool_config.torch.discrete=true",
+]
 SCHED = f"{R}.tool_config.torch.schedule={{unit: decode_step, wait: 2, warmup: 1, active: 3}}"
 
 
@@ -32,30 +45,61 @@ def contents(*c):
 
 VLLM_CASES = [
     # (overrides, new-form subset, old-form env subset (0.12), warnings that must appear)
-    ((contents("cpu", "cuda"), SCHED),
-     # skip 3 iterations: vLLM starts on the delay-th it counts (checked live, tests/test_vllm_live.py)
-     {"delay_iterations": 4, "max_iterations": 3, "torch_profiler_with_stack": False,
-      "torch_profiler_record_shapes": False, "torch_profiler_with_memory": False, "ignore_frontend": True},
-     {"VLLM_PROFILER_DELAY_ITERS": "4", "VLLM_PROFILER_MAX_ITERS": "3", "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": "1"},
-     []),
-    ((contents("cpu", "cuda", "memory", "shapes", "stack"),),
-     {"delay_iterations": 0, "max_iterations": 0, "torch_profiler_with_stack": True,
-      "torch_profiler_record_shapes": True, "torch_profiler_with_memory": True, "ignore_frontend": False},
-     {"VLLM_TORCH_PROFILER_WITH_STACK": "1", "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1",
-      "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1", "VLLM_PROFILER_MAX_ITERS": "0"},
-     []),
+    (
+        (contents("cpu", "cuda"), SCHED),
+        # skip 3 iterations: vLLM starts on the delay-th it counts (checked live, tests/test_vllm_live.py)
+        {
+            "delay_iterations": 4,
+            "max_iterations": 3,
+            "torch_profiler_with_stack": False,
+            "torch_profiler_record_shapes": False,
+            "torch_profiler_with_memory": False,
+            "ignore_frontend": True,
+        },
+        {
+            "VLLM_PROFILER_DELAY_ITERS": "4",
+            "VLLM_PROFILER_MAX_ITERS": "3",
+            "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": "1",
+        },
+        [],
+    ),
+    (
+        (contents("cpu", "cuda", "memory", "shapes", "stack"),),
+        {
+            "delay_iterations": 0,
+            "max_iterations": 0,
+            "torch_profiler_with_stack": True,
+            "torch_profiler_record_shapes": True,
+            "torch_profiler_with_memory": True,
+            "ignore_frontend": False,
+        },
+        {
+            "VLLM_TORCH_PROFILER_WITH_STACK": "1",
+            "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1",
+            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1",
+            "VLLM_PROFILER_MAX_ITERS": "0",
+        },
+        [],
+    ),
     ((contents("cpu"),), {"torch_profiler_with_stack": False}, {}, ["fixed level"]),
     ((contents("cpu", "cuda"), f"{R}.tool_config.torch.analysis=true"), {}, {}, ["does not run an analysis"]),
-    ((contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={{unit: stage, active: 1}}"),
-     {"delay_iterations": 0, "max_iterations": 0}, {}, []),
+    (
+        (contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={{unit: stage, active: 1}}"),
+        {"delay_iterations": 0, "max_iterations": 0},
+        {},
+        [],
+    ),
 ]
 
 
-@pytest.mark.parametrize("schedule,key,allowed", [
-    ("{unit: micro_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
-    ("{unit: mini_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
-    ("{unit: decode_step, active: 2, repeat: 2}", "schedule.repeat", "0 or 1"),
-])
+@pytest.mark.parametrize(
+    "schedule,key,allowed",
+    [
+        ("{unit: micro_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
+        ("{unit: mini_batch, active: 1}", "schedule.unit", "decode_step (engine iterations)"),
+        ("{unit: decode_step, active: 2, repeat: 2}", "schedule.repeat", "0 or 1"),
+    ],
+)
 def test_what_an_engine_cannot_honour_is_one_line_naming_the_key(tmp_path, schedule, key, allowed):
     p = plan(contents("cpu", "cuda"), f"{R}.tool_config.torch.schedule={schedule}")
     with pytest.raises(ConfigError) as exc:
@@ -91,14 +135,19 @@ def test_vllm_before_iteration_limits_says_so(tmp_path):
 def test_sglang_start_arguments(tmp_path):
     p = plan(contents("cpu", "cuda", "stack", "shapes"), SCHED, f"{R}.tool_config.torch.analysis=true")
     args, notes = sglang_start_args(p, tmp_path, forward_count=100)
-    assert args == {"output_dir": str(tmp_path), "activities": ["CPU", "GPU"], "with_stack": True,
-                    "record_shapes": True, "start_step": 104, "num_steps": 3}
+    assert args == {
+        "output_dir": str(tmp_path),
+        "activities": ["CPU", "GPU"],
+        "with_stack": True,
+        "record_shapes": True,
+        "start_step": 104,
+        "num_steps": 3,
+    }
     assert notes == []
     args, notes = sglang_start_args(p, tmp_path)  # the engine's forward count unknown: a superset, said so
     assert "start_step" not in args and args["num_steps"] == 6 and any("start_step" in n for n in notes)
     args, notes = sglang_start_args(plan(contents("cpu", "memory")), tmp_path)
-    assert args == {"output_dir": str(tmp_path), "activities": ["CPU"], "with_stack": False,
-                    "record_shapes": False}
+    assert args == {"output_dir": str(tmp_path), "activities": ["CPU"], "with_stack": False, "record_shapes": False}
     assert any("no memory content" in n for n in notes) and any("runs its trace export" in n for n in notes)
 
 
@@ -133,9 +182,19 @@ class RecordingEngine:
 
 
 def _write_trace(path: Path, label: str):
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 40,
-               "args": {"engine": label}},
-              {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_64x64", "pid": 0, "tid": 7, "ts": 20, "dur": 25}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 40,
+            "args": {"engine": label},
+        },
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_64x64", "pid": 0, "tid": 7, "ts": 20, "dur": 25},
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events, "schemaVersion": 1}, f)
@@ -150,22 +209,48 @@ def test_only_the_selected_replica_is_asked_to_profile(tmp_path):
     assert fleet.start(1) == [] and fleet.stop() == []  # step 1 is not profiled
     assert fleet.start(2) == [1]
     fleet.stop()
-    assert [e.calls for e in engines] == [[], [("start_profile", {
-        "output_dir": str(tmp_path / "sglang_replica1" / "step2"), "activities": ["CPU", "GPU"],
-        "with_stack": False, "record_shapes": False}), ("stop_profile", {})], []]
+    assert [e.calls for e in engines] == [
+        [],
+        [
+            (
+                "start_profile",
+                {
+                    "output_dir": str(tmp_path / "sglang_replica1" / "step2"),
+                    "activities": ["CPU", "GPU"],
+                    "with_stack": False,
+                    "record_shapes": False,
+                },
+            ),
+            ("stop_profile", {}),
+        ],
+        [],
+    ]
 
 
-VLLM_FILES = ["inst-3f2a-rank-0.1763700000000.pt.trace.json.gz", "inst-3f2a-rank-1.1763700000001.pt.trace.json.gz",
-              "async_llm.1763700000002.pt.trace.json.gz"]
-SGLANG_FILES = ["1763700000.25-TP-0.trace.json.gz", "rl-1763700000.25-TP-1-DP-0-PP-0-EP-0.trace.json.gz",
-                "1763700000.25-TP-0-DECODE.trace.json.gz", "merged-1763700000.25.trace.json.gz"]
+VLLM_FILES = [
+    "inst-3f2a-rank-0.1763700000000.pt.trace.json.gz",
+    "inst-3f2a-rank-1.1763700000001.pt.trace.json.gz",
+    "async_llm.1763700000002.pt.trace.json.gz",
+]
+SGLANG_FILES = [
+    "1763700000.25-TP-0.trace.json.gz",
+    "rl-1763700000.25-TP-1-DP-0-PP-0-EP-0.trace.json.gz",
+    "1763700000.25-TP-0-DECODE.trace.json.gz",
+    "merged-1763700000.25.trace.json.gz",
+]
 
 
 def test_engine_file_names_are_recognised():
     kinds = [recognise(n) for n in VLLM_FILES + SGLANG_FILES]
     assert [(k.engine, k.part, k.tp_rank) for k in kinds] == [
-        ("vllm", "worker", 0), ("vllm", "worker", 1), ("vllm", "frontend", None), ("sglang", "worker", 0),
-        ("sglang", "worker", 1), ("sglang", "worker", 0), ("sglang", "merged", None)]
+        ("vllm", "worker", 0),
+        ("vllm", "worker", 1),
+        ("vllm", "frontend", None),
+        ("sglang", "worker", 0),
+        ("sglang", "worker", 1),
+        ("sglang", "worker", 0),
+        ("sglang", "merged", None),
+    ]
     assert kinds[5].phase == "DECODE"
     assert recognise("host_1234.1763700000000.pt.trace.json") == recognise("host_1234.1763700000000.pt.trace.json")
     assert recognise("notes.json") is None and recognise("manifest.jsonl") is None
@@ -186,9 +271,12 @@ def test_engine_outputs_land_in_the_manifest_and_are_analysed_per_replica(tmp_pa
     assert len(written) == 6
     manifest = rows(run_dir)
     assert {(r["replica"], r["engine"], r["engine_part"], r["engine_tp_rank"]) for r in manifest} == {
-        (rep, "vllm", part, tp) for rep in (0, 2) for part, tp in (("worker", 0), ("worker", 1), ("frontend", None))}
-    assert all((r["step"], r["role"], r["stage"], r["mode"]) == (2, "rollout", "rollout_generate", "discrete")
-               for r in manifest)
+        (rep, "vllm", part, tp) for rep in (0, 2) for part, tp in (("worker", 0), ("worker", 1), ("frontend", None))
+    }
+    assert all(
+        (r["step"], r["role"], r["stage"], r["mode"]) == (2, "rollout", "rollout_generate", "discrete")
+        for r in manifest
+    )
     proc = run_cli("analyze", run_dir, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -13,13 +13,41 @@ from rlprof.frameworks import verl
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
 
 
-def row(stage, wall, compute=None, comm=0.0, memcpy=0.0, idle=None, step=2, rank=0, role="actor", unit=None,
-        index=None, sig=None, file="w.json"):
+def row(
+    stage,
+    wall,
+    compute=None,
+    comm=0.0,
+    memcpy=0.0,
+    idle=None,
+    step=2,
+    rank=0,
+    role="actor",
+    unit=None,
+    index=None,
+    sig=None,
+    file="w.json",
+):
     compute = wall - comm - memcpy - (idle or 0.0) if compute is None else compute
     idle = wall - compute - comm - memcpy if idle is None else idle
-    return {"step": step, "role": role, "stage": stage, "rank": rank, "replica": None, "file": file, "unit": unit,
-            "index": index, "start_us": 0.0, "wall_ms": wall, "compute_ms": compute, "comm_ms": comm,
-            "overlap_ms": 0.0, "memcpy_ms": memcpy, "idle_ms": idle, **({"ops_sig": sig} if unit else {})}
+    return {
+        "step": step,
+        "role": role,
+        "stage": stage,
+        "rank": rank,
+        "replica": None,
+        "file": file,
+        "unit": unit,
+        "index": index,
+        "start_us": 0.0,
+        "wall_ms": wall,
+        "compute_ms": compute,
+        "comm_ms": comm,
+        "overlap_ms": 0.0,
+        "memcpy_ms": memcpy,
+        "idle_ms": idle,
+        **({"ops_sig": sig} if unit else {}),
+    }
 
 
 def doc(rows, inputs=None, collectives=None):
@@ -37,8 +65,10 @@ def test_dominant_stage_fires_above_its_share_only():
     (f,) = [f for f in findings(top) if f["kind"] == "dominant_stage"]
     assert f["stage"] == "actor_update" and f["evidence"]["share"] == pytest.approx(0.5) and "50%" in f["text"]
     just_below = 100 * share - 1  # the top stage just under the threshold, the rest split evenly
-    even = doc([row("actor_update", just_below)] + [row(s, (100 - just_below) / 3) for s in
-                                                   ("rollout_generate", "ref_compute_log_prob", "reward_compute")])
+    even = doc(
+        [row("actor_update", just_below)]
+        + [row(s, (100 - just_below) / 3) for s in ("rollout_generate", "ref_compute_log_prob", "reward_compute")]
+    )
     assert "dominant_stage" not in kinds(even)
 
 
@@ -57,26 +87,38 @@ def test_idle_in_several_stages_is_one_finding_holding_them_all():
     one = doc([row("actor_update", 100, idle=100 * limit + 2), row("rollout_generate", 100, idle=0)])
     (single,) = [f for f in findings(one) if f["kind"] == "idle"]
     assert single["text"].startswith("idle is ") and "of actor/actor_update" in single["text"]
-    several = doc([row("actor_update", 100, idle=30), row("rollout_generate", 80, idle=40),
-                   row("ref_compute_log_prob", 60, idle=5)])
+    several = doc(
+        [
+            row("actor_update", 100, idle=30),
+            row("rollout_generate", 80, idle=40),
+            row("ref_compute_log_prob", 60, idle=5),
+        ]
+    )
     (merged,) = [f for f in findings(several) if f["kind"] == "idle"]
     stages = [(s["stage"], s["bucket_ms"], s["wall_ms"]) for s in merged["evidence"]["stages"]]
     assert stages == [("rollout_generate", 40, 80), ("actor_update", 30, 100)]  # largest idle first; ref is below
     assert merged["impact_ms"] == pytest.approx(70) and merged["evidence"]["share"] == pytest.approx(70 / 180)
     assert merged["stage"] == "rollout_generate"
-    assert "of 2 stages (70.0 of 180.0 ms)" in merged["text"] and "actor/rollout_generate 50% (40.0 of 80.0 ms)" in merged["text"]
+    assert (
+        "of 2 stages (70.0 of 180.0 ms)" in merged["text"]
+        and "actor/rollout_generate 50% (40.0 of 80.0 ms)" in merged["text"]
+    )
 
 
 def test_exposed_communication_names_the_collectives():
-    d = doc([row("actor_update", 100, comm=30), row("rollout_generate", 100, idle=0)],
-            collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_reduce", "total_ms": 25.0}])
+    d = doc(
+        [row("actor_update", 100, comm=30), row("rollout_generate", 100, idle=0)],
+        collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_reduce", "total_ms": 25.0}],
+    )
     (f,) = [f for f in findings(d) if f["kind"] == "exposed_comm"]
     assert "nccl:all_reduce 25.0 ms" in f["text"]
 
 
 def test_markers_windows_get_no_bucket_finding():
-    d = doc([row("actor_update", 100, compute=0, idle=100, file="m.json"), row("rollout_generate", 40, file="m.json")],
-            inputs=[{"path": "run/m.json", "tool": "markers"}])
+    d = doc(
+        [row("actor_update", 100, compute=0, idle=100, file="m.json"), row("rollout_generate", 40, file="m.json")],
+        inputs=[{"path": "run/m.json", "tool": "markers"}],
+    )
     assert kinds(d) == ["dominant_stage"]
 
 
@@ -92,7 +134,7 @@ def test_repeating_units_fire_when_units_match_only():
     stage = row("actor_update", 100, idle=0)
     same = [row("actor_update", 12 + 0.1 * k, idle=0, unit="micro_batch", index=k, sig="abc") for k in range(8)]
     mixed = [row("actor_update", 12, idle=0, unit="micro_batch", index=k, sig=f"s{k % 3}") for k in range(8)]
-    few = same[:THRESHOLDS["repeat_units"] - 1]
+    few = same[: THRESHOLDS["repeat_units"] - 1]
     (f,) = [f for f in findings(doc([stage, *same])) if f["kind"] == "repeating_units"]
     assert f["evidence"]["units"] == 8 and "{unit: micro_batch, active: 1}" in f["text"]
     assert "repeating_units" not in kinds(doc([stage, *mixed])) and "repeating_units" not in kinds(doc([stage, *few]))
@@ -105,8 +147,11 @@ def test_truncated_window_fires_only_when_cut():
 
 
 def test_slow_rank_comes_first_and_only_when_the_others_wait():
-    slow = [row("actor_update", 100, compute=c, comm=w, rank=r, step=s) for r, (c, w) in
-            {0: (50, 40), 1: (85, 5)}.items() for s in (2, 3)] + [row("rollout_generate", 20, rank=r) for r in (0, 1)]
+    slow = [
+        row("actor_update", 100, compute=c, comm=w, rank=r, step=s)
+        for r, (c, w) in {0: (50, 40), 1: (85, 5)}.items()
+        for s in (2, 3)
+    ] + [row("rollout_generate", 20, rank=r) for r in (0, 1)]
     found = findings(doc(slow))
     assert found[0]["kind"] == "slow_rank" and found[0]["rank"] == 1 and found[0]["stage"] == "actor_update"
     even = [row("actor_update", 100, compute=50, comm=40, rank=r) for r in (0, 1)]
@@ -173,8 +218,15 @@ def test_advise_closes_the_loop_from_a_markers_run_in_verls_dialect(markers_run)
     assert advice["target"]["stage"] == _slowest_stage(run)  # what the markers run found slowest
     assert plan["roles"][advice["target"]["role"] if advice["target"]["role"] != "ref" else "actor"]["enabled"]
     out = tmp / "next_run"
-    proc = run_cli("train", nxt, "trainer.steps=4", f"trainer.output_dir={tmp}/t2", f"global_profiler.save_path={out}",
-                   cwd=tmp, timeout=600)
+    proc = run_cli(
+        "train",
+        nxt,
+        "trainer.steps=4",
+        f"trainer.output_dir={tmp}/t2",
+        f"global_profiler.save_path={out}",
+        cwd=tmp,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (new,) = list(out.iterdir())
     written = sum(json.loads(line)["bytes"] for line in (new / "manifest.jsonl").read_text().splitlines())
@@ -195,8 +247,15 @@ def test_advise_samples_units_to_fit_a_small_budget(markers_run):
     actor = plan_json(nxt)["roles"]["actor"]
     assert actor["stages"] == ["actor_update"] and actor["schedule"]["active"] == advice["active"]
     out = tmp / "small_run"
-    proc = run_cli("train", nxt, "trainer.steps=4", f"trainer.output_dir={tmp}/t3", f"global_profiler.save_path={out}",
-                   cwd=tmp, timeout=600)
+    proc = run_cli(
+        "train",
+        nxt,
+        "trainer.steps=4",
+        f"trainer.output_dir={tmp}/t3",
+        f"global_profiler.save_path={out}",
+        cwd=tmp,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (new,) = list(out.iterdir())
     check = run_cli("advise", "--check", new, "--advice", tmp / "small.advice.json")
@@ -213,8 +272,10 @@ def test_advise_in_mindspeeds_dialect(markers_run):
     assert list(enabled) == ["actor"] and enabled["actor"]["stages"] == ["actor_update"]
 
 
-@pytest.mark.parametrize("args,says", [(["--budget", "lots"], "--budget"), (["--dialect", "hydra"], "--dialect"),
-                                       (["--check", "."], "--advice")])
+@pytest.mark.parametrize(
+    "args,says",
+    [(["--budget", "lots"], "--budget"), (["--dialect", "hydra"], "--dialect"), (["--check", "."], "--advice")],
+)
 def test_advise_bad_input_is_one_line(markers_run, args, says):
     _, run = markers_run
     proc = run_cli("advise", run, *args)

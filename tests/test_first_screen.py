@@ -16,8 +16,14 @@ FOREIGN = ("USDT:", "STAGE:", "FutureWarning", "DeprecationWarning", "[transform
 def train(tmp_path, *args):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("RLPROF_VERBOSE", None)
-    return subprocess.run([sys.executable, "-m", "rlprof.cli", "train", *args, "trainer.steps=3"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rlprof.cli", "train", *args, "trainer.steps=3"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_no_foreign_line_on_the_first_screen_and_verbose_keeps_kinetos(tmp_path):

@@ -132,12 +132,21 @@ def test_a_continuous_schedule_that_skips_keeps_only_the_active_mini_batches():
     assert "stages before the active window are kept in full" in plain.stdout
 
 
-@pytest.mark.parametrize("config, version", [
-    (None, "0.10.0.dev"), ("v0.10.0.dev_1dda039_generated_ppo_trainer.yaml", "0.10.0.dev"),
-    ("v0.9.1_generated_ppo_trainer.yaml", "0.9.1"), ("v0.9.0_generated_ppo_trainer.yaml", "0.9.0")])
+@pytest.mark.parametrize(
+    "config, version",
+    [
+        (None, "0.10.0.dev"),
+        ("v0.10.0.dev_1dda039_generated_ppo_trainer.yaml", "0.10.0.dev"),
+        ("v0.9.1_generated_ppo_trainer.yaml", "0.9.1"),
+        ("v0.9.0_generated_ppo_trainer.yaml", "0.9.0"),
+    ],
+)
 def test_the_verl_version_is_detected_and_shown(config, version):
-    args = ([VERL / config] if config else []) + ["global_profiler.tool=torch", "global_profiler.steps=[1]",
-                                                   "actor_rollout_ref.actor.profiler.enable=True"]
+    args = ([VERL / config] if config else []) + [
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[1]",
+        "actor_rollout_ref.actor.profiler.enable=True",
+    ]
     proc = run_cli("plan", *args)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].startswith(f"dialect: global_role with verl {version}'s meaning")
@@ -151,9 +160,14 @@ def test_every_verl_plan_says_advantage_compute_runs_on_the_driver():
 def test_the_async_plan_says_the_rollout_runs_in_its_own_processes():
     """verl's rollout runs in agent-loop server processes: the header says so and no note puts it in the actor's
     process; ranks are global GPU ranks mapped to replicas (0.9.1 on)."""
-    proc = run_cli("plan", *overrides_of("e2e_schedule_skip"), "actor_rollout_ref.rollout.mode=async",
-                   "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
-                   "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.profiler.ranks=[2]")
+    proc = run_cli(
+        "plan",
+        *overrides_of("e2e_schedule_skip"),
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.rollout.profiler.ranks=[2]",
+    )
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr
     assert "server processes of its own" in out.splitlines()[0] and "replica indices" not in out
@@ -168,13 +182,19 @@ RUN = ["global_profiler.tool=torch", "global_profiler.steps=[1]"]
 def test_ref_enable_false_beside_an_enabled_actor_is_said_to_have_no_effect():
     """docs/perf/torch_profiling.md ~301-303 @1dda039: the hybrid worker follows actor.profiler, so turning the ref's
     off changes nothing while the actor's is on; the line names what would."""
-    plan = load_plan(None, RUN + ["actor_rollout_ref.actor.profiler.enable=True",
-                                  "actor_rollout_ref.ref.profiler.enable=False"], device="cpu")
+    plan = load_plan(
+        None,
+        RUN + ["actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.ref.profiler.enable=False"],
+        device="cpu",
+    )
     assert plan.role("ref").enabled and plan.role("ref").stages == ("ref_compute_log_prob",)
     (line,) = [w for w in plan.warnings if "has no effect" in w]
     assert "ref.profiler.stages=[]" in line
-    lever = load_plan(None, RUN + ["actor_rollout_ref.actor.profiler.enable=True",
-                                   "actor_rollout_ref.ref.profiler.stages=[]"], device="cpu")
+    lever = load_plan(
+        None,
+        RUN + ["actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.ref.profiler.stages=[]"],
+        device="cpu",
+    )
     assert lever.role("ref").stages == () and lever.role("actor").stages[0] == "actor_compute_log_prob"
 
 
@@ -185,8 +205,11 @@ def test_ref_enable_true_alone_profiles_nothing_and_says_why():
 
 
 def test_a_generated_yamls_own_default_is_not_called_a_choice():
-    plan = load_plan(VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml",
-                     RUN + ["actor_rollout_ref.actor.profiler.enable=True"], device="cpu")
+    plan = load_plan(
+        VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml",
+        RUN + ["actor_rollout_ref.actor.profiler.enable=True"],
+        device="cpu",
+    )
     assert not any("has no effect" in w for w in plan.warnings)
 
 
@@ -195,9 +218,13 @@ HEAD_YAML = VERL / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
 ENABLED = RUN + ["actor_rollout_ref.actor.profiler.enable=True"]
 
 
-@pytest.mark.parametrize("key, said", [
-    ("actor_rollout_ref.actor.profiler.tool_config.torch.profile_token_start=5", "apply to the rollout role only"),
-    ("actor_rollout_ref.rollout.profiler.tool_config.torch.schedule.active=1", "so verl ignores it")])
+@pytest.mark.parametrize(
+    "key, said",
+    [
+        ("actor_rollout_ref.actor.profiler.tool_config.torch.profile_token_start=5", "apply to the rollout role only"),
+        ("actor_rollout_ref.rollout.profiler.tool_config.torch.schedule.active=1", "so verl ignores it"),
+    ],
+)
 def test_a_key_the_generated_yaml_lacks_is_refused_plain_and_taken_with_plus(key, said):
     proc = run_cli("plan", HEAD_YAML, key, *ENABLED)
     assert proc.returncode == 2
@@ -211,20 +238,37 @@ def test_a_key_the_generated_yaml_lacks_is_refused_plain_and_taken_with_plus(key
 
 
 def test_keys_the_generated_yaml_holds_take_plain_overrides():
-    plan = load_plan(HEAD_YAML, ENABLED + ["actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=1"],
-                     device="cpu")
+    plan = load_plan(
+        HEAD_YAML, ENABLED + ["actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=1"], device="cpu"
+    )
     assert plan.role("actor").schedule.active == 1
 
 
 # ---- where rlprof is stricter than the framework, the refusal says what the framework would do -----------------
-@pytest.mark.parametrize("overrides, said", [
-    (["global_profiler.tool=nsight"], "verl would run this config and profile nothing"),
-    (["actor_rollout_ref.actor.profiler.tool=foo"], "verl would run this config and profile nothing"),
-    (["global_profiler.tool=torch", "global_profiler.steps=[-1]"], "verl would run this config and profile no such step"),
-    ([f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=actor_updat"], "MindSpeed-RL would run this config and profile nothing"),
-    ([f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=[actor_update]", f"{INTEGRATED}.profile_step_start=3", f"{INTEGRATED}.profile_step_end=2"],
-     "MindSpeed-RL would run this config and profile no step"),
-])
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (["global_profiler.tool=nsight"], "verl would run this config and profile nothing"),
+        (["actor_rollout_ref.actor.profiler.tool=foo"], "verl would run this config and profile nothing"),
+        (
+            ["global_profiler.tool=torch", "global_profiler.steps=[-1]"],
+            "verl would run this config and profile no such step",
+        ),
+        (
+            [f"{INTEGRATED}.profile=true", f"{INTEGRATED}.stage=actor_updat"],
+            "MindSpeed-RL would run this config and profile nothing",
+        ),
+        (
+            [
+                f"{INTEGRATED}.profile=true",
+                f"{INTEGRATED}.stage=[actor_update]",
+                f"{INTEGRATED}.profile_step_start=3",
+                f"{INTEGRATED}.profile_step_end=2",
+            ],
+            "MindSpeed-RL would run this config and profile no step",
+        ),
+    ],
+)
 def test_a_refusal_stricter_than_the_framework_says_what_it_would_do(overrides, said):
     proc = run_cli("plan", *overrides)
     assert proc.returncode == 2
@@ -236,7 +280,11 @@ def test_a_refusal_stricter_than_the_framework_says_what_it_would_do(overrides, 
 MINDSPEED_CASES = [
     # source, device, (role, tool, mode, steps, stages, contents, level, export, all ranks / ranks)
     (PPO_TEST, "npu", ("actor", "npu", "discrete", (1,), ("actor_update",), ("cpu", "npu"), "level1", "db", (0,))),
-    (DOC / "profiler_md_L17-33.yaml", "npu", ("actor", None, "e2e", (1,), None, None, None, None, None)),  # profile: false
+    (
+        DOC / "profiler_md_L17-33.yaml",
+        "npu",
+        ("actor", None, "e2e", (1,), None, None, None, None, None),
+    ),  # profile: false
 ]
 
 
@@ -259,7 +307,6 @@ def test_the_guides_dpo_block_collects_every_rank_at_level1():
     actor = plan.role("actor")
     assert actor.enabled and actor.all_ranks and actor.level == "level1" and actor.export_type == "text"
     assert actor.contents == ("cpu", "npu") and actor.steps == (1,)  # [start, end) = [1, 2)
-
 
 
 def test_a_key_global_profiler_lacks_is_ignored_in_a_whole_yaml_and_refused_on_the_command_line(tmp_path):

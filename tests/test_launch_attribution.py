@@ -14,16 +14,28 @@ from helpers import union
 from rlprof.analyze.pipeline import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-INFERENCE = ["vllm_decode_full_graph_mi300x.json.gz", "vllm_prefilldecode_piecewise_mi300x.json.gz",
-             "sglang_qwen3_8b_decode_mi300x.json.gz", "sglang_qwen3_8b_prefilldecode_mi300x.json.gz"]
+INFERENCE = [
+    "vllm_decode_full_graph_mi300x.json.gz",
+    "vllm_prefilldecode_piecewise_mi300x.json.gz",
+    "sglang_qwen3_8b_decode_mi300x.json.gz",
+    "sglang_qwen3_8b_prefilldecode_mi300x.json.gz",
+]
 
 
 def _launched(events, lo, hi):
     """The device events whose launch call (the runtime event with their correlation id) lies in [lo, hi]."""
-    calls = {e["args"]["correlation"]: e["ts"] for e in events
-             if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-    return [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS
-            and lo <= calls.get(e["args"].get("correlation"), float("nan")) <= hi]
+    calls = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    return [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") in DEVICE_CATS
+        and lo <= calls.get(e["args"].get("correlation"), float("nan")) <= hi
+    ]
 
 
 def _device_time(work):
@@ -88,10 +100,12 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
         idle_now = [f for f in now["findings"] if f["kind"] == "idle"]
         if len(idle_was) >= 2:
             (merged,) = idle_now
-            assert sorted((s["role"], s["stage"], s["share"], s["bucket_ms"], s["wall_ms"])
-                          for s in merged["evidence"]["stages"]) == sorted(
+            assert sorted(
+                (s["role"], s["stage"], s["share"], s["bucket_ms"], s["wall_ms"]) for s in merged["evidence"]["stages"]
+            ) == sorted(
                 (f["role"], f["stage"], f["evidence"]["share"], f["evidence"]["bucket_ms"], f["evidence"]["wall_ms"])
-                for f in idle_was), run.name
+                for f in idle_was
+            ), run.name
         else:
             assert idle_now == idle_was, run.name
         for d in (now, was):
@@ -105,8 +119,11 @@ def test_training_steps_hold_the_device_time_each_step_launched():
     launched, and the whole-trace row stays the trace's own span."""
     name = "resnet_act_checkpoint_mi300.json.gz"
     events = json.load(gzip.open(REAL / name))["traceEvents"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
     doc = analyze(REAL / name, workers=1)
     rows = {r["index"]: r for r in doc["rows"] if r["unit"] == "profiler_step"}
     assert sorted(rows) == [n for _, _, n in steps]
@@ -120,8 +137,11 @@ def test_training_steps_hold_the_device_time_each_step_launched():
         assert row["wall_ms"] - row["idle_ms"] == pytest.approx(busy / 1e3, rel=0.01)
         assert row["wall_ms"] == pytest.approx(window / 1e3, rel=0.01)
     (whole,) = [r for r in doc["rows"] if r["unit"] is None]
-    device = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
-              if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+    device = [
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS
+    ]
     assert whole["wall_ms"] - whole["idle_ms"] == pytest.approx(union(device) / 1e3, rel=1e-6)
 
 
@@ -160,19 +180,37 @@ def test_text_export_stage_rows_hold_the_tasks_their_ranges_enqueued(msinsight, 
     view = run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     events = json.loads(view.read_text())
     flow_from = {e["id"]: Decimal(e["ts"]) for e in events if e.get("ph") == "s" and e.get("cat") == "async_npu"}
-    launch_at = {Decimal(e["ts"]): flow_from[e["id"]] for e in events
-                 if e.get("ph") == "f" and e.get("cat") == "async_npu" and e["id"] in flow_from}
+    launch_at = {
+        Decimal(e["ts"]): flow_from[e["id"]]
+        for e in events
+        if e.get("ph") == "f" and e.get("cat") == "async_npu" and e["id"] in flow_from
+    }
     with open(run / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["Accelerator Core"] != "HCCL"]
-    ops = [(Decimal(r["Start Time(us)"].strip()), Decimal(r["Start Time(us)"].strip()) + Decimal(r["Duration(us)"]),
-            launch_at[Decimal(r["Start Time(us)"].strip())]) for r in rows]
+    ops = [
+        (
+            Decimal(r["Start Time(us)"].strip()),
+            Decimal(r["Start Time(us)"].strip()) + Decimal(r["Duration(us)"]),
+            launch_at[Decimal(r["Start Time(us)"].strip())],
+        )
+        for r in rows
+    ]
     assert len(ops) == 187  # every operator task of the step is linked to the torch op that enqueued it
     step = next(e for e in events if e.get("name") == "ProfilerStep#50")
     lo = Decimal(step["ts"])
     ranges = _split_by_launch(lo, lo + Decimal(str(step["dur"])), [at for _, _, at in ops])
     for name, (a, b) in zip(STAGE_RANGES, ranges):
-        events.append({"ph": "X", "name": name, "pid": step["pid"], "tid": step["tid"], "ts": str(a),
-                       "dur": float(b - a), "args": {}})
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": step["pid"],
+                "tid": step["tid"],
+                "ts": str(a),
+                "dur": float(b - a),
+                "args": {},
+            }
+        )
     view.write_text(json.dumps(events))
     _check_stage_rows(analyze(run, workers=1), ranges, ops, 1e-3)
 
@@ -191,21 +229,28 @@ def test_db_export_stage_rows_hold_the_tasks_their_ranges_enqueued(msinsight, tm
     for start, cid in conn.execute("SELECT startNs, connectionId FROM PYTORCH_API WHERE type = 50001"):
         if cid is not None:
             op_start[cid] = min(int(start), op_start.get(cid, int(start)))
-    tasks = conn.execute("SELECT t.startNs, t.endNs, t.connectionId FROM TASK t JOIN COMPUTE_TASK_INFO c "
-                         "ON c.globalTaskId = t.globalTaskId").fetchall()
+    tasks = conn.execute(
+        "SELECT t.startNs, t.endNs, t.connectionId FROM TASK t JOIN COMPUTE_TASK_INFO c "
+        "ON c.globalTaskId = t.globalTaskId"
+    ).fetchall()
     ops = [(s, e, op_start[listed[c]]) for s, e, c in tasks if listed.get(c) in op_start]
     assert len(ops) == len(tasks) == 187
-    (lo, hi), = conn.execute("SELECT startNs, endNs FROM STEP_TIME").fetchall()
-    main_tid = conn.execute("SELECT globalTid FROM PYTORCH_API WHERE type = 50001 GROUP BY globalTid "
-                            "ORDER BY count(*) DESC LIMIT 1").fetchone()[0]
+    ((lo, hi),) = conn.execute("SELECT startNs, endNs FROM STEP_TIME").fetchall()
+    main_tid = conn.execute(
+        "SELECT globalTid FROM PYTORCH_API WHERE type = 50001 GROUP BY globalTid ORDER BY count(*) DESC LIMIT 1"
+    ).fetchone()[0]
     ranges = _split_by_launch(lo, hi, [at for _, _, at in ops])
     top = conn.execute("SELECT max(id) FROM STRING_IDS").fetchone()[0]
     conn.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(top + 1 + i, n) for i, n in enumerate(STAGE_RANGES)])
-    conn.execute("CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER, rangeId INTEGER, "
-                 "category INTEGER, message INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, "
-                 "connectionId INTEGER)")
-    conn.executemany("INSERT INTO MSTX_EVENTS VALUES (?, ?, 2, ?, 0, ?, ?, ?, 0, NULL)",
-                     [(a, b, i, top + 1 + i, main_tid, main_tid) for i, (a, b) in enumerate(ranges)])
+    conn.execute(
+        "CREATE TABLE MSTX_EVENTS (startNs INTEGER, endNs INTEGER, eventType INTEGER, rangeId INTEGER, "
+        "category INTEGER, message INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, "
+        "connectionId INTEGER)"
+    )
+    conn.executemany(
+        "INSERT INTO MSTX_EVENTS VALUES (?, ?, 2, ?, 0, ?, ?, ?, 0, NULL)",
+        [(a, b, i, top + 1 + i, main_tid, main_tid) for i, (a, b) in enumerate(ranges)],
+    )
     conn.commit()
     conn.close()
     _check_stage_rows(analyze(run, workers=1), ranges, ops, 1e-6)
@@ -218,24 +263,40 @@ def test_slice_of_a_micro_batch_keeps_the_kernels_it_launched(tmp_path):
 
     trace = json.load(gzip.open(REAL / "resnet_act_checkpoint_mi300.json.gz"))
     events = trace["traceEvents"]
-    steps = sorted((e["ts"], e["dur"]) for e in events
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    steps = sorted(
+        (e["ts"], e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
     host = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
     marks = [("rlprof:stage:actor_update", steps[0][0], steps[-1][0] + steps[-1][1] - steps[0][0])]
     marks += [(f"rlprof:micro_batch:{k}", ts, dur) for k, (ts, dur) in enumerate(steps)]
     for name, ts, dur in marks:
-        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host["pid"], "tid": host["tid"],
-                       "ts": ts, "dur": dur})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": name,
+                "pid": host["pid"],
+                "tid": host["tid"],
+                "ts": ts,
+                "dur": dur,
+            }
+        )
     path = tmp_path / "marked.pt.trace.json"
     path.write_text(json.dumps(trace))
     out = tmp_path / "mb1.json"
-    proc = run_cli("slice", path, "--step", 1, "--role", "actor", "--stage", "actor_update", "--micro-batch", 1,
-                   "-o", out)
+    proc = run_cli(
+        "slice", path, "--step", 1, "--role", "actor", "--stage", "actor_update", "--micro-batch", 1, "-o", out
+    )
     assert proc.returncode == 0, proc.stderr
     lo, hi = steps[1][0], steps[1][0] + steps[1][1]
     launched = {(e["ts"], e["name"]) for e in _launched(events, lo, hi)}
-    kept = {(e["ts"], e["name"]) for e in json.loads(out.read_text())["traceEvents"]
-            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS}
+    kept = {
+        (e["ts"], e["name"])
+        for e in json.loads(out.read_text())["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS
+    }
     assert kept == launched and len(kept) > 746
     assert json.loads(out.read_text())["rlprof"]["slice"]["device_end_us"] > hi
 
@@ -265,16 +326,30 @@ def test_fixed_cost_fit_is_computed_on_the_device_time_each_micro_batch_launched
 
     trace = json.load(gzip.open(REAL / "resnet_act_checkpoint_mi300.json.gz"))
     events = trace["traceEvents"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
     host = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
     halves = [h for lo, hi in steps for h in ((lo, (lo + hi) / 2), ((lo + hi) / 2, hi))]
     tokens = [100 * (k + 1) for k in range(len(halves))]
     marks = [("rlprof:stage:actor_update", steps[0][0], steps[-1][1])]
-    marks += [(f"rlprof:micro_batch:{k}|seqs=4,tokens={n}", lo, hi) for k, ((lo, hi), n) in enumerate(zip(halves, tokens))]
+    marks += [
+        (f"rlprof:micro_batch:{k}|seqs=4,tokens={n}", lo, hi) for k, ((lo, hi), n) in enumerate(zip(halves, tokens))
+    ]
     for name, lo, hi in marks:
-        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": host["pid"], "tid": host["tid"],
-                       "ts": lo, "dur": hi - lo})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": name,
+                "pid": host["pid"],
+                "tid": host["tid"],
+                "ts": lo,
+                "dur": hi - lo,
+            }
+        )
     path = tmp_path / "micro.pt.trace.json"
     path.write_text(json.dumps(trace))
     doc = analyze(path, workers=1)
@@ -303,9 +378,13 @@ def test_compare_matches_stages_and_kernels_by_what_each_range_launched():
     (compute,) = [s for s in out["stages"] if s["bucket"] == "compute" and s["stage"] == "rollout_generate"]
     for side, name in (("baseline", base), ("new", new)):
         events = json.load(gzip.open(REAL / name))["traceEvents"]
-        (it,) = [e for e in events if e.get("cat") == "user_annotation" and re.match(r"execute_\d+_context_", e["name"])]
+        (it,) = [
+            e for e in events if e.get("cat") == "user_annotation" and re.match(r"execute_\d+_context_", e["name"])
+        ]
         work = _launched(events, it["ts"], it["ts"] + it["dur"])
         kernels = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in work if e["cat"] == "kernel"]
         assert compute[f"{side}_ms"] == pytest.approx(union(kernels) / 1e3, rel=0.01)
-        counted = sum(o[f"{side}_count"] for o in out["ops"] if o["kind"] == "kernel" and o["stage"] == "rollout_generate")
+        counted = sum(
+            o[f"{side}_count"] for o in out["ops"] if o["kind"] == "kernel" and o["stage"] == "rollout_generate"
+        )
         assert counted == len(work)

@@ -31,7 +31,10 @@ def test_the_wheel_installs_into_a_clean_venv_with_its_entry_points(tmp_path):
     py = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RLPROF_PLAN")}
     run(str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), env=env)
-    probe = run(str(py), "-c", """
+    probe = run(
+        str(py),
+        "-c",
+        """
 import importlib.metadata as md, json, importlib.util
 dist = md.distribution("rlprof")
 eps = {g: sorted(e.value for e in md.entry_points(group=g) if e.name == "rlprof")
@@ -41,14 +44,25 @@ v.register()  # no RLPROF_PLAN: returns at once, patches nothing
 print(json.dumps({"eps": eps, "licence": dist.metadata.get("License-Expression"),
                   "torch": importlib.util.find_spec("torch") is not None,
                   "file": __import__("rlprof").__file__}))
-""", env=env, cwd=tmp_path)
+""",
+        env=env,
+        cwd=tmp_path,
+    )
     facts = json.loads(probe.stdout.strip().splitlines()[-1])
-    assert facts["eps"] == {"console_scripts": ["rlprof.cli:main"],
-                            "vllm.general_plugins": ["rlprof.integrations.vllm.loader:register"],
-                            "verl.plugins": ["rlprof.integrations.verl.loader"]}
+    assert facts["eps"] == {
+        "console_scripts": ["rlprof.cli:main"],
+        "vllm.general_plugins": ["rlprof.integrations.vllm.loader:register"],
+        "verl.plugins": ["rlprof.integrations.verl.loader"],
+    }
     assert facts["licence"] == "Apache-2.0"
     assert not facts["torch"], "installing rlprof pulled torch"
     assert str(venv) in facts["file"]
-    plan = run(str(venv / "bin" / "rlprof"), "plan", str(ROOT / "examples" / "configs" / "global_role.yaml"),
-               "--json", env=env, cwd=tmp_path)
+    plan = run(
+        str(venv / "bin" / "rlprof"),
+        "plan",
+        str(ROOT / "examples" / "configs" / "global_role.yaml"),
+        "--json",
+        env=env,
+        cwd=tmp_path,
+    )
     assert json.loads(plan.stdout)["roles"]

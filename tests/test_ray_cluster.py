@@ -44,8 +44,13 @@ class Node:
 
     def __init__(self, args: list[str], log):
         env = dict(os.environ, **AUTH)
-        self.proc = psutil.Popen([shutil.which("ray"), "start", "--block", "--num-cpus=1", *args], env=env,
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = psutil.Popen(
+            [shutil.which("ray"), "start", "--block", "--num-cpus=1", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def stop(self) -> None:
         stop_tree(self.proc)
@@ -63,8 +68,16 @@ def cluster(tmp_path):
     address = f"127.0.0.1:{port}"
     temp = f"/tmp/rlprof-ray-{port}"
     with open(tmp_path / "ray.log", "wb") as log:
-        head = Node(["--head", f"--port={port}", '--resources={"node_a": 1}', "--include-dashboard=false",
-                     f"--temp-dir={temp}"], log)
+        head = Node(
+            [
+                "--head",
+                f"--port={port}",
+                '--resources={"node_a": 1}',
+                "--include-dashboard=false",
+                f"--temp-dir={temp}",
+            ],
+            log,
+        )
         nodes = [head]
         try:
             ids = {}
@@ -73,16 +86,25 @@ def cluster(tmp_path):
                 if len(nodes) == 1 and head.proc.is_running():
                     time.sleep(3)
                     nodes.append(Node([f"--address={address}", '--resources={"node_b": 1}'], log))
-                probe = subprocess.run([sys.executable, "-c", NODE_IDS, address], capture_output=True, text=True,
-                                       timeout=60, env=dict(os.environ, **AUTH))
+                probe = subprocess.run(
+                    [sys.executable, "-c", NODE_IDS, address],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    env=dict(os.environ, **AUTH),
+                )
                 if probe.returncode == 0:
                     ids = json.loads(probe.stdout.strip().splitlines()[-1])
                     if set(ids) == {"node_a", "node_b"}:
                         break
                 time.sleep(2)
             assert set(ids) == {"node_a", "node_b"}, (tmp_path / "ray.log").read_text()[-3000:]
-            yield {"address": address, "ids": ids, "nodes": dict(zip(("node_a", "node_b"), nodes)),
-                   "env": {"RAY_ADDRESS": address, **AUTH}}
+            yield {
+                "address": address,
+                "ids": ids,
+                "nodes": dict(zip(("node_a", "node_b"), nodes)),
+                "env": {"RAY_ADDRESS": address, **AUTH},
+            }
         finally:
             for node in reversed(nodes):
                 node.stop()
@@ -95,15 +117,36 @@ def two_node_torchrun(tmp_path, node_ids: list[str]):
     port = free_port()
     procs = []
     for node_rank, node_id in enumerate(node_ids):
-        env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1", RLPROF_NODE_ID=node_id,
-                   RLPROF_RUN_ID="tworun")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
-               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
-               "rlprof.trainer", "trainer.steps=2", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=torch",
-               "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/runs", f"{A}.enable=true",
-               f"{A}.all_ranks=true"]
-        procs.append(subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        env = dict(
+            os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1", RLPROF_NODE_ID=node_id, RLPROF_RUN_ID="tworun"
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node_rank),
+            "--nproc_per_node",
+            "1",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "-m",
+            "rlprof.trainer",
+            "trainer.steps=2",
+            f"trainer.output_dir={tmp_path}/t",
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[2]",
+            f"global_profiler.save_path={tmp_path}/runs",
+            f"{A}.enable=true",
+            f"{A}.all_ranks=true",
+        ]
+        procs.append(
+            subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
@@ -111,8 +154,9 @@ def two_node_torchrun(tmp_path, node_ids: list[str]):
 
 
 def tables(doc: dict) -> str:
-    return json.dumps({k: doc[k] for k in ("rows", "ops", "collectives", "launch", "memory", "findings")},
-                      sort_keys=True)
+    return json.dumps(
+        {k: doc[k] for k in ("rows", "ops", "collectives", "launch", "memory", "findings")}, sort_keys=True
+    )
 
 
 @pytest.mark.slow
@@ -157,12 +201,30 @@ def test_a_node_lost_mid_run_is_a_warning_and_a_partial_result(cluster, tmp_path
 
     write_trace(run / "step2_actor_big_rank1.pt.trace.json", 150, seed=3, rank=1)
     with open(run / "manifest.jsonl", "a") as f:
-        f.write(json.dumps({"step": 2, "role": "actor", "stage": "actor_update", "rank": 1, "window": 1,
-                            "path": "step2_actor_big_rank1.pt.trace.json", "status": "ok",
-                            "host": socket.gethostname(), "node_id": ids["node_b"]}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "step": 2,
+                    "role": "actor",
+                    "stage": "actor_update",
+                    "rank": 1,
+                    "window": 1,
+                    "path": "step2_actor_big_rank1.pt.trace.json",
+                    "status": "ok",
+                    "host": socket.gethostname(),
+                    "node_id": ids["node_b"],
+                }
+            )
+            + "\n"
+        )
     env = dict(os.environ, **cluster["env"], RLPROF_RAY_TIMEOUT_S="300")
-    proc = subprocess.Popen([sys.executable, "-m", "rlprof.cli", "analyze", str(run), "--json", "--ray"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlprof.cli", "analyze", str(run), "--json", "--ray"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     node_b = cluster["nodes"]["node_b"]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not node_b.running("run_job"):  # a Ray worker names itself ray::run_job
@@ -201,8 +263,9 @@ def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
 
     assert host_of(tmp_path / "gpu-node-7_4242.1732300000123.pt.trace.json.gz") == "gpu-node-7"
     assert host_of(tmp_path / "node0_4100_20261122120500_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "x.db") == "node0"
-    assert host_of(tmp_path / "actor-rollout-ref_actor-update_step3_rank1-of-2_pid3764_20261122185742361.json.gz") \
-        is None  # verl's own names carry no host
+    assert (
+        host_of(tmp_path / "actor-rollout-ref_actor-update_step3_rank1-of-2_pid3764_20261122185742361.json.gz") is None
+    )  # verl's own names carry no host
     mindspeed = ROOT / "tests" / "data" / "ascend" / "mindspeed" / "profiler_data"
     inputs = find_inputs(mindspeed)
     assert inputs and all(meta["where"] == {"host": "node0", "node_id": None} for _, meta in inputs)

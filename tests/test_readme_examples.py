@@ -25,7 +25,7 @@ def readme_training_commands() -> list[list[str]]:
                 continue
             args = shlex.split(line)
             at = next(i for i, a in enumerate(args) if a in ("train", "rlprof.trainer"))
-            out.append(args[at + 1:])
+            out.append(args[at + 1 :])
     return out
 
 
@@ -41,6 +41,5 @@ def test_the_readme_shows_training_commands():
 def test_each_readme_training_command_collects(args):
     config = args[0] if args and "=" not in args[0] else None
     overrides = args[1:] if config else args
-    plan = resolve_plan(with_default_profile(load_config(ROOT / config if config else None, overrides)),
-                        device="cpu")
+    plan = resolve_plan(with_default_profile(load_config(ROOT / config if config else None, overrides)), device="cpu")
     assert not plan.collects_nothing, args

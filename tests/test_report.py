@@ -22,9 +22,19 @@ EVIL = "<img src=x onerror=alert(1)>"
 
 
 def _train(tmp_path, name, *overrides):
-    proc = run_cli("train", "trainer.steps=3", f"trainer.output_dir={tmp_path}/t_{name}", "global_profiler.tool=torch",
-                   "global_profiler.steps=[2,3]", f"global_profiler.save_path={tmp_path}/{name}", f"{A}.enable=true",
-                   f"{A}.tool_config.torch.contents=[cpu,memory]", *overrides, cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        "train",
+        "trainer.steps=3",
+        f"trainer.output_dir={tmp_path}/t_{name}",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2,3]",
+        f"global_profiler.save_path={tmp_path}/{name}",
+        f"{A}.enable=true",
+        f"{A}.tool_config.torch.contents=[cpu,memory]",
+        *overrides,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = list((tmp_path / name).iterdir())
     return run_dir, proc.stdout
@@ -81,12 +91,20 @@ def test_report_loads_nothing_from_the_network(runs):
 
 
 def _evil_trace(path: Path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": EVIL, "pid": 1, "tid": 1, "ts": 1000, "dur": 300},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1400, "dur": 50},
-              {"ph": "X", "cat": "user_annotation", "name": f"rlprof:stage:{EVIL}", "pid": 1, "tid": 1,
-               "ts": 990, "dur": 500}]
-    path.write_text(json.dumps({"traceEvents": events, "rlprof": {"step": 1, "role": EVIL, "stage": "e2e",
-                                                                   "rank": 0}}))
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": EVIL, "pid": 1, "tid": 1, "ts": 1000, "dur": 300},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1400, "dur": 50},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"rlprof:stage:{EVIL}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 990,
+            "dur": 500,
+        },
+    ]
+    path.write_text(json.dumps({"traceEvents": events, "rlprof": {"step": 1, "role": EVIL, "stage": "e2e", "rank": 0}}))
 
 
 def test_hostile_operator_name_is_text_not_markup(browser, tmp_path):
@@ -123,9 +141,17 @@ def _replicate(run_dir: Path, dest: Path, ranks: int) -> Path:
 
 @pytest.mark.slow
 def test_eight_ranks_five_steps_stays_under_10_mb(tmp_path):
-    proc = run_cli("train", "trainer.steps=5", f"trainer.output_dir={tmp_path}/t", "global_profiler.tool=torch",
-                   "global_profiler.steps=[1,2,3,4,5]", f"global_profiler.save_path={tmp_path}/one", f"{A}.enable=true",
-                   cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        "train",
+        "trainer.steps=5",
+        f"trainer.output_dir={tmp_path}/t",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[1,2,3,4,5]",
+        f"global_profiler.save_path={tmp_path}/one",
+        f"{A}.enable=true",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (one,) = list((tmp_path / "one").iterdir())
     big = _replicate(one, tmp_path / "eight", 8)
@@ -149,8 +175,12 @@ def _listening_address(port: int) -> str:
 
 def test_view_serves_on_loopback_and_refuses_escapes(runs_small):
     run_dir = runs_small
-    proc = subprocess.Popen([sys.executable, "-m", "rlprof.cli", "view", str(run_dir), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlprof.cli", "view", str(run_dir), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         hint = proc.stdout.readline()
@@ -178,8 +208,12 @@ def test_view_serves_on_loopback_and_refuses_escapes(runs_small):
         assert status == 200 and body == trace.read_bytes()
         status, body = get("/files/")
         assert status == 200 and trace.name.encode() in body
-        for escape in ("/files/../../../../etc/passwd", "/files/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
-                       "/files/..%2f..%2f..%2fetc%2fpasswd", f"/files/../{run_dir.name}/../../x"):
+        for escape in (
+            "/files/../../../../etc/passwd",
+            "/files/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+            "/files/..%2f..%2f..%2fetc%2fpasswd",
+            f"/files/../{run_dir.name}/../../x",
+        ):
             status, body = get(escape)
             assert status == 403 and b"root:" not in body, escape
         assert get("/files/nope.json")[0] == 404
@@ -192,9 +226,17 @@ def test_view_serves_on_loopback_and_refuses_escapes(runs_small):
 def runs_small(tmp_path_factory):
     """A real run whose update marks micro-batches and whose rollout marks decode steps."""
     tmp = tmp_path_factory.mktemp("small")
-    proc = run_cli("train", "trainer.steps=2", f"trainer.output_dir={tmp}/t", "global_profiler.tool=torch",
-                   "global_profiler.steps=[2]", f"global_profiler.save_path={tmp}/p", f"{A}.enable=true",
-                   cwd=tmp, timeout=600)
+    proc = run_cli(
+        "train",
+        "trainer.steps=2",
+        f"trainer.output_dir={tmp}/t",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp}/p",
+        f"{A}.enable=true",
+        cwd=tmp,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = list((tmp / "p").iterdir())
     return run_dir
@@ -208,18 +250,25 @@ def _load(path: Path) -> dict:
 
 def _ranges(doc, kind):
     """rlprof's ranges of `kind`, named without the `|key=value` part unit ranges carry."""
-    return [{**e, "name": e["name"].split("|")[0]} for e in doc["traceEvents"]
-            if e.get("ph") == "X" and e["name"].startswith(f"rlprof:{kind}:")]
+    return [
+        {**e, "name": e["name"].split("|")[0]}
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e["name"].startswith(f"rlprof:{kind}:")
+    ]
 
 
 def test_slice_holds_only_the_requested_slice(runs_small, tmp_path):
     src = _load(next(runs_small.glob("*.pt.trace.json.gz")))
     (stage,) = [e for e in _ranges(src, "stage") if e["name"] == "rlprof:stage:actor_update"]
-    mb3 = next(e for e in _ranges(src, "micro_batch") if e["name"].split("|")[0] == "rlprof:micro_batch:3"
-               and stage["ts"] <= e["ts"] <= stage["ts"] + stage["dur"])
+    mb3 = next(
+        e
+        for e in _ranges(src, "micro_batch")
+        if e["name"].split("|")[0] == "rlprof:micro_batch:3" and stage["ts"] <= e["ts"] <= stage["ts"] + stage["dur"]
+    )
     out = tmp_path / "mb3.json.gz"
-    proc = run_cli("slice", runs_small, "--step", 2, "--role", "actor", "--stage", "actor_update", "--micro-batch", 3,
-                   "-o", out)
+    proc = run_cli(
+        "slice", runs_small, "--step", 2, "--role", "actor", "--stage", "actor_update", "--micro-batch", 3, "-o", out
+    )
     assert proc.returncode == 0, proc.stderr
     doc = _load(out)  # valid Chrome-trace JSON
     xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
@@ -233,25 +282,42 @@ def test_slice_holds_only_the_requested_slice(runs_small, tmp_path):
     assert out.stat().st_size < (next(runs_small.glob("*.pt.trace.json.gz"))).stat().st_size / 4
 
     out = tmp_path / "decode.json"
-    proc = run_cli("slice", runs_small, "--step", 2, "--role", "rollout", "--stage", "rollout_generate",
-                   "--decode-steps", "2:5", "-o", out)
+    proc = run_cli(
+        "slice",
+        runs_small,
+        "--step",
+        2,
+        "--role",
+        "rollout",
+        "--stage",
+        "rollout_generate",
+        "--decode-steps",
+        "2:5",
+        "-o",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(e["name"] for e in _ranges(_load(out), "decode_step")) == [f"rlprof:decode_step:{i}"
-                                                                             for i in (2, 3, 4)]
+    assert sorted(e["name"] for e in _ranges(_load(out), "decode_step")) == [
+        f"rlprof:decode_step:{i}" for i in (2, 3, 4)
+    ]
     out = tmp_path / "window.json.gz"
-    proc = run_cli("slice", runs_small, "--step", 2, "--role", "actor", "--stage", "actor_update", "--window-ms", "0:2",
-                   "-o", out)
+    proc = run_cli(
+        "slice", runs_small, "--step", 2, "--role", "actor", "--stage", "actor_update", "--window-ms", "0:2", "-o", out
+    )
     assert proc.returncode == 0, proc.stderr
     span = _load(out)["rlprof"]["slice"]
     assert span["end_us"] - span["start_us"] == pytest.approx(2000.0)
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--micro-batch", "99"], ["micro-batch 99", "allowed"]),
-    (["--decode-steps", "5:2"], ["--decode-steps", "A < B"]),
-    (["--micro-batch", "1", "--window-ms", "0:1"], ["at most one"]),
-    (["--stage", "rollout_generate"], ["belongs to role rollout"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--micro-batch", "99"], ["micro-batch 99", "allowed"]),
+        (["--decode-steps", "5:2"], ["--decode-steps", "A < B"]),
+        (["--micro-batch", "1", "--window-ms", "0:1"], ["at most one"]),
+        (["--stage", "rollout_generate"], ["belongs to role rollout"]),
+    ],
+)
 def test_bad_slice_requests_exit_2(runs_small, tmp_path, args, words):
     base = {"--step": "2", "--role": "actor", "--stage": "actor_update"}
     for k, v in zip(args[::2], args[1::2]):

@@ -47,6 +47,7 @@ def recorded(tmp_path_factory):
             run = shutil.copytree(RUNS / name, tmp / name)
             cache[name] = (run, analyze(run, workers=1))
         return cache[name]
+
     return get
 
 
@@ -100,8 +101,11 @@ def test_slow_reward_workers_and_saving(recorded):
 
     # the fewest workers whose reward time is at MARGIN of the threshold share (or one sample each)
     assert reward_after(w) / (rest + reward_after(w)) <= target_share or w == n
-    assert w == w0 + 1 or reward_after(w - 1) / (rest + reward_after(w - 1)) > target_share \
+    assert (
+        w == w0 + 1
+        or reward_after(w - 1) / (rest + reward_after(w - 1)) > target_share
         or math.ceil(n / (w - 1)) == math.ceil(n / w)
+    )
     assert s["saving_ms"] == pytest.approx(reward - reward_after(w), rel=1e-6)
     assert s["reward_after_ms"] == pytest.approx(reward_after(w), rel=1e-6)
 
@@ -157,11 +161,30 @@ def test_lengths_read_from_decode_steps_are_the_generated_ones():
     model = build_model(ModelConfig(), tok.vocab_size, 0).eval()
     seen = []
     ids = torch.tensor([tok.encode("1+2=")] * 16)
-    out = generate(model, ids, torch.ones_like(ids), max_new_tokens=12, eos_id=tok.eos_id, pad_id=tok.pad_id,
-                   generator=torch.Generator().manual_seed(3),
-                   decode_step=lambda **held: seen.append(held) or __import__("contextlib").nullcontext())
-    rows = [{"unit": "decode_step", "stage": "rollout_generate", "step": 1, "rank": 0, "file": "f", "index": k,
-             "start_us": float(k), "wall_ms": 1.0, **held} for k, held in enumerate(seen)]
+    out = generate(
+        model,
+        ids,
+        torch.ones_like(ids),
+        max_new_tokens=12,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        generator=torch.Generator().manual_seed(3),
+        decode_step=lambda **held: seen.append(held) or __import__("contextlib").nullcontext(),
+    )
+    rows = [
+        {
+            "unit": "decode_step",
+            "stage": "rollout_generate",
+            "step": 1,
+            "rank": 0,
+            "file": "f",
+            "index": k,
+            "start_us": float(k),
+            "wall_ms": 1.0,
+            **held,
+        }
+        for k, held in enumerate(seen)
+    ]
     got = prediction.response_lengths({"rows": rows})[(1, 0)]
     assert got == sorted(out.response_mask.sum(1).tolist())
     assert len(set(got)) > 1  # the case is not trivial: lengths differ
@@ -184,8 +207,12 @@ def test_budget_packing_is_the_trainers_own(lengths, prompt, budget):
 
     n, width = len(lengths), max(lengths)
     resp_mask = torch.tensor([[1] * L + [0] * (width - L) for L in lengths])
-    batch = Rollout(torch.ones(n, prompt, dtype=torch.long), torch.ones(n, prompt, dtype=torch.long),
-                    torch.ones(n, width, dtype=torch.long), resp_mask)
+    batch = Rollout(
+        torch.ones(n, prompt, dtype=torch.long),
+        torch.ones(n, prompt, dtype=torch.long),
+        torch.ones(n, width, dtype=torch.long),
+        resp_mask,
+    )
     groups = plan_micro_batches(batch, torch.arange(n), 1, True, budget)
     tokens = sum(len(g) * (prompt + max(lengths[i] for i in g.tolist())) for g in groups)
     assert prediction.dynamic_groups(lengths, prompt, budget) == (len(groups), pytest.approx(tokens))
@@ -193,9 +220,24 @@ def test_budget_packing_is_the_trainers_own(lengths, prompt, budget):
 
 # ---- formulas on measures made to order (the recorded runs have no such cause) ---------------------------------
 def _row(stage, role, wall, unit=None, index=None, step=2, rank=0, **held):
-    return {"step": step, "role": role, "stage": stage, "rank": rank, "replica": None, "file": "f", "unit": unit,
-            "index": index, "start_us": float(index or 0), "wall_ms": wall, "compute_ms": wall, "comm_ms": 0.0,
-            "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": 0.0, **held}
+    return {
+        "step": step,
+        "role": role,
+        "stage": stage,
+        "rank": rank,
+        "replica": None,
+        "file": "f",
+        "unit": unit,
+        "index": index,
+        "start_us": float(index or 0),
+        "wall_ms": wall,
+        "compute_ms": wall,
+        "comm_ms": 0.0,
+        "overlap_ms": 0.0,
+        "memcpy_ms": 0.0,
+        "idle_ms": 0.0,
+        **held,
+    }
 
 
 def _units_doc(fixed, per_token, lengths, prompt=5, rows_per_mb=1, update_mini=None):
@@ -210,16 +252,31 @@ def _units_doc(fixed, per_token, lengths, prompt=5, rows_per_mb=1, update_mini=N
     stages = ["actor_compute_log_prob"] + (["actor_update"] if update_mini else [])
     for stage in stages:
         for k in range(0, n, rows_per_mb):
-            chunk = order[k:k + rows_per_mb]
+            chunk = order[k : k + rows_per_mb]
             tokens = len(chunk) * (prompt + max(chunk))
             wall = fixed + per_token * tokens
             total += wall
-            rows.append(_row(stage, "actor", wall, "micro_batch", k, seqs=len(chunk), tokens=tokens,
-                             real_tokens=sum(prompt + L for L in chunk)))
+            rows.append(
+                _row(
+                    stage,
+                    "actor",
+                    wall,
+                    "micro_batch",
+                    k,
+                    seqs=len(chunk),
+                    tokens=tokens,
+                    real_tokens=sum(prompt + L for L in chunk),
+                )
+            )
         if stage == "actor_update":
             rows += [_row(stage, "actor", 1.0, "mini_batch", j) for j in range(n // update_mini)]
-        rows.append(_row(stage, "actor", sum(r["wall_ms"] for r in rows if r.get("unit") == "micro_batch"
-                                             and r["stage"] == stage) + 1.0))
+        rows.append(
+            _row(
+                stage,
+                "actor",
+                sum(r["wall_ms"] for r in rows if r.get("unit") == "micro_batch" and r["stage"] == stage) + 1.0,
+            )
+        )
     return {"rows": rows, "inputs": [], "collectives": [], "memory": []}
 
 
@@ -235,7 +292,8 @@ def test_fixed_cost_saving_is_the_intercept_times_the_micro_batches_removed_less
     now = sum(prompt + L for L in lengths)  # one row a micro-batch: no pad now
     assert groups == math.ceil(32 / m)
     assert s["profiled_ms"]["actor_compute_log_prob"] == pytest.approx(
-        fixed * (32 - groups) - per_token * (tokens - now), rel=1e-6)
+        fixed * (32 - groups) - per_token * (tokens - now), rel=1e-6
+    )
     # the size chosen is the best of the sizes tried (the smallest within 1% of the best)
     for other in savings._sizes(1, 32):
         g, t = prediction.fixed_groups(sorted(lengths), prompt, 32, other)
@@ -249,8 +307,9 @@ def test_padding_removed_saves_the_pad_tokens_at_their_per_token_time():
     s = savings.padding_removed(run)
     pad = sum(r["tokens"] - r["real_tokens"] for r in doc["rows"] if r.get("unit") == "micro_batch")
     # no fixed part could be fitted (2 micro-batches): all of their time per token, an upper bound said as such
-    per_token = sum(r["wall_ms"] for r in doc["rows"] if r.get("unit") == "micro_batch") / \
-        sum(r["tokens"] for r in doc["rows"] if r.get("unit") == "micro_batch")
+    per_token = sum(r["wall_ms"] for r in doc["rows"] if r.get("unit") == "micro_batch") / sum(
+        r["tokens"] for r in doc["rows"] if r.get("unit") == "micro_batch"
+    )
     assert s["saving_ms"] == pytest.approx(per_token * pad) and "upper bound" in s["assumption"]
 
 
@@ -268,17 +327,27 @@ def test_padding_budget_adds_no_micro_batch_whose_cost_is_unknown():
 def test_weight_sync_and_kept_gathers_on_two_ranks():
     rows = []
     for rank in (0, 1):
-        rows += [_row("weight_sync", "actor", 40.0, rank=rank), _row("actor_update", "actor", 60.0, rank=rank),
-                 _row("rollout_generate", "rollout", 20.0, rank=rank)]
+        rows += [
+            _row("weight_sync", "actor", 40.0, rank=rank),
+            _row("actor_update", "actor", 60.0, rank=rank),
+            _row("rollout_generate", "rollout", 20.0, rank=rank),
+        ]
         lp = _row("actor_compute_log_prob", "actor", 10.0, rank=rank)
         lp.update(comm_ms=3.0, compute_ms=7.0)
         rows.append(lp)
-        rows.append(_row("actor_compute_log_prob", "actor", 9.0, "micro_batch", 0, rank=rank, seqs=4, tokens=40,
-                         real_tokens=40))
-        rows += [_row("rollout_generate", "rollout", 2.0, "decode_step", k, rank=rank, seqs=4, active=4)
-                 for k in range(5)]
-    doc = {"rows": rows, "inputs": [], "collectives": [], "memory": [],
-           "run_config": {"framework": "rlprof", "reference_pass": False, "kl_coef": 0.0, "config": None}}
+        rows.append(
+            _row("actor_compute_log_prob", "actor", 9.0, "micro_batch", 0, rank=rank, seqs=4, tokens=40, real_tokens=40)
+        )
+        rows += [
+            _row("rollout_generate", "rollout", 2.0, "decode_step", k, rank=rank, seqs=4, active=4) for k in range(5)
+        ]
+    doc = {
+        "rows": rows,
+        "inputs": [],
+        "collectives": [],
+        "memory": [],
+        "run_config": {"framework": "rlprof", "reference_pass": False, "kl_coef": 0.0, "config": None},
+    }
     f = next(f for f in findings(doc) if f["kind"] == "weight_sync")
     # the copy saved, less five decode steps each gathering as one log-prob micro-batch's forward (3 ms)
     assert f["saving"]["saving_ms"] == pytest.approx(40.0 - 5 * 3.0)
@@ -338,8 +407,15 @@ def test_fix_writes_values_a_run_accepts(recorded, tmp_path):
     assert fix["saving"]["saving_ms"] > 0 and fix["overrides"] == {"reward.workers": cfg["reward"]["workers"]}
 
 
-@pytest.mark.parametrize("name,dialect", [("slow_reward", "verl"), ("skewed_lengths", "verl"),
-                                          ("kl_off_reference_on", "verl"), ("slow_reward", "mindspeed")])
+@pytest.mark.parametrize(
+    "name,dialect",
+    [
+        ("slow_reward", "verl"),
+        ("skewed_lengths", "verl"),
+        ("kl_off_reference_on", "verl"),
+        ("slow_reward", "mindspeed"),
+    ],
+)
 def test_fix_in_other_dialects_uses_their_real_keys(recorded, tmp_path, name, dialect):
     run, _ = recorded(name)
     out = tmp_path / f"{name}_{dialect}.yaml"
@@ -382,9 +458,15 @@ def test_fix_on_a_healthy_run_writes_nothing_and_says_so(recorded, tmp_path):
     assert "nothing to fix" in proc.stdout and "nothing written" in proc.stdout and not out.exists()
 
 
-@pytest.mark.parametrize("args,says", [(["--fix", "--cause", "speed"], "--cause"), (["--cause", "padding"], "--fix"),
-                                       (["--fix", "--dialect", "hydra"], "--dialect"),
-                                       (["--fix", "--check", "x"], "--fix")])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--fix", "--cause", "speed"], "--cause"),
+        (["--cause", "padding"], "--fix"),
+        (["--fix", "--dialect", "hydra"], "--dialect"),
+        (["--fix", "--check", "x"], "--fix"),
+    ],
+)
 def test_fix_bad_input_is_one_line(recorded, args, says):
     run, _ = recorded("slow_reward")
     proc = run_cli("advise", run, *args)
@@ -416,8 +498,14 @@ def test_fix_applied_to_the_trainer_acts_on_its_cause(name, tmp_path):
     fix = levers.advise_fix(before["run_dir"], case["cause"], tmp_path / "fix.yaml")
     assert fix["written"] and fix["fix"]["saving"]["saving_ms"] > 0, fix["stdout"]
     keys = set(fix["fix"]["overrides"])
-    after = levers.train("after", tmp_path, 1, [o for o in overrides if levers._key(o) not in keys],
-                         config=tmp_path / "fix.yaml", steps=5)
+    after = levers.train(
+        "after",
+        tmp_path,
+        1,
+        [o for o in overrides if levers._key(o) not in keys],
+        config=tmp_path / "fix.yaml",
+        steps=5,
+    )
     after_doc = analyze(after["run_dir"], workers=1)
     stage = {"slow_reward": "reward_compute", "kl_off_reference_on": "ref_compute_log_prob"}[name]
     b, a = levers.step_times(before["metrics"])["stage_ms"], levers.step_times(after["metrics"])["stage_ms"]
@@ -445,8 +533,9 @@ def test_report_page_shows_the_saving(recorded):
 def test_levers_bench_results_as_a_table():
     """bench/levers.py's recorded results: every scenario of bench/diagnose.py, each with predicted and measured
     saving, and the controls wrote no fix."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "levers.py"), "--table"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "levers.py"), "--table"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     diagnose = _bench("diagnose")
     for case in diagnose.SCENARIOS:
@@ -484,26 +573,42 @@ def test_slow_rank_saves_the_smaller_of_its_excess_and_the_others_wait():
 def test_kept_gathers_are_the_re_gathers_of_each_actor_stage():
     rows, colls = [], []
     for rank in (0, 1):
-        for stage, role, wall, comm in (("rollout_generate", "rollout", 20.0, 10.0),
-                                        ("actor_compute_log_prob", "actor", 12.0, 6.0),
-                                        ("actor_update", "actor", 40.0, 8.0)):
+        for stage, role, wall, comm in (
+            ("rollout_generate", "rollout", 20.0, 10.0),
+            ("actor_compute_log_prob", "actor", 12.0, 6.0),
+            ("actor_update", "actor", 40.0, 8.0),
+        ):
             r = _row(stage, role, wall, rank=rank)
             r.update(comm_ms=comm, compute_ms=wall - comm)
             rows.append(r)
-        rows += [_row("rollout_generate", "rollout", 2.0, "decode_step", k, rank=rank, seqs=4, active=4)
-                 for k in range(4)]
-        rows += [_row(s, "actor", 4.0, "micro_batch", k, rank=rank, seqs=2, tokens=20, real_tokens=20)
-                 for s in ("actor_compute_log_prob", "actor_update") for k in range(2)]
-        colls += [{"role": "actor", "stage": "actor_update", "rank": rank, "name": "FSDP::all_gather", "total_ms": 6.0},
-                  {"role": "actor", "stage": "actor_update", "rank": rank, "name": "c10d::_reduce_scatter_base_",
-                   "total_ms": 2.0}]
+        rows += [
+            _row("rollout_generate", "rollout", 2.0, "decode_step", k, rank=rank, seqs=4, active=4) for k in range(4)
+        ]
+        rows += [
+            _row(s, "actor", 4.0, "micro_batch", k, rank=rank, seqs=2, tokens=20, real_tokens=20)
+            for s in ("actor_compute_log_prob", "actor_update")
+            for k in range(2)
+        ]
+        colls += [
+            {"role": "actor", "stage": "actor_update", "rank": rank, "name": "FSDP::all_gather", "total_ms": 6.0},
+            {
+                "role": "actor",
+                "stage": "actor_update",
+                "rank": rank,
+                "name": "c10d::_reduce_scatter_base_",
+                "total_ms": 2.0,
+            },
+        ]
     doc = {"rows": rows, "inputs": [], "collectives": colls, "memory": []}
     run = prediction_context({**doc, "findings": []})
     kept = savings.keep_gathered(run)
     # the rollout runs on the actor's shards (it communicates, no weight sync): 3 of its 4 decode steps' gathers,
     # all of the log-prob pass's, and of the update's all-gathers (3/4 of its communication) 3 of 4 (u = 2)
-    assert kept["by_stage_ms"] == {"rollout_generate": pytest.approx(7.5), "actor_compute_log_prob": pytest.approx(6.0),
-                                   "actor_update": pytest.approx(8.0 * 0.75 * 3 / 4)}
+    assert kept["by_stage_ms"] == {
+        "rollout_generate": pytest.approx(7.5),
+        "actor_compute_log_prob": pytest.approx(6.0),
+        "actor_update": pytest.approx(8.0 * 0.75 * 3 / 4),
+    }
     # verl's prefetch: the stage's exposed communication at best
     f = Finding("exposed_comm", 8.0, {"bucket_ms": 8.0}, stage="actor_update")
     assert predict(run, f, "verl")["saving_ms"] == pytest.approx(8.0)

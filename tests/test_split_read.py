@@ -59,10 +59,10 @@ def test_a_trace_damaged_in_a_later_range_stops_where_one_reader_stops(tmp_path)
     path = plain_copy("gpu_nccl_rank0", tmp_path)
     data = path.read_bytes()
     cut = tmp_path / "cut.json"
-    cut.write_bytes(data[:int(len(data) * 0.6)])  # ends inside the third of four ranges
+    cut.write_bytes(data[: int(len(data) * 0.6)])  # ends inside the third of four ranges
     damaged = tmp_path / "damaged.json"
     at = data.index(b'"ph": "X"', len(data) // 2)
-    damaged.write_bytes(data[:at] + b'"ph": X"' + data[at + 9:])  # invalid JSON mid-file
+    damaged.write_bytes(data[:at] + b'"ph": X"' + data[at + 9 :])  # invalid JSON mid-file
     for bad in (cut, damaged):
         whole = read_kineto(bad)
         assert whole.partial and whole.warnings
@@ -87,9 +87,11 @@ def test_an_event_longer_than_a_decode_piece_is_read_whole(tmp_path):
 
 
 def test_a_thread_written_as_number_and_as_string_is_one_thread():
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 3, "ts": 1.0, "dur": 2.0},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "7", "tid": "3", "ts": 5.0, "dur": 2.0},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 8, "tid": 3, "ts": 9.0, "dur": 2.0}]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 3, "ts": 1.0, "dur": 2.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "7", "tid": "3", "ts": 5.0, "dur": 2.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 8, "tid": 3, "ts": 9.0, "dur": 2.0},
+    ]
     sink = _Sink()
     sink.add(msgspec.json.decode(json.dumps(events), type=list[LeanEvent]))
     table = sink.build()
@@ -135,7 +137,11 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
 
 def test_a_batch_of_runtime_calls_only_is_summed_not_stored():
     sink = _Sink()
-    sink.add([LeanEvent(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=1, tid=1, ts=1.0, dur=2.0),
-              LeanEvent(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=1, tid=1, ts=4.0, dur=3.0)])
+    sink.add(
+        [
+            LeanEvent(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=1, tid=1, ts=1.0, dur=2.0),
+            LeanEvent(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=1, tid=1, ts=4.0, dur=3.0),
+        ]
+    )
     table = sink.build()
     assert len(table) == 0 and table.runtime == {"cudaLaunchKernel": [2, 5.0]}

@@ -5,8 +5,14 @@ import math
 import pytest
 import torch
 
-from rlprof.trainer.algorithms import (aggregate, clipped_surrogate, group_advantages, informative_groups, kl_k3,
-                                       overlong_penalty)
+from rlprof.trainer.algorithms import (
+    aggregate,
+    clipped_surrogate,
+    group_advantages,
+    informative_groups,
+    kl_k3,
+    overlong_penalty,
+)
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -71,8 +77,10 @@ def test_micro_batch_accumulation_equals_the_mini_batch_loss():
     mask = (torch.rand(8, 5) > 0.3).long()
     for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
         whole = aggregate(loss, mask, mode)
-        parts = sum(aggregate(loss[i:i + 2], mask[i:i + 2], mode, total_tokens=float(mask.sum()), total_seqs=8.0)
-                    for i in range(0, 8, 2))
+        parts = sum(
+            aggregate(loss[i : i + 2], mask[i : i + 2], mode, total_tokens=float(mask.sum()), total_seqs=8.0)
+            for i in range(0, 8, 2)
+        )
         assert float(parts) == pytest.approx(float(whole), rel=1e-6), mode
 
 

@@ -19,15 +19,22 @@ def _save_checkpoint(path):
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
     tok.save_pretrained(path)
-    build_model(ModelConfig(hidden_size=32, intermediate_size=64, num_heads=2, num_kv_heads=1), len(vocab),
-                seed=5).save_pretrained(path)
+    build_model(
+        ModelConfig(hidden_size=32, intermediate_size=64, num_heads=2, num_kv_heads=1), len(vocab), seed=5
+    ).save_pretrained(path)
 
 
 def test_train_from_local_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt"
     _save_checkpoint(ckpt)
-    proc = run_cli("train", f"model.path={ckpt}", "trainer.steps=3", f"trainer.output_dir={tmp_path}/train",
-                   "global_profiler.tool=null", cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        f"model.path={ckpt}",
+        "trainer.steps=3",
+        f"trainer.output_dir={tmp_path}/train",
+        "global_profiler.tool=null",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "train").iterdir()]
     history = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

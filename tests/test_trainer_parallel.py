@@ -23,10 +23,23 @@ def only_run(path):
 
 def test_torchrun_two_ranks_fsdp_profiles_only_listed_rank(tmp_path):
     env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-           "rlprof.trainer", "trainer.steps=4", f"trainer.output_dir={tmp_path}/train", "global_profiler.tool=torch",
-           "global_profiler.steps=[2]", f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true",
-           f"{A}.ranks=[1]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "rlprof.trainer",
+        "trainer.steps=4",
+        f"trainer.output_dir={tmp_path}/train",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{A}.enable=true",
+        f"{A}.ranks=[1]",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
@@ -39,15 +52,25 @@ def test_torchrun_two_ranks_fsdp_profiles_only_listed_rank(tmp_path):
 
 
 def test_async_rollout_two_replicas_profiles_replica_one_only(tmp_path):
-    proc = run_cli("train", "trainer.steps=3", "rollout.mode=async", "rollout.replicas=2",
-                   f"trainer.output_dir={tmp_path}/train", "global_profiler.tool=torch", "global_profiler.steps=[2]",
-                   f"global_profiler.save_path={tmp_path}/p", f"{A}.enable=true",
-                   f"{R}.tool_config.torch.discrete=true", f"{R}.ranks=[1]", cwd=tmp_path, timeout=300)
+    proc = run_cli(
+        "train",
+        "trainer.steps=3",
+        "rollout.mode=async",
+        "rollout.replicas=2",
+        f"trainer.output_dir={tmp_path}/train",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{A}.enable=true",
+        f"{R}.tool_config.torch.discrete=true",
+        f"{R}.ranks=[1]",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     rollout_rows = [r for r in rows(d) if r["role"] == "rollout"]
-    assert [(r["replica"], r["rank"], r["step"], r["stage"]) for r in rollout_rows] == [
-        (1, 1, 2, "rollout_generate")]
+    assert [(r["replica"], r["rank"], r["step"], r["stage"]) for r in rollout_rows] == [(1, 1, 2, "rollout_generate")]
     trace = load_trace(d / rollout_rows[0]["path"])
     assert trace["rlprof"]["replica"] == 1
     assert any(e.get("name", "").startswith("rlprof:decode_step:") for e in trace["traceEvents"])
@@ -56,8 +79,14 @@ def test_async_rollout_two_replicas_profiles_replica_one_only(tmp_path):
 
 
 def test_async_rollout_without_discrete_is_refused(tmp_path):
-    proc = run_cli("train", "rollout.mode=async", "global_profiler.tool=torch", "global_profiler.steps=[2]",
-                   f"{A}.enable=true", cwd=tmp_path)
+    proc = run_cli(
+        "train",
+        "rollout.mode=async",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"{A}.enable=true",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1 and "discrete" in line and "async" in line

@@ -32,8 +32,17 @@ def test_kv_cache_decode_equals_full_recompute(arch):
 
         model.forward = spy
         try:
-            r = generate(model, prompts.input_ids, prompts.attention_mask, max_new_tokens=6, eos_id=tok.eos_id,
-                         pad_id=tok.pad_id, ignore_eos=True, generator=gen, use_cache=use_cache)
+            r = generate(
+                model,
+                prompts.input_ids,
+                prompts.attention_mask,
+                max_new_tokens=6,
+                eos_id=tok.eos_id,
+                pad_id=tok.pad_id,
+                ignore_eos=True,
+                generator=gen,
+                use_cache=use_cache,
+            )
         finally:
             model.forward = original
         outs.append((r, logits_seen))
@@ -60,8 +69,15 @@ def test_left_padded_prompts_decode_like_unpadded():
 def test_eos_stops_a_row_and_masks_after_it():
     model, tok = _model()
     prompts = SumMod10Task(tok, seed=2).sample(8)
-    r = generate(model, prompts.input_ids, prompts.attention_mask, max_new_tokens=12, eos_id=tok.eos_id,
-                 pad_id=tok.pad_id, generator=torch.Generator().manual_seed(0))
+    r = generate(
+        model,
+        prompts.input_ids,
+        prompts.attention_mask,
+        max_new_tokens=12,
+        eos_id=tok.eos_id,
+        pad_id=tok.pad_id,
+        generator=torch.Generator().manual_seed(0),
+    )
     for ids, mask in zip(r.response_ids, r.response_mask):
         n = int(mask.sum())
         assert mask[:n].all() and not mask[n:].any()
@@ -79,8 +95,18 @@ def test_dapo_refill_replaces_uninformative_groups(monkeypatch):
     from rlprof.config import resolve_plan
     from rlprof.trainer.train import Trainer
 
-    cfg = parse_train_config(load_config(None, ["trainer.algorithm=dapo", "data.prompts_per_step=4",
-                                                "rollout.n=2", "actor.mini_batch_size=8", "actor.micro_batch_size=4"]))
+    cfg = parse_train_config(
+        load_config(
+            None,
+            [
+                "trainer.algorithm=dapo",
+                "data.prompts_per_step=4",
+                "rollout.n=2",
+                "actor.mini_batch_size=8",
+                "actor.micro_batch_size=4",
+            ],
+        )
+    )
     trainer = Trainer(cfg, resolve_plan({}))
     calls = []
     real = trainer._generate_and_score

@@ -19,10 +19,25 @@ TRL_STAGES = {"rollout_generate", "reward_compute", "ref_compute_log_prob", "act
 
 def run_example(tmp_path, *overrides, grad_accum=4):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(EXAMPLE), str(CONFIG), f"global_profiler.save_path={tmp_path}/p", *overrides,
-           "--workdir", str(tmp_path / "w"), "--grad-accum", str(grad_accum)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**__import__("os").environ, "KINETO_LOG_LEVEL": "5"})
+    cmd = [
+        sys.executable,
+        str(EXAMPLE),
+        str(CONFIG),
+        f"global_profiler.save_path={tmp_path}/p",
+        *overrides,
+        "--workdir",
+        str(tmp_path / "w"),
+        "--grad-accum",
+        str(grad_accum),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**__import__("os").environ, "KINETO_LOG_LEVEL": "5"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trl GRPO: 3 steps" in proc.stdout
     (run_dir,) = list((tmp_path / "p").iterdir())
@@ -36,8 +51,12 @@ def test_discrete_windows_per_stage_of_step_2_and_analysis(tmp_path):
     assert sorted(r["stage"] for r in manifest) == sorted(TRL_STAGES)  # one window each
     assert all(r["mode"] == "discrete" and r["status"] == "complete" and r["rank"] == 0 for r in manifest)
     by_stage = {r["stage"]: r["role"] for r in manifest}
-    assert by_stage == {"rollout_generate": "rollout", "reward_compute": "reward", "ref_compute_log_prob": "ref",
-                        "actor_update": "actor"}
+    assert by_stage == {
+        "rollout_generate": "rollout",
+        "reward_compute": "reward",
+        "ref_compute_log_prob": "ref",
+        "actor_update": "actor",
+    }
     proc = run_cli("analyze", d, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -48,8 +67,9 @@ def test_discrete_windows_per_stage_of_step_2_and_analysis(tmp_path):
 
 
 def test_e2e_one_window_with_stage_ranges(tmp_path):
-    d = run_example(tmp_path, f"{A}.tool_config.torch.discrete=false",
-                    "reward_model.profiler.tool_config.torch.discrete=false")
+    d = run_example(
+        tmp_path, f"{A}.tool_config.torch.discrete=false", "reward_model.profiler.tool_config.torch.discrete=false"
+    )
     (row,) = rows(d)
     assert (row["step"], row["stage"], row["mode"]) == (2, "e2e", "e2e")
     trace = load_trace(d / row["path"])
@@ -63,8 +83,11 @@ def _count(trace, name):
 
 
 def test_micro_batch_schedule_holds_one_of_four(tmp_path):
-    one = run_example(tmp_path / "one", f"{A}.stages=[actor_update]",
-                      f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}")
+    one = run_example(
+        tmp_path / "one",
+        f"{A}.stages=[actor_update]",
+        f"{A}.tool_config.torch.schedule={{unit: micro_batch, active: 1}}",
+    )
     full = run_example(tmp_path / "full", f"{A}.stages=[actor_update]")
     [t_one] = [load_trace(one / r["path"]) for r in rows(one) if r["stage"] == "actor_update"]
     [t_full] = [load_trace(full / r["path"]) for r in rows(full) if r["stage"] == "actor_update"]
@@ -77,8 +100,15 @@ def test_micro_batch_schedule_holds_one_of_four(tmp_path):
 
 
 def test_profiling_off_installs_and_collects_nothing(tmp_path):
-    cmd = [sys.executable, str(EXAMPLE), str(CONFIG), f"global_profiler.save_path={tmp_path}/p",
-           "global_profiler.steps=null", "--workdir", str(tmp_path / "w")]
+    cmd = [
+        sys.executable,
+        str(EXAMPLE),
+        str(CONFIG),
+        f"global_profiler.save_path={tmp_path}/p",
+        "global_profiler.steps=null",
+        "--workdir",
+        str(tmp_path / "w"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "p").exists()
@@ -99,9 +129,21 @@ def test_under_torchrun_ranks_come_from_the_process_index(tmp_path):
     import os
 
     env = dict(os.environ, KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(EXAMPLE),
-           str(CONFIG), f"global_profiler.save_path={tmp_path}/p", f"{A}.ranks=[1]", f"{A}.all_ranks=false",
-           "--workdir", str(tmp_path / "w")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(EXAMPLE),
+        str(CONFIG),
+        f"global_profiler.save_path={tmp_path}/p",
+        f"{A}.ranks=[1]",
+        f"{A}.all_ranks=false",
+        "--workdir",
+        str(tmp_path / "w"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (d,) = list((tmp_path / "p").iterdir())  # one run directory: the ranks share torchrun's run id

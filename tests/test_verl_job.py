@@ -35,15 +35,25 @@ import verl_job  # noqa: E402 (bench/ on the path first)
 A, R = "actor_rollout_ref.actor.profiler", "actor_rollout_ref.rollout.profiler"
 STEPS = "[1,2]"
 SEED_002 = [  # actor and rollout, ranks [0]; the rollout's ranks are replica ranks in agent-loop mode
-    "global_profiler.tool=torch", f"global_profiler.steps={STEPS}", f"{A}.enable=True", f"{A}.all_ranks=False",
-    f"{A}.ranks=[0]", f"{A}.tool_config.torch.contents=[cpu]", f"{R}.enable=True", f"{R}.all_ranks=False",
-    f"{R}.ranks=[0]"]
+    "global_profiler.tool=torch",
+    f"global_profiler.steps={STEPS}",
+    f"{A}.enable=True",
+    f"{A}.all_ranks=False",
+    f"{A}.ranks=[0]",
+    f"{A}.tool_config.torch.contents=[cpu]",
+    f"{R}.enable=True",
+    f"{R}.all_ranks=False",
+    f"{R}.ranks=[0]",
+]
 DISCRETE = [f"{A}.tool_config.torch.discrete=True", f"{R}.tool_config.torch.discrete=True"]
 E2E = [f"{A}.tool_config.torch.discrete=False", f"{R}.tool_config.torch.discrete=True"]  # a rollout server profiles
 # in discrete mode only (verl's vllm_async_server), so the e2e block names it; the actor's trace is the whole step
 # The micro-batch sampling's two config lines (the unit; the schedule's counts): keep micro-batch 1 of each call
-TWO_LINES = [f"+{A}.tool_config.torch.schedule.unit=micro_batch", f"{A}.tool_config.torch.schedule.wait=1",
-             f"{A}.tool_config.torch.schedule.active=1"]
+TWO_LINES = [
+    f"+{A}.tool_config.torch.schedule.unit=micro_batch",
+    f"{A}.tool_config.torch.schedule.wait=1",
+    f"{A}.tool_config.torch.schedule.active=1",
+]
 # The seeds' decode window, in verl's rollout keys (verl's rollout torch block has no schedule: `+`)
 DECODE_WINDOW = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
 RECORDED = list(range(30, 60))  # wait 29 + warmup 1: engine iterations 30..59 (iteration 0 is the prefill)
@@ -64,8 +74,14 @@ def run_job(python: Path, workdir: Path, *overrides: str) -> dict:
     # vLLM's own per-iteration scopes in its worker (`gpu_model_runner: forward`), for the window's check: its
     # execute_context_* annotations exist only while vLLM's own profiler runs, which rlprof's replaces
     env = dict(os.environ, VLLM_CUSTOM_SCOPES_FOR_PROFILING="1")
-    proc = subprocess.run([str(python), str(ROOT / "bench" / "verl_job.py"), "run", str(workdir), "--timeout", "540",
-                           *overrides], check=False, capture_output=True, text=True, timeout=660, env=env)
+    proc = subprocess.run(
+        [str(python), str(ROOT / "bench" / "verl_job.py"), "run", str(workdir), "--timeout", "540", *overrides],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=660,
+        env=env,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["log_text"] = Path(result["log"]).read_text(errors="replace")
     return result
@@ -76,8 +92,9 @@ def discrete_run(job_python, tmp_path_factory):
     work = tmp_path_factory.mktemp("job_discrete")
     save = work / "profile"
     hook = f"{A}.finish_hook_cmd='rlprof analyze $VERL_PROFILE_SAVE_PATH -o {work / 'hook'}'"
-    result = run_job(job_python, work, *SEED_002, *DISCRETE, f"global_profiler.save_path={save}", *TWO_LINES,
-                     DECODE_WINDOW, hook)
+    result = run_job(
+        job_python, work, *SEED_002, *DISCRETE, f"global_profiler.save_path={save}", *TWO_LINES, DECODE_WINDOW, hook
+    )
     return result, work, save
 
 
@@ -96,18 +113,33 @@ def e2e_run(job_python, tmp_path_factory):
 # it, vLLM's own profiler does, as verl starts it: docs/verl.md).
 SLOW_FROM, SLOW_S, TRIGGER_STEPS = 6, 10, 7
 TRIGGER = [
-    "global_profiler.tool=torch", "global_profiler.steps=null", f"{A}.enable=True", f"{A}.all_ranks=False",
-    f"{A}.ranks=[0]", f"{A}.tool_config.torch.contents=[cpu]", f"{A}.tool_config.torch.discrete=True",
-    f"{R}.enable=True", f"{R}.all_ranks=False", f"{R}.ranks=[0]", f"{R}.tool_config.torch.discrete=True",
-    "+global_profiler.trigger.slow.factor=2.0", "+global_profiler.trigger.slow.min_seconds=3.0",
-    "+global_profiler.trigger.request=True", "+global_profiler.trigger.warmup_steps=1",
-    "+global_profiler.trigger.cooldown=0", DECODE_WINDOW]
+    "global_profiler.tool=torch",
+    "global_profiler.steps=null",
+    f"{A}.enable=True",
+    f"{A}.all_ranks=False",
+    f"{A}.ranks=[0]",
+    f"{A}.tool_config.torch.contents=[cpu]",
+    f"{A}.tool_config.torch.discrete=True",
+    f"{R}.enable=True",
+    f"{R}.all_ranks=False",
+    f"{R}.ranks=[0]",
+    f"{R}.tool_config.torch.discrete=True",
+    "+global_profiler.trigger.slow.factor=2.0",
+    "+global_profiler.trigger.slow.min_seconds=3.0",
+    "+global_profiler.trigger.request=True",
+    "+global_profiler.trigger.warmup_steps=1",
+    "+global_profiler.trigger.cooldown=0",
+    DECODE_WINDOW,
+]
 
 
 def slow_reward(counter: Path) -> list[str]:
     kwargs = f"{{slow_from_step: {SLOW_FROM}, slow_seconds: {SLOW_S}, calls_per_step: 8, counter: {counter}}}"
-    return [f"reward.custom_reward_function.path={ROOT / 'bench' / 'verl_slow_reward.py'}",
-            "reward.custom_reward_function.name=compute_score", f"+reward.custom_reward_function.reward_kwargs={kwargs}"]
+    return [
+        f"reward.custom_reward_function.path={ROOT / 'bench' / 'verl_slow_reward.py'}",
+        "reward.custom_reward_function.name=compute_score",
+        f"+reward.custom_reward_function.reward_kwargs={kwargs}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +149,24 @@ def trigger_run(job_python, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("job_trigger")
     save = work / "profile"
-    job = subprocess.Popen([str(job_python), str(ROOT / "bench" / "verl_job.py"), "run", str(work), "--steps",
-                            str(TRIGGER_STEPS), "--timeout", "540", *TRIGGER, f"global_profiler.save_path={save}",
-                            *slow_reward(work / "reward_calls")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    job = subprocess.Popen(
+        [
+            str(job_python),
+            str(ROOT / "bench" / "verl_job.py"),
+            "run",
+            str(work),
+            "--steps",
+            str(TRIGGER_STEPS),
+            "--timeout",
+            "540",
+            *TRIGGER,
+            f"global_profiler.save_path={save}",
+            *slow_reward(work / "reward_calls"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     asked_after = capture = None
     deadline = time.monotonic() + 540
     while job.poll() is None and time.monotonic() < deadline:  # the driver's heartbeat: step 1 has ended
@@ -157,8 +203,11 @@ def test_main_ppo_ends_after_two_steps_with_rlprof_and_leaves_nothing(discrete_r
     result, work, _ = discrete_run
     finished_two_steps(result)
     # verl's weight sync reached the engine each step: the rollout's log-probs are the trainer's
-    diffs = [float(line.split("training/rollout_probs_diff_max:")[1].split()[0])
-             for line in result["log_text"].splitlines() if "training/rollout_probs_diff_max:" in line]
+    diffs = [
+        float(line.split("training/rollout_probs_diff_max:")[1].split()[0])
+        for line in result["log_text"].splitlines()
+        if "training/rollout_probs_diff_max:" in line
+    ]
     assert len(diffs) >= 2 and max(diffs) < 5e-3
     assert result["processes_left"] == 0 and not verl_job.tagged_pids(result["tag"]), "a process outlived the job"
     assert result["shm_left"] == [] and not [n for n in result["shm_removed"] if (Path("/dev/shm") / n).exists()]
@@ -180,8 +229,14 @@ def test_discrete_block_rows_per_step_role_stage_rank_and_the_rollout_replica(di
     doc = analyze(save)
     windows = {(r["step"], r["role"], r["stage"], r["rank"], r["replica"]) for r in doc["rows"] if r["unit"] is None}
     for step in (1, 2):
-        assert {(step, role, stage, 0, None) for role, stage in (("actor", "actor_compute_log_prob"),
-                ("ref", "ref_compute_log_prob"), ("actor", "actor_update"))} <= windows
+        assert {
+            (step, role, stage, 0, None)
+            for role, stage in (
+                ("actor", "actor_compute_log_prob"),
+                ("ref", "ref_compute_log_prob"),
+                ("actor", "actor_update"),
+            )
+        } <= windows
         assert (step, "rollout", "rollout_generate", 0, 0) in windows  # replica 0's engine, step by step
     assert not [w for w in doc["warnings"] if "same windows" in w]
 
@@ -198,7 +253,8 @@ def test_e2e_block_rows_per_step_role_stage_rank_and_the_rollout_replica(e2e_run
     # rlprof reads them as the replica's windows, one per profiled step, with no step
     rollout = [r for r in doc["rows"] if r["role"] == "rollout" and r["unit"] is None]
     assert len(rollout) == 2 and {(r["stage"], r["rank"], r["replica"], r["step"]) for r in rollout} == {
-        ("rollout_generate", 0, 0, None)}
+        ("rollout_generate", 0, 0, None)
+    }
     own = sorted(str(p) for p in (save / "agent_loop_rollout_replica_0").glob("rank0.*.pt.trace.json.gz"))
     assert len(own) == 2 and all(sum(p.endswith(r["file"]) for p in own) == 1 for r in rollout)
 
@@ -234,8 +290,9 @@ def test_seed_decode_window_from_verls_rollout_keys_in_the_replicas_vllm_worker(
     # what the scheduler gave it: 8 rows (4 prompts x 2 samples, ignore_eos), one token each
     forwards = [e for e in evs if e["name"] == "gpu_model_runner: forward"]
     assert len(forwards) == 30
-    assert all(sum(u["ts"] <= f["ts"] and f["ts"] + f["dur"] <= u["ts"] + u["dur"] for f in forwards) == 1
-               for u in units)
+    assert all(
+        sum(u["ts"] <= f["ts"] and f["ts"] + f["dur"] <= u["ts"] + u["dur"] for f in forwards) == 1 for u in units
+    )
     assert all("|active=8,seqs=8,tokens=8,prefill_seqs=0" in u["name"] for u in units)
 
 
@@ -261,8 +318,11 @@ def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discr
     result, _, save = discrete_run
     finished_two_steps(result)
     doc = analyze(save)
-    spans = [(r["role"] == "rollout", r["start_us"], r["start_us"] + r["wall_ms"] * 1000)
-             for r in doc["rows"] if r["unit"] is None]
+    spans = [
+        (r["role"] == "rollout", r["start_us"], r["start_us"] + r["wall_ms"] * 1000)
+        for r in doc["rows"]
+        if r["unit"] is None
+    ]
     trainer = [s for s in spans if not s[0]]
     rollout = [s for s in spans if s[0]]
     assert len(trainer) >= 6 and len(rollout) == 2
@@ -274,11 +334,17 @@ def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discr
 def test_rlprof_plan_shows_the_seeds_npu_meaning_of_the_same_command():
     """The seeds say npu where this CPU runs torch: `rlprof plan` of the same command with tool npu keeps the same
     windows (micro-batch 1 of each call in verl's workers, engine iterations 30-59 on replica 0)."""
-    as_npu = [a.replace("tool=torch", "tool=npu").replace(".torch.", ".npu.") for a in
-              (*SEED_002, *DISCRETE, *TWO_LINES, DECODE_WINDOW)]
+    as_npu = [
+        a.replace("tool=torch", "tool=npu").replace(".torch.", ".npu.")
+        for a in (*SEED_002, *DISCRETE, *TWO_LINES, DECODE_WINDOW)
+    ]
     as_npu = [f"+{a}" if a.startswith(f"{A}.tool_config.npu.schedule.") else a for a in as_npu]  # no npu schedule
-    out = run_cli("plan", ROOT / "tests/data/verl/config/v0.9.1_generated_ppo_trainer.yaml", *as_npu,
-                  "actor_rollout_ref.rollout.mode=async")
+    out = run_cli(
+        "plan",
+        ROOT / "tests/data/verl/config/v0.9.1_generated_ppo_trainer.yaml",
+        *as_npu,
+        "actor_rollout_ref.rollout.mode=async",
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     rollout = next(line for line in text.splitlines() if line.lstrip().startswith("rollout "))
@@ -293,8 +359,12 @@ def trigger_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "manifest.jsonl").read_text().splitlines()]
 
 
-WHOLE_STEP = {("actor", "actor_compute_log_prob"), ("actor", "ref_compute_log_prob"), ("actor", "actor_update"),
-              ("rollout", "rollout_generate")}  # verl names the ref's file after its actor-rollout-ref worker
+WHOLE_STEP = {
+    ("actor", "actor_compute_log_prob"),
+    ("actor", "ref_compute_log_prob"),
+    ("actor", "actor_update"),
+    ("rollout", "rollout_generate"),
+}  # verl names the ref's file after its actor-rollout-ref worker
 
 
 def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigger_run):

@@ -31,8 +31,11 @@ A = "actor_rollout_ref.actor.profiler"
 PROFILE = ["global_profiler.tool=torch", f"{A}.enable=True", f"{A}.tool_config.torch.contents=[cpu]"]
 # The seed's two code edits (a torch profiler with schedule(wait=.., active=1) around dp_actor's micro-batch loop, and
 # step() per micro-batch), as config: the unit, and the schedule's counts (here: keep micro-batch 1).
-TWO_LINES = [f"+{A}.tool_config.torch.schedule.unit=micro_batch", f"{A}.tool_config.torch.schedule.wait=1",
-             f"{A}.tool_config.torch.schedule.active=1"]
+TWO_LINES = [
+    f"+{A}.tool_config.torch.schedule.unit=micro_batch",
+    f"{A}.tool_config.torch.schedule.wait=1",
+    f"{A}.tool_config.torch.schedule.active=1",
+]
 STAGES = ("actor_compute_log_prob", "ref_compute_log_prob", "actor_update")
 MICRO = re.compile(r"^micro_batch(\d+)$")
 
@@ -48,8 +51,9 @@ def ranges(evs: list[dict], pattern: str) -> list[dict]:
 
 def ops_inside(evs: list[dict], rng: dict) -> collections.Counter:
     lo, hi = rng["ts"], rng["ts"] + rng["dur"]
-    return collections.Counter(e["name"] for e in evs if e.get("cat") == "cpu_op" and lo <= e["ts"]
-                               and e["ts"] + e["dur"] <= hi)
+    return collections.Counter(
+        e["name"] for e in evs if e.get("cat") == "cpu_op" and lo <= e["ts"] and e["ts"] + e["dur"] <= hi
+    )
 
 
 def by_stage(save_path: Path) -> dict[tuple[int, str], Path]:
@@ -88,17 +92,26 @@ def test_plan_shows_the_micro_batches_the_plugin_keeps_in_verls_workers():
     plan = plan_json(FSDP, *PROFILE, "global_profiler.steps=[1,2]", *TWO_LINES)
     actor, ref = plan["roles"]["actor"], plan["roles"]["ref"]
     # verl's YAML says repeat: 0; in e2e mode that is one schedule window (per stage call), as verl reads it
-    assert actor["schedule"] == {"unit": "micro_batch", "skip_first": 0, "wait": 1, "warmup": 0, "active": 1,
-                                 "repeat": 1}
+    assert actor["schedule"] == {
+        "unit": "micro_batch",
+        "skip_first": 0,
+        "wait": 1,
+        "warmup": 0,
+        "active": 1,
+        "repeat": 1,
+    }
     assert actor["verl_plugin"]["stages"] == ["actor_compute_log_prob", "actor_update"]
     assert ref["verl_plugin"]["stages"] == ["ref_compute_log_prob"]
     assert actor["verl_plugin"]["micro_batches"] == ref["verl_plugin"]["micro_batches"] == [1]
     assert not actor["verl_plugin"]["more"]
     words = run_cli("plan", FSDP, *PROFILE, "global_profiler.steps=[1,2]", *TWO_LINES).stdout
-    assert ("in verl's workers (rlprof's verl plugin): micro-batch 1 of each call of actor_compute_log_prob, "
-            "actor_update") in words
+    assert (
+        "in verl's workers (rlprof's verl plugin): micro-batch 1 of each call of actor_compute_log_prob, actor_update"
+    ) in words
     # discrete mode: repeat 0 is every cycle until the stage ends, as verl reads it
-    discrete = plan_json(FSDP, *PROFILE, "global_profiler.steps=[1]", *TWO_LINES, f"{A}.tool_config.torch.discrete=True")
+    discrete = plan_json(
+        FSDP, *PROFILE, "global_profiler.steps=[1]", *TWO_LINES, f"{A}.tool_config.torch.discrete=True"
+    )
     assert discrete["roles"]["actor"]["verl_plugin"]["micro_batches"][:3] == [1, 3, 5]
     assert discrete["roles"]["actor"]["verl_plugin"]["more"]
     # verl's own unit (update mini-batches): the plugin has no part
@@ -107,19 +120,25 @@ def test_plan_shows_the_micro_batches_the_plugin_keeps_in_verls_workers():
 
 
 def test_the_unit_needs_plus_over_verls_yaml_and_a_bad_one_is_one_line_exit_2():
-    plain = run_cli("plan", FSDP, *PROFILE, "global_profiler.steps=[1]", f"{A}.tool_config.torch.schedule.unit=micro_batch")
+    plain = run_cli(
+        "plan", FSDP, *PROFILE, "global_profiler.steps=[1]", f"{A}.tool_config.torch.schedule.unit=micro_batch"
+    )
     assert plain.returncode == 2 and f"+{A}.tool_config.torch.schedule.unit=micro_batch" in plain.stderr
-    bad = run_cli("plan", FSDP, *PROFILE, "global_profiler.steps=[1]", f"+{A}.tool_config.torch.schedule.unit=micro_batches")
+    bad = run_cli(
+        "plan", FSDP, *PROFILE, "global_profiler.steps=[1]", f"+{A}.tool_config.torch.schedule.unit=micro_batches"
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert f"{A}.tool_config.torch.schedule.unit" in bad.stderr and "'micro_batches'" in bad.stderr
     assert "micro_batch" in bad.stderr.split("allowed:")[1] and "Traceback" not in bad.stderr
 
 
 def test_the_plugin_costs_an_import_and_a_finder_until_a_config_asks():
-    probe = ("import sys; import rlprof.integrations.verl.loader as p; "
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'omegaconf', 'msgspec', 'numpy') "
-             "or m.startswith(('rlprof.config', 'rlprof.collect')))); "
-             "print(type(sys.meta_path[0]).__name__)")
+    probe = (
+        "import sys; import rlprof.integrations.verl.loader as p; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'omegaconf', 'msgspec', 'numpy') "
+        "or m.startswith(('rlprof.config', 'rlprof.collect')))); "
+        "print(type(sys.meta_path[0]).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["[]", "_AfterImport"]
 
@@ -147,7 +166,9 @@ def test_verls_layout_at_0_9_1_and_head_is_where_the_plugin_attaches():
 def sampled091(verl091, tmp_path_factory):
     """Six profiled steps of verl 0.9.1's worker with the two lines; verl's finish hook lists what it sees."""
     out = tmp_path_factory.mktemp("verl091-sampled")
-    hook = "global_profiler.finish_hook_cmd='ls \"$VERL_PROFILE_SAVE_PATH\" > \"$VERL_PROFILE_SAVE_PATH/../hook_saw.txt\"'"
+    hook = (
+        'global_profiler.finish_hook_cmd=\'ls "$VERL_PROFILE_SAVE_PATH" > "$VERL_PROFILE_SAVE_PATH/../hook_saw.txt"\''
+    )
     result = verl091.run(out, *PROFILE, "global_profiler.steps=[1,2,3,4,5,6]", hook, *TWO_LINES, steps=6)
     return out, result
 
@@ -254,8 +275,15 @@ print(json.dumps({{"asks": impl(unit="micro_batch", active=1), "none": impl(acti
 
 
 def test_a_verl_release_the_plugin_does_not_know_is_one_warning_and_no_patching(verl091, tmp_path):
-    result = verl091.run(tmp_path, *PROFILE, "global_profiler.steps=[1]", *TWO_LINES,
-                         f"{A}.tool_config.torch.discrete=True", steps=1, extra=("--pretend-release", "0.11.0"))
+    result = verl091.run(
+        tmp_path,
+        *PROFILE,
+        "global_profiler.steps=[1]",
+        *TWO_LINES,
+        f"{A}.tool_config.torch.discrete=True",
+        steps=1,
+        extra=("--pretend-release", "0.11.0"),
+    )
     (line,) = result.rlprof_lines()
     assert "verl 0.11.0 is not a release the verl plugin knows" in line and "collects instead" in line
     assert "update mini-batches by the schedule" in line
@@ -289,9 +317,16 @@ def test_verl_0_7_1_through_verl_use_external_modules(verl071, tmp_path):
 def test_verl_0_7_1_imports_external_lib_after_its_worker_refused_the_schedule(verl071, tmp_path):
     """Why 0.7.x needs VERL_USE_EXTERNAL_MODULES: external_lib comes in init_model, after __init__ built the config."""
     schedule = f"+{A}.tool_config.torch.schedule={{unit: micro_batch, wait: 1, active: 1}}"
-    result = verl071.run(tmp_path, *PROFILE, "global_profiler.steps=[1]", schedule,
-                         f"actor_rollout_ref.model.external_lib={facts.PLUGIN_MODULE}", steps=1,
-                         env={"VERL_USE_EXTERNAL_MODULES": "verl_cpu_shim"}, check=False)
+    result = verl071.run(
+        tmp_path,
+        *PROFILE,
+        "global_profiler.steps=[1]",
+        schedule,
+        f"actor_rollout_ref.model.external_lib={facts.PLUGIN_MODULE}",
+        steps=1,
+        env={"VERL_USE_EXTERNAL_MODULES": "verl_cpu_shim"},
+        check=False,
+    )
     assert "TorchProfilerToolConfig.__init__() got an unexpected keyword argument 'schedule'" in result.stderr
     assert not (tmp_path / "profile").exists() or not list((tmp_path / "profile").iterdir())
 
@@ -304,8 +339,10 @@ def test_the_readmes_two_lines_are_these():
     section = text.split("## rlprof inside verl", 1)[1].split("\n## ", 1)[0]
     blocks = [b.replace("\\\n", " ") for b in re.findall(r"```bash\n(.*?)```", section, re.S)]
     # the block's shell variables ($A, $R: the actor's and the rollout's profiler keys), as the shell expands them
-    blocks = [b.replace("$A.", "actor_rollout_ref.actor.profiler.").replace("$R.", "actor_rollout_ref.rollout.profiler.")
-              for b in blocks]
+    blocks = [
+        b.replace("$A.", "actor_rollout_ref.actor.profiler.").replace("$R.", "actor_rollout_ref.rollout.profiler.")
+        for b in blocks
+    ]
     lines = [line.split("   #")[0] for b in blocks for line in b.splitlines()]
     commands = [shlex.split(line) for line in lines if "main_ppo" in line]
     current, legacy, whole_job, triggered = ([a for a in c if "=" in a] for c in commands)
@@ -329,14 +366,19 @@ def test_the_readmes_two_lines_are_these():
 
 
 def test_overhead_bench_prints_documented_json(verl091):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "verl_plugin_overhead.py"), "--pairs", "1",
-                           "--calls", "3"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "verl_plugin_overhead.py"), "--pairs", "1", "--calls", "3"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["plugin_loaded"] == {"verl_alone": False, "plugin_installed_inactive": True}
     assert set(figures["median_ms"]) == {"verl_alone", "plugin_installed_inactive"}
-    assert figures["difference_ms"] == pytest.approx(figures["median_ms"]["plugin_installed_inactive"]
-                                                     - figures["median_ms"]["verl_alone"], abs=2e-3)
+    assert figures["difference_ms"] == pytest.approx(
+        figures["median_ms"]["plugin_installed_inactive"] - figures["median_ms"]["verl_alone"], abs=2e-3
+    )
     recorded = json.loads((ROOT / "bench" / "results" / "verl_plugin_overhead_cpu.json").read_text())
     assert set(recorded) >= set(figures)
 
@@ -351,16 +393,28 @@ def test_main_ppos_command_line_hands_the_rollouts_decode_window_to_the_vllm_plu
 
     R = "actor_rollout_ref.rollout.profiler"
     window = f"+{R}.tool_config.torch.schedule={{unit: decode_step, wait: 29, warmup: 1, active: 30}}"
-    argv = ["algorithm.adv_estimator=grpo", "global_profiler.tool=torch", "global_profiler.steps=[1,2]",
-            f"{A}.enable=True", f"{A}.ranks=[0]", *TWO_LINES, f"{R}.enable=True", f"{R}.ranks=[0]",
-            f"{R}.tool_config.torch.discrete=True", window]
+    argv = [
+        "algorithm.adv_estimator=grpo",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[1,2]",
+        f"{A}.enable=True",
+        f"{A}.ranks=[0]",
+        *TWO_LINES,
+        f"{R}.enable=True",
+        f"{R}.ranks=[0]",
+        f"{R}.tool_config.torch.discrete=True",
+        window,
+    ]
     env: dict = {}
     handed = hand_rollout_plan(argv, env)
     assert env["RLPROF_PLAN"] == handed and "algorithm.adv_estimator" not in handed
     settings = engine_settings(handed, {"RLPROF_REPLICA": "0"})
     assert settings.steps == (1, 2) and settings.rollout.schedule.unit == "decode_step"
     assert (settings.rollout.schedule.wait, settings.rollout.schedule.warmup, settings.rollout.schedule.active) == (
-        29, 1, 30)
+        29,
+        1,
+        30,
+    )
     assert engine_settings(handed, {"RLPROF_REPLICA": "1"}) is None  # ranks [0]: replica 0 only
     assert hand_rollout_plan(argv[:-1], {}) is None  # no decode window asked: vLLM is left alone
     mine = {"RLPROF_PLAN": "my_plan.yaml"}

@@ -23,8 +23,10 @@ class FakeDistProfiler:
 
     def __init__(self, save_path, active: int = 1):
         self.config = {"tool": "torch", "save_path": str(save_path), "ranks": [0]}
-        self.tool_config = {"discrete": True, "schedule": {"unit": "micro_batch", "wait": 1, "warmup": 0,
-                                                           "active": active}}
+        self.tool_config = {
+            "discrete": True,
+            "schedule": {"unit": "micro_batch", "wait": 1, "warmup": 0, "active": active},
+        }
         self._tool, self.rank, self.save_file_prefix, self._impl = "torch", 0, "actor", None
 
 
@@ -97,8 +99,9 @@ def test_a_stage_call_is_one_window_holding_the_kept_micro_batch(make_sampler, t
     assert f"micro-batch(es) 1 -> {path}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("phase, said", [("start", "could not open a window for actor_update"),
-                                         ("step", "sampling actor_update failed")])
+@pytest.mark.parametrize(
+    "phase, said", [("start", "could not open a window for actor_update"), ("step", "sampling actor_update failed")]
+)
 def test_a_fault_is_one_warning_and_the_stage_goes_on(make_sampler, tmp_path, caplog, phase, said):
     s = make_sampler(explode=phase)
     with caplog.at_level(logging.WARNING, logger="rlprof"):

@@ -83,11 +83,15 @@ def trainer_class():
 
 
 def config(save, trigger, steps=12, listed=None):
-    return omegaconf.OmegaConf.create({
-        "global_profiler": {"tool": "torch", "steps": listed, "save_path": str(save), "trigger": trigger},
-        "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "ranks": [0],
-                                                     "tool_config": {"torch": {"discrete": True}}}}},
-        "trainer": {"total_training_steps": steps, "n_gpus_per_node": 1, "nnodes": 1}})
+    return omegaconf.OmegaConf.create(
+        {
+            "global_profiler": {"tool": "torch", "steps": listed, "save_path": str(save), "trigger": trigger},
+            "actor_rollout_ref": {
+                "actor": {"profiler": {"enable": True, "ranks": [0], "tool_config": {"torch": {"discrete": True}}}}
+            },
+            "trainer": {"total_training_steps": steps, "n_gpus_per_node": 1, "nnodes": 1},
+        }
+    )
 
 
 def run_dir_of(save):
@@ -113,7 +117,7 @@ def test_the_driver_captures_the_step_after_the_slowdown_through_verls_own_switc
     assert (t["reason"], t["step"], t["stage"]) == ("slow", 7, "rollout_generate")
     assert t["seconds"] == pytest.approx(4.0) and t["baseline_seconds"] == pytest.approx(1.0)
     # every step in the timeline, with verl's timers' numbers under rlprof's stage names
-    (rank, path), = timeline_ranks(run_dir)
+    ((rank, path),) = timeline_ranks(run_dir)
     rec = read_rank(path)
     assert rec["step"].tolist() == list(range(1, 13))
     assert rec["step_s"][6] == pytest.approx(4.0 + 0.2 + 0.5 + 0.1)
@@ -130,7 +134,8 @@ def test_the_driver_captures_the_step_after_the_slowdown_through_verls_own_switc
 
 @pytest.mark.parametrize("decode_window", [False, True])
 def test_the_rollout_replicas_learn_the_step_and_why_where_rlprofs_vllm_plugin_holds_the_window(
-        trainer_class, tmp_path, monkeypatch, decode_window):
+    trainer_class, tmp_path, monkeypatch, decode_window
+):
     """verl starts its replicas' profilers with no argument; where rlprof's vLLM plugin keeps a decode window
     (RLPROF_PLAN, handed over by the verl plugin), their start_profile names the step and the capture's cause in
     verl's own profile_prefix argument, which the plugin in vLLM's worker reads."""
@@ -141,8 +146,9 @@ def test_the_rollout_replicas_learn_the_step_and_why_where_rlprofs_vllm_plugin_h
     trainer = trainer_class(config(tmp_path, SLOW), lambda n: 4.0 if n >= 7 else 1.0)
     trainer.fit()
     assert trainer.profiled == [8]
-    assert trainer.rollout_starts == ([{"profile_prefix": "step8.rlprof-slow-7-rollout_generate"}] if decode_window
-                                      else [{}])
+    assert trainer.rollout_starts == (
+        [{"profile_prefix": "step8.rlprof-slow-7-rollout_generate"}] if decode_window else [{}]
+    )
     from rlprof.integrations.vllm.session import STEP_IN_PREFIX, TRIGGER_IN_PREFIX
 
     if decode_window:

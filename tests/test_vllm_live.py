@@ -29,8 +29,15 @@ RECORDED = range(30, 60)  # wait 29 + warmup 1: iterations 30..59 are the 30 rec
 
 def plan_args(save_path: Path, steps: str, *extra: str) -> list[str]:
     """The rollout role's plan in verl's keys: the seed's window on the given steps."""
-    return ["global_profiler.tool=torch", f"global_profiler.steps={steps}", f"global_profiler.save_path={save_path}",
-            f"{R}.enable=true", f"{R}.tool_config.torch.discrete=true", WINDOW, *extra]
+    return [
+        "global_profiler.tool=torch",
+        f"global_profiler.steps={steps}",
+        f"global_profiler.save_path={save_path}",
+        f"{R}.enable=true",
+        f"{R}.tool_config.torch.discrete=true",
+        WINDOW,
+        *extra,
+    ]
 
 
 def plan(save_path: Path, steps: str, *extra: str) -> str:
@@ -85,14 +92,22 @@ def test_seed_window_in_process(vllm_live, tmp_path):
     (step, replica, decode step) and a measured rollout tail; vLLM's installed files unchanged."""
     run_dir = tmp_path / "profile" / "live-inproc"
     rounds = [SEED, SEED, STAGGER]
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
-        "RLPROF_PLAN": plan(tmp_path / "profile", "[2,3]", f"{R}.tool_config.torch.contents=[cpu,shapes]"),
-        "RLPROF_RUN_ID": "live-inproc", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        env={
+            "RLPROF_PLAN": plan(tmp_path / "profile", "[2,3]", f"{R}.tool_config.torch.contents=[cpu,shapes]"),
+            "RLPROF_RUN_ID": "live-inproc",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
+        },
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     rows = manifest(run_dir)
-    assert [(r["step"], r["role"], r["stage"], r["replica"], r["engine"], r["engine_tp_rank"], r["status"])
-            for r in rows] == [(s, "rollout", "rollout_generate", 0, "vllm", 0, "complete") for s in (2, 3)]
+    assert [
+        (r["step"], r["role"], r["stage"], r["replica"], r["engine"], r["engine_tp_rank"], r["status"]) for r in rows
+    ] == [(s, "rollout", "rollout_generate", 0, "vllm", 0, "complete") for s in (2, 3)]
     assert all(r["pid"] == result["pid"] for r in rows)  # one process: the worker is the driver's
     check_seed_window(run_dir / rows[0]["path"])
     units = check_seed_window(run_dir / rows[1]["path"])
@@ -108,7 +123,8 @@ def test_seed_window_in_process(vllm_live, tmp_path):
     doc = json.loads(proc.stdout)
     decode = [r for r in doc["rows"] if r["unit"] == "decode_step"]
     assert sorted((r["step"], r["replica"], r["index"]) for r in decode) == [
-        (s, 0, k) for s in (2, 3) for k in RECORDED]
+        (s, 0, k) for s in (2, 3) for k in RECORDED
+    ]
     assert all(r["role"] == "rollout" and r["stage"] == "rollout_generate" and r["wall_ms"] > 0 for r in decode)
     (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
     assert tail["status"] == "measured" and tail["decode_steps"] == 60
@@ -121,9 +137,17 @@ def test_seed_window_in_the_worker_process(vllm_live, tmp_path):
     EngineCore counts the rounds, and the window is the same 30 iterations, written by the worker's process."""
     run_dir = tmp_path / "profile" / "live-mp"
     rounds = [SEED, SEED]
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
-        "RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-mp",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        env={
+            "RLPROF_PLAN": plan(tmp_path / "profile", "[2]"),
+            "RLPROF_RUN_ID": "live-mp",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+            "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
+        },
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     (row,) = manifest(run_dir)
     assert (row["step"], row["replica"], row["engine"], row["status"]) == (2, 0, "vllm", "complete")
@@ -139,11 +163,19 @@ def test_vllm_start_and_stop_profile_drive_the_window(vllm_live, tmp_path):
     window for the plan's step 2; vLLM's own profiler writes nothing there (one process holds one profiler)."""
     own = tmp_path / "vllm_own"
     rounds = [SEED, SEED, SEED]
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, profile_rounds=[2],
-                                   profiler_config={"profiler": "torch", "torch_profiler_dir": str(own)},
-                                   env={"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "calls",
-                                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                                        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        profile_rounds=[2],
+        profiler_config={"profiler": "torch", "torch_profiler_dir": str(own)},
+        env={
+            "RLPROF_PLAN": plan(tmp_path / "profile", "[2]"),
+            "RLPROF_RUN_ID": "calls",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
+        },
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     (row,) = manifest(tmp_path / "profile" / "calls")
     assert row["step"] == 2
@@ -157,9 +189,18 @@ def test_the_host_says_the_step(vllm_live, tmp_path):
     """`with vllm.loader.step(llm, n):` around each generate call: the host's step numbers (5, 6, 7 here), not the
     engine's rounds, decide which window is kept."""
     rounds = [SEED, SEED, SEED]
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, driver_steps=[5, 6, 7], env={
-        "RLPROF_PLAN": plan(tmp_path / "profile", "[6]"), "RLPROF_RUN_ID": "driver",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        driver_steps=[5, 6, 7],
+        env={
+            "RLPROF_PLAN": plan(tmp_path / "profile", "[6]"),
+            "RLPROF_RUN_ID": "driver",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
+        },
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     (row,) = manifest(tmp_path / "profile" / "driver")
     assert row["step"] == 6
@@ -180,9 +221,14 @@ def test_vllm_own_profiler_output_is_read_and_the_argument_builder_is_what_it_re
     cfg = settings["profiler_config"]
     assert (cfg["delay_iterations"], cfg["max_iterations"]) == (31, 30)  # vLLM starts on the delay-th iteration
     bad = plan(tmp_path / "profile", "[1]").replace("decode_step", "micro_batch")
-    result, proc = vllm_live.drive(vllm_live.model, [STAGGER], cwd=tmp_path, profile_rounds=[1],
-                                   profiler_config={**cfg, "torch_profiler_with_stack": False},
-                                   env={"RLPROF_PLAN": bad, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        [STAGGER],
+        cwd=tmp_path,
+        profile_rounds=[1],
+        profiler_config={**cfg, "torch_profiler_with_stack": False},
+        env={"RLPROF_PLAN": bad, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+    )
     assert generated_all(result, [STAGGER]), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
     assert len(said) == 1 and f"{R}.tool_config.torch.schedule.unit" in said[0] and "decode_step" in said[0]
@@ -190,7 +236,8 @@ def test_vllm_own_profiler_output_is_read_and_the_argument_builder_is_what_it_re
     (trace,) = [p for p in own.rglob("*.pt.trace.json.gz")]
     executes = named(events(trace), lambda n: n.startswith("execute_context_"))
     assert [int(e["name"].split("_generation_")[1].split("(")[0]) for e in executes] == [
-        held_at(STAGGER, k) for k in RECORDED]
+        held_at(STAGGER, k) for k in RECORDED
+    ]
     proc = run_cli("analyze", own, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -208,9 +255,16 @@ def test_a_profiler_failure_inside_the_engine_never_stops_generation(vllm_live, 
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "blocked").write_text("a file where the run directory would go")
     rounds = [SEED, SEED]
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env={
-        "RLPROF_PLAN": plan(tmp_path / "profile", "[1,2]"), "RLPROF_RUN_ID": "blocked",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        env={
+            "RLPROF_PLAN": plan(tmp_path / "profile", "[1,2]"),
+            "RLPROF_RUN_ID": "blocked",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        },
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
     assert len(said) == 1 and "could not open step 1's window" in said[0] and "generation goes on" in said[0], said
@@ -221,10 +275,21 @@ def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live,
     the trainer's recompute of them), the reward rises over 30 steps as the main job's does, and the profiled step
     holds weight_sync, rollout (vLLM's iterations as decode-step units, with their rows), reward, ref and actor."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RLPROF_", "VLLM_"))}
-    proc = subprocess.run([str(vllm_live.PYTHON), "-m", "rlprof.trainer", "rollout.engine=vllm",
-                           "model.hidden_size=128", "trainer.steps=30"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900, env={**env, **vllm_live.BASE_ENV,
-                                                       "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")})
+    proc = subprocess.run(
+        [
+            str(vllm_live.PYTHON),
+            "-m",
+            "rlprof.trainer",
+            "rollout.engine=vllm",
+            "model.hidden_size=128",
+            "trainer.steps=30",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**env, **vllm_live.BASE_ENV, "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (metrics,) = (tmp_path / "outputs" / "train").glob("*/metrics.jsonl")
     history = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -234,8 +299,14 @@ def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live,
     (analysis,) = (tmp_path / "outputs" / "profile").glob("*/analysis/analysis.json")
     doc = json.loads(analysis.read_text())
     stages = {(r["role"], r["stage"]) for r in doc["rows"] if r["unit"] is None and r["step"] == 2}
-    assert {("actor", "weight_sync"), ("rollout", "rollout_generate"), ("reward", "reward_compute"),
-            ("ref", "ref_compute_log_prob"), ("actor", "actor_compute_log_prob"), ("actor", "actor_update")} <= stages
+    assert {
+        ("actor", "weight_sync"),
+        ("rollout", "rollout_generate"),
+        ("reward", "reward_compute"),
+        ("ref", "ref_compute_log_prob"),
+        ("actor", "actor_compute_log_prob"),
+        ("actor", "actor_update"),
+    } <= stages
     decode = sorted((r for r in doc["rows"] if r["unit"] == "decode_step"), key=lambda r: r["index"])
     assert decode[0]["prefill_seqs"] == decode[0]["active"] == decode[0]["seqs"] == 64  # 8 prompts x 8 samples
     assert all(r["prefill_seqs"] == 0 and 0 < r["active"] <= 64 for r in decode[1:])
@@ -244,21 +315,33 @@ def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live,
 
 
 def test_rollout_engine_vllm_needs_a_head_size_vllm_can_run(vllm_live, tmp_path):
-    proc = subprocess.run([str(vllm_live.PYTHON), "-m", "rlprof.trainer", "rollout.engine=vllm"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(vllm_live.PYTHON), "-m", "rlprof.trainer", "rollout.engine=vllm"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("rlprof: config error: model.hidden_size = 64 gives head "
-                                                           "size 16")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("rlprof: config error: model.hidden_size = 64 gives head size 16")
+    )
 
 
 def test_the_npu_tool_on_a_machine_without_torch_npu_is_one_warning_and_generation_goes_on(vllm_live, tmp_path):
     """The path vllm-ascend takes: the rollout plan's npu tool runs torch_npu's profiler in the worker. Here there is
     no torch_npu: the worker says so once and vLLM generates every round in full."""
     rounds = [SEED, SEED]
-    npu = plan(tmp_path / "profile", "[2]").replace("tool_config.torch.", "tool_config.npu.").replace(
-        "global_profiler.tool=torch", "global_profiler.tool=npu")
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path,
-                                   env={"RLPROF_PLAN": npu, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    npu = (
+        plan(tmp_path / "profile", "[2]")
+        .replace("tool_config.torch.", "tool_config.npu.")
+        .replace("global_profiler.tool=torch", "global_profiler.tool=npu")
+    )
+    result, proc = vllm_live.drive(
+        vllm_live.model, rounds, cwd=tmp_path, env={"RLPROF_PLAN": npu, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
     assert len(said) == 1 and "torch_npu" in said[0] and "this worker is not profiled" in said[0], said
@@ -272,11 +355,24 @@ def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vl
 
     rounds = [[8] * 4] * 10
     save = tmp_path / "profile"
-    plan_env = shlex.join(["global_profiler.tool=torch", "global_profiler.steps=null",
-                           f"global_profiler.save_path={save}", f"{R}.enable=true", f"{R}.tool_config.torch.discrete=true",
-                           "global_profiler.trigger.slow.factor=2.0", "global_profiler.trigger.warmup_steps=2"])
-    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, host_slow_from=7, env={
-        "RLPROF_PLAN": plan_env, "RLPROF_RUN_ID": "host", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    plan_env = shlex.join(
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=null",
+            f"global_profiler.save_path={save}",
+            f"{R}.enable=true",
+            f"{R}.tool_config.torch.discrete=true",
+            "global_profiler.trigger.slow.factor=2.0",
+            "global_profiler.trigger.warmup_steps=2",
+        ]
+    )
+    result, proc = vllm_live.drive(
+        vllm_live.model,
+        rounds,
+        cwd=tmp_path,
+        host_slow_from=7,
+        env={"RLPROF_PLAN": plan_env, "RLPROF_RUN_ID": "host", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+    )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     run = save / "host"
     expected = trigger_steps(7, busy_steps(run), 10, warmup=2)

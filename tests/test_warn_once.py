@@ -44,9 +44,12 @@ def test_a_narrower_scope_says_it_again(caplog):
 def test_inherited_marks_keep_the_processes_started_after_from_saying_it_again(caplog):
     with caplog.at_level(logging.WARNING, logger="rlprof"):
         assert warn_once(None, "rlprof: vLLM 9.9 is outside the releases the plugin knows", inherit=True)
-    child = ("import sys; from rlprof.warn_once import warn_once; "
-             "warn_once(None, 'rlprof: vLLM 9.9 is outside the releases the plugin knows', inherit=True); "
-             "warn_once(None, 'rlprof: a new one', inherit=True)")
-    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=dict(os.environ),
-                          timeout=60)
+    child = (
+        "import sys; from rlprof.warn_once import warn_once; "
+        "warn_once(None, 'rlprof: vLLM 9.9 is outside the releases the plugin knows', inherit=True); "
+        "warn_once(None, 'rlprof: a new one', inherit=True)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, env=dict(os.environ), timeout=60
+    )
     assert proc.returncode == 0 and proc.stderr.strip().splitlines() == ["rlprof: a new one"]

@@ -105,8 +105,14 @@ def _cpu_device_module():
     import torch
 
     zero = lambda *args, **kwargs: 0  # noqa: E731
-    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved",
-                 "reset_peak_memory_stats", "empty_cache"):
+    for name in (
+        "memory_allocated",
+        "memory_reserved",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "reset_peak_memory_stats",
+        "empty_cache",
+    ):
         if not hasattr(torch.cpu, name):
             setattr(torch.cpu, name, zero)
     if not hasattr(torch.cpu, "mem_get_info"):

@@ -32,9 +32,7 @@ def _live_weight_linears() -> None:
 
 def _tolerant_shm_cleanup() -> None:
     try:
-        from verl.workers.rollout.vllm_rollout import (
-            bucketed_weight_transfer as transfer,
-        )
+        from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as transfer
     except ImportError:
         return
     original = transfer.BucketedWeightReceiver._cleanup

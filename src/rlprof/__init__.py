@@ -28,5 +28,17 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["analyze", "Analysis", "Profiler", "ProfilePlan", "load_plan", "stage", "mark", "tick", "current", "ConfigError",
-           "RLProfError", "__version__"]
+__all__ = [
+    "analyze",
+    "Analysis",
+    "Profiler",
+    "ProfilePlan",
+    "load_plan",
+    "stage",
+    "mark",
+    "tick",
+    "current",
+    "ConfigError",
+    "RLProfError",
+    "__version__",
+]

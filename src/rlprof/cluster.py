@@ -8,5 +8,11 @@ from .analyze.ranks import THRESHOLD, per_rank, slow_ranks, spread
 
 def cluster(doc: dict, threshold: float = THRESHOLD) -> dict:
     ranks = per_rank(doc)
-    return {"ranks": ranks, "stages": spread(ranks), "slow_ranks": slow_ranks(ranks, doc, threshold),
-            "threshold": threshold, "warnings": doc.get("warnings", []), "partial": doc.get("partial", False)}
+    return {
+        "ranks": ranks,
+        "stages": spread(ranks),
+        "slow_ranks": slow_ranks(ranks, doc, threshold),
+        "threshold": threshold,
+        "warnings": doc.get("warnings", []),
+        "partial": doc.get("partial", False),
+    }

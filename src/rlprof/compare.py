@@ -37,15 +37,16 @@ def input_kind(path: Path, doc: dict | None = None) -> str:
     return "trace" if is_ascend(path) else "run"
 
 
-def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_ray: bool = False
-              ) -> tuple[str, dict]:
+def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_ray: bool = False) -> tuple[str, dict]:
     p = Path(path)
     if not p.exists() and not use_ray:  # with --ray the run may live on other nodes only
         raise CompareError(f"{flag} {path} does not exist; allowed: {INPUTS}")
     if is_analysis_file(p):
         if by_shape:
-            raise CompareError(f"{flag} {path} is an analysis.json, which keeps no input shapes; "
-                               "allowed with --by-shape: traces or a run directory")
+            raise CompareError(
+                f"{flag} {path} is an analysis.json, which keeps no input shapes; "
+                "allowed with --by-shape: traces or a run directory"
+            )
         doc = load_analysis(p)
         return input_kind(p, doc), doc
     doc = load_analysis(p, top=None, by_shape=by_shape, workers=workers, use_ray=use_ray)
@@ -98,15 +99,22 @@ def match_windows(base: dict, new: dict) -> tuple[str, dict, dict, list[str]]:
         b, n = _by_key(_stage_rows(base), key), _by_key(_stage_rows(new), key)
         if set(b) & set(n):
             if mode == "stage":
-                warnings.append("the runs profiled different steps (baseline " + _steps(base) + ", new "
-                                + _steps(new) + "): stages are compared as their mean over steps")
+                warnings.append(
+                    "the runs profiled different steps (baseline "
+                    + _steps(base)
+                    + ", new "
+                    + _steps(new)
+                    + "): stages are compared as their mean over steps"
+                )
             return mode, b, n, warnings
     b, n = _by_key(_stage_rows(base), _step_key), _by_key(_stage_rows(new), _step_key)
-    raise CompareError("the two sides have no stage in common: baseline has "
-                       + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(base)})) or "nothing")
-                       + "; new has " + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(new)}))
-                                         or "nothing")
-                       + "; allowed: runs profiled on at least one common role/stage")
+    raise CompareError(
+        "the two sides have no stage in common: baseline has "
+        + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(base)})) or "nothing")
+        + "; new has "
+        + (", ".join(sorted({_label(_stage_key(r)) for r in _stage_rows(new)})) or "nothing")
+        + "; allowed: runs profiled on at least one common role/stage"
+    )
 
 
 def _steps(doc: dict) -> str:
@@ -124,8 +132,18 @@ def compare_stages(b: dict, n: dict) -> list[dict]:
         step, role, stage = key
         for bucket in BUCKETS:
             bv, nv = _mean(r[bucket] for r in b[key]), _mean(r[bucket] for r in n[key])
-            out.append({"step": step, "role": role, "stage": stage, "bucket": bucket.removesuffix("_ms"),
-                        "baseline_ms": bv, "new_ms": nv, "diff_ms": nv - bv, "ratio": _ratio(bv, nv)})
+            out.append(
+                {
+                    "step": step,
+                    "role": role,
+                    "stage": stage,
+                    "bucket": bucket.removesuffix("_ms"),
+                    "baseline_ms": bv,
+                    "new_ms": nv,
+                    "diff_ms": nv - bv,
+                    "ratio": _ratio(bv, nv),
+                }
+            )
     return out
 
 
@@ -157,8 +175,15 @@ def _status(bc: float, nc: float, diff: float) -> str:
     return "slower" if diff > 0 else "faster" if diff < 0 else "same"
 
 
-def compare_records(base: list[dict], new: list[dict], matched: set, mode: str, windows: tuple[dict, dict],
-                    fields: tuple[str, ...], value) -> list[dict]:
+def compare_records(
+    base: list[dict],
+    new: list[dict],
+    matched: set,
+    mode: str,
+    windows: tuple[dict, dict],
+    fields: tuple[str, ...],
+    value,
+) -> list[dict]:
     """Aggregates matched by (role, stage, *fields), per window, sorted by |difference|."""
     tb, tn = _totals(base, matched, mode, fields, value), _totals(new, matched, mode, fields, value)
     out = []
@@ -167,9 +192,20 @@ def compare_records(base: list[dict], new: list[dict], matched: set, mode: str, 
         wb, wn = windows[0].get(key[:2], 1) or 1, windows[1].get(key[:2], 1) or 1
         bms, nms, bc, nc = bms / wb, nms / wn, bc / wb, nc / wn
         diff = nms - bms
-        out.append({"role": key[0], "stage": key[1], **dict(zip(fields, key[2:])), "status": _status(bc, nc, diff),
-                    "baseline_count": round(bc, 3), "new_count": round(nc, 3), "baseline_ms": bms, "new_ms": nms,
-                    "diff_ms": diff, "ratio": _ratio(bms, nms)})
+        out.append(
+            {
+                "role": key[0],
+                "stage": key[1],
+                **dict(zip(fields, key[2:])),
+                "status": _status(bc, nc, diff),
+                "baseline_count": round(bc, 3),
+                "new_count": round(nc, 3),
+                "baseline_ms": bms,
+                "new_ms": nms,
+                "diff_ms": diff,
+                "ratio": _ratio(bms, nms),
+            }
+        )
     out.sort(key=lambda r: (-abs(r["diff_ms"]), r["name"], str(r["role"]), str(r["stage"])))
     return out
 
@@ -191,9 +227,15 @@ def compare_memory(base: dict, new: dict) -> list[dict]:
     rows = []
     for key in sorted(set(pb) | set(pn), key=str):
         b, n = pb.get(key), pn.get(key)
-        rows.append({"role": key[0], "stage": key[1], "baseline_peak_mb": b / 2**20 if b is not None else None,
-                     "new_peak_mb": n / 2**20 if n is not None else None,
-                     "diff_mb": (n - b) / 2**20 if b is not None and n is not None else None})
+        rows.append(
+            {
+                "role": key[0],
+                "stage": key[1],
+                "baseline_peak_mb": b / 2**20 if b is not None else None,
+                "new_peak_mb": n / 2**20 if n is not None else None,
+                "diff_mb": (n - b) / 2**20 if b is not None and n is not None else None,
+            }
+        )
     return rows
 
 
@@ -205,16 +247,25 @@ def side_summary(doc: dict, path, kind: str, side: str) -> dict:
         if not i.get("partial"):
             continue
         where = str(i.get("path", ""))
-        why = [w for w in doc["warnings"] if where and w.startswith(where)] or \
-            [w for w in doc["warnings"] if where and Path(where).name in w]
+        why = [w for w in doc["warnings"] if where and w.startswith(where)] or [
+            w for w in doc["warnings"] if where and Path(where).name in w
+        ]
         damaged.append({"path": where, "why": why[0] if why else i.get("error") or "marked partial by its reader"})
     partial = bool(doc.get("partial")) or bool(damaged)
     note = None
     if partial:
-        note = (f"{side} {path} is partial: {len(damaged) or 'some'} of its {len(doc['inputs'])} input(s) damaged or "
-                "cut, so its numbers are lower bounds of the whole input's")
-    return {"path": str(path), "kind": kind, "inputs": len(doc["inputs"]), "partial": partial,
-            "partial_note": note, "partial_inputs": damaged}
+        note = (
+            f"{side} {path} is partial: {len(damaged) or 'some'} of its {len(doc['inputs'])} input(s) damaged or "
+            "cut, so its numbers are lower bounds of the whole input's"
+        )
+    return {
+        "path": str(path),
+        "kind": kind,
+        "inputs": len(doc["inputs"]),
+        "partial": partial,
+        "partial_note": note,
+        "partial_inputs": damaged,
+    }
 
 
 def partial_lines(doc: dict) -> list[str]:
@@ -229,39 +280,62 @@ def partial_lines(doc: dict) -> list[str]:
     return out
 
 
-def compare(new_path: str, base_path: str, *, by_shape: bool = False, workers: int | None = None,
-            new_doc: dict | None = None, use_ray: bool = False) -> dict:
+def compare(
+    new_path: str,
+    base_path: str,
+    *,
+    by_shape: bool = False,
+    workers: int | None = None,
+    new_doc: dict | None = None,
+    use_ray: bool = False,
+) -> dict:
     """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
     if new_doc is not None:
         new_kind, new = input_kind(Path(new_path), new_doc if is_analysis_file(Path(new_path)) else None), new_doc
         base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers, use_ray=use_ray)
     else:
-        (new_kind, new), (base_kind, base) = load_sides(new_path, base_path, by_shape=by_shape, workers=workers,
-                                                        use_ray=use_ray)
+        (new_kind, new), (base_kind, base) = load_sides(
+            new_path, base_path, by_shape=by_shape, workers=workers, use_ray=use_ray
+        )
     try:
         mode, b, n, warnings = match_windows(base, new)
     except CompareError:
         if new_kind != base_kind:  # the likelier mistake
-            raise CompareError(f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; allowed: two "
-                               "runs (directories, manifests or their analysis.json) or two traces") from None
+            raise CompareError(
+                f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; allowed: two "
+                "runs (directories, manifests or their analysis.json) or two traces"
+            ) from None
         raise
     matched = set(b) & set(n)
     windows = (_windows(b, matched), _windows(n, matched))
     shape = ("shape",) if by_shape else ()
     ops = compare_records(base["ops"], new["ops"], matched, mode, windows, ("kind", "name") + shape, _op_ms)
-    colls = compare_records(base["collectives"], new["collectives"], matched, mode, windows, ("name",),
-                            lambda r: r["total_ms"])
+    colls = compare_records(
+        base["collectives"], new["collectives"], matched, mode, windows, ("name",), lambda r: r["total_ms"]
+    )
     for doc, side, path in ((base, "baseline", base_path), (new, "new", new_path)):
         warnings += [f"{side}: {w}" for w in doc["warnings"]]
         if is_analysis_file(Path(path)):
-            warnings.append(f"{side} is an analysis.json: only its top operators per window were kept there, "
-                            "so an operator below that cut can show as added/removed; pass the traces for all")
-    unmatched = [{"side": side, "step": k[0], "role": k[1], "stage": k[2]}
-                 for side, mine, other in (("baseline", b, n), ("new", n, b)) for k in mine if k not in other]
-    return {"schema_version": SCHEMA_VERSION, "matched_by": "trace" if matched == {(None,) * 3} else mode,
-            "by_shape": by_shape,
-            "baseline": side_summary(base, base_path, base_kind, "baseline"),
-            "new": side_summary(new, new_path, new_kind, "new"),
-            "stages": compare_stages(b, n), "ops": ops, "collectives": colls, "memory": compare_memory(base, new),
-            "unmatched": unmatched, "warnings": warnings}
-
+            warnings.append(
+                f"{side} is an analysis.json: only its top operators per window were kept there, "
+                "so an operator below that cut can show as added/removed; pass the traces for all"
+            )
+    unmatched = [
+        {"side": side, "step": k[0], "role": k[1], "stage": k[2]}
+        for side, mine, other in (("baseline", b, n), ("new", n, b))
+        for k in mine
+        if k not in other
+    ]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "matched_by": "trace" if matched == {(None,) * 3} else mode,
+        "by_shape": by_shape,
+        "baseline": side_summary(base, base_path, base_kind, "baseline"),
+        "new": side_summary(new, new_path, new_kind, "new"),
+        "stages": compare_stages(b, n),
+        "ops": ops,
+        "collectives": colls,
+        "memory": compare_memory(base, new),
+        "unmatched": unmatched,
+        "warnings": warnings,
+    }

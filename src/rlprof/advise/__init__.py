@@ -7,5 +7,17 @@ from .fix import fix_for_run, fix_from, fix_text, overrides_line
 from .next_config import advise, advise_from, advise_from_metrics, parse_size
 from .shared import DIALECTS, AdviseError, run_windows
 
-__all__ = ["DIALECTS", "AdviseError", "advise", "advise_from", "advise_from_metrics", "check", "fix_for_run",
-           "fix_from", "fix_text", "overrides_line", "parse_size", "run_windows"]
+__all__ = [
+    "DIALECTS",
+    "AdviseError",
+    "advise",
+    "advise_from",
+    "advise_from_metrics",
+    "check",
+    "fix_for_run",
+    "fix_from",
+    "fix_text",
+    "overrides_line",
+    "parse_size",
+    "run_windows",
+]

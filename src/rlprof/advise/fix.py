@@ -26,8 +26,10 @@ def fix_for_run(run: str | Path, dialect: str, cause: str | None = None) -> dict
 
     check_dialect(dialect)
     if is_metrics_input(run):
-        raise AdviseError(f"--fix needs a profiled run (its traces say why a step is slow); {run} holds step metrics "
-                          "only; allowed: a run directory with a manifest, a trace, verl's or MindSpeed-RL's output")
+        raise AdviseError(
+            f"--fix needs a profiled run (its traces say why a step is slow); {run} holds step metrics "
+            "only; allowed: a run directory with a manifest, a trace, verl's or MindSpeed-RL's output"
+        )
     return fix_from(load_analysis(run, workers=1), dialect, cause, str(run))
 
 
@@ -44,11 +46,21 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
             raise AdviseError(f"--cause {cause!r} is not a cause; allowed: {', '.join(CAUSES)}")
         found = [f for f in found if f["kind"] == cause]
         if not found:
-            return {"run": run, "dialect": dialect, "fix": None, "skipped": [],
-                    "reason": f"no {cause} finding above its threshold in this run: nothing to fix"}
+            return {
+                "run": run,
+                "dialect": dialect,
+                "fix": None,
+                "skipped": [],
+                "reason": f"no {cause} finding above its threshold in this run: nothing to fix",
+            }
     if not found:
-        return {"run": run, "dialect": dialect, "fix": None, "skipped": [],
-                "reason": "no cause above its threshold (docs/analysis_schema.md): nothing to fix"}
+        return {
+            "run": run,
+            "dialect": dialect,
+            "fix": None,
+            "skipped": [],
+            "reason": "no cause above its threshold (docs/analysis_schema.md): nothing to fix",
+        }
     ctx = prediction_context(doc)
     skipped = []
     for f in found:
@@ -56,8 +68,13 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
         if result is not None:
             return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
         skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
-    return {"run": run, "dialect": dialect, "fix": None, "skipped": skipped,
-            "reason": f"no cause of this run has a lever in the {dialect} dialect whose value the run gives"}
+    return {
+        "run": run,
+        "dialect": dialect,
+        "fix": None,
+        "skipped": skipped,
+        "reason": f"no cause of this run has a lever in the {dialect} dialect whose value the run gives",
+    }
 
 
 def _fix_one(ctx, f: dict, same: list[dict], dialect: str) -> tuple[dict | None, str]:
@@ -117,7 +134,11 @@ def _fix_sizes(ctx, same: list[dict], dialect: str) -> tuple[dict | None, str]:
         for s, ms in pred["profiled_ms"].items():
             parts[s] = parts.get(s, 0.0) + ms
         words.append(pred["assumption"].split("; scaled")[0].split("; times of")[0])
-    if dialect == "rlprof" and "actor.micro_batch_size" in overrides and "actor.log_prob_micro_batch_size" not in overrides:
+    if (
+        dialect == "rlprof"
+        and "actor.micro_batch_size" in overrides
+        and "actor.log_prob_micro_batch_size" not in overrides
+    ):
         if ctx.conf("actor.log_prob_micro_batch_size") is None and ctx.conf("actor.micro_batch_size") is not None:
             overrides["actor.log_prob_micro_batch_size"] = ctx.conf("actor.micro_batch_size")
             words.append("actor.log_prob_micro_batch_size kept at its value now (unset, it follows the update's)")
@@ -128,9 +149,18 @@ def _fix_sizes(ctx, same: list[dict], dialect: str) -> tuple[dict | None, str]:
 
 
 def _fix_record(f: dict, dialect: str, overrides: dict, pred: dict, levers: list[str], stages=None) -> dict:
-    return {"cause": f["kind"], "stage": f.get("stage"), "stages": stages or [f.get("stage")], "finding": f["text"],
-            "dialect": dialect, "overrides": overrides, "config": nest(overrides), "levers": levers,
-            "saving": pred, "measure": _measure(f["kind"])}
+    return {
+        "cause": f["kind"],
+        "stage": f.get("stage"),
+        "stages": stages or [f.get("stage")],
+        "finding": f["text"],
+        "dialect": dialect,
+        "overrides": overrides,
+        "config": nest(overrides),
+        "levers": levers,
+        "saving": pred,
+        "measure": _measure(f["kind"]),
+    }
 
 
 def _measure(kind: str) -> tuple[str, str | None] | None:
@@ -142,6 +172,7 @@ def _measure(kind: str) -> tuple[str, str | None] | None:
 
 def overrides_line(overrides: dict) -> str:
     """key=value ... as a command line gives them (Hydra style)."""
+
     def text(v):
         if v is None:
             return "null"
@@ -158,12 +189,16 @@ def fix_text(result: dict) -> str:
 
     fx = result["fix"]
     s = fx["saving"]
-    said = (f"{s['saving_ms']:.1f} ms per step ({s['saving_share']:.0%} of the step)"
-            if s["status"] == "predicted" and s.get("saving_share") is not None else
-            "not predictable from this data: " + s.get("why", ""))
-    lines = [f"# rlprof advise --fix ({result['dialect']} dialect) from {result['run']}",
-             f"# cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
-             f"# lever: {'; '.join(fx['levers'])}",
-             f"# predicted saving: {said}",
-             f"# as overrides: {overrides_line(fx['overrides'])}"]
+    said = (
+        f"{s['saving_ms']:.1f} ms per step ({s['saving_share']:.0%} of the step)"
+        if s["status"] == "predicted" and s.get("saving_share") is not None
+        else "not predictable from this data: " + s.get("why", "")
+    )
+    lines = [
+        f"# rlprof advise --fix ({result['dialect']} dialect) from {result['run']}",
+        f"# cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
+        f"# lever: {'; '.join(fx['levers'])}",
+        f"# predicted saving: {said}",
+        f"# as overrides: {overrides_line(fx['overrides'])}",
+    ]
     return "\n".join(lines) + "\n" + OmegaConf.to_yaml(OmegaConf.create(fx["config"]))

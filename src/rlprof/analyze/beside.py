@@ -36,8 +36,14 @@ def _straggler_pair(cap: dict, captures: list[dict]) -> dict | None:
     """The healthy rank's window captured at the same step as a straggler's (the trigger takes both)."""
     t = cap["trigger"]
     if t.get("reason") == "straggler" and cap["rank"] == t.get("rank"):
-        return next((c for c in captures if c["step"] == cap["step"] and c["rank"] != cap["rank"]
-                     and c["stage"] == cap["stage"]), None)
+        return next(
+            (
+                c
+                for c in captures
+                if c["step"] == cap["step"] and c["rank"] != cap["rank"] and c["stage"] == cap["stage"]
+            ),
+            None,
+        )
     return None
 
 
@@ -63,28 +69,56 @@ def captures_beside(doc: dict) -> list[dict]:
         if pair is not None:
             normal_file, why = pair["path"], f"rank {pair['rank']} at the same step"
         else:
-            earlier = sorted(f for f in normal_files.get((cap["rank"], stage), ())
-                             if f[0] is not None and f[0] < cap["step"])
+            earlier = sorted(
+                f for f in normal_files.get((cap["rank"], stage), ()) if f[0] is not None and f[0] < cap["step"]
+            )
             if not earlier:
                 wall = sum(r["wall_ms"] for r in _rows_of(doc, cap["path"], stage))
-                out.append({"capture": cap["path"], "step": cap["step"], "rank": cap["rank"], "stage": stage,
-                            "reason": t.get("reason"), "normal": None,
-                            "why": "no normal window of this stage on this rank to put it beside (set "
-                                   "global_profiler.trigger.baseline: true, or list a normal step in steps)",
-                            "cause": judge(window_doc(doc, {cap["path"]}, cap["step"]), None, wall)})
+                out.append(
+                    {
+                        "capture": cap["path"],
+                        "step": cap["step"],
+                        "rank": cap["rank"],
+                        "stage": stage,
+                        "reason": t.get("reason"),
+                        "normal": None,
+                        "why": "no normal window of this stage on this rank to put it beside (set "
+                        "global_profiler.trigger.baseline: true, or list a normal step in steps)",
+                        "cause": judge(window_doc(doc, {cap["path"]}, cap["step"]), None, wall),
+                    }
+                )
                 continue
             normal_file, why = earlier[-1][1], f"step {earlier[-1][0]} on the same rank"
         new, base = _rows_of(doc, cap["path"], stage), _rows_of(doc, normal_file, stage)
-        buckets = {b: {"normal_ms": sum(r[b] for r in base), "captured_ms": sum(r[b] for r in new)}
-                   for b in SHOWN_BUCKETS}
+        buckets = {
+            b: {"normal_ms": sum(r[b] for r in base), "captured_ms": sum(r[b] for r in new)} for b in SHOWN_BUCKETS
+        }
         normal_step = next((r.get("step") for r in base), None)
-        slow = (slow_rank_cause(window_doc(doc, {cap["path"], normal_file}, cap["step"]), cap["rank"], pair["rank"],
-                                stage) if pair is not None else None)
-        cause = judge(window_doc(doc, {cap["path"]}, cap["step"]), window_doc(doc, {normal_file}, normal_step),
-                      buckets["wall_ms"]["captured_ms"] - buckets["wall_ms"]["normal_ms"], slow)
-        out.append({"capture": cap["path"], "step": cap["step"], "rank": cap["rank"], "stage": stage,
-                    "reason": t.get("reason"), "normal": normal_file, "why": why, "buckets": buckets,
-                    "grew": _grew(doc, cap["path"], normal_file, stage), "cause": cause})
+        slow = (
+            slow_rank_cause(window_doc(doc, {cap["path"], normal_file}, cap["step"]), cap["rank"], pair["rank"], stage)
+            if pair is not None
+            else None
+        )
+        cause = judge(
+            window_doc(doc, {cap["path"]}, cap["step"]),
+            window_doc(doc, {normal_file}, normal_step),
+            buckets["wall_ms"]["captured_ms"] - buckets["wall_ms"]["normal_ms"],
+            slow,
+        )
+        out.append(
+            {
+                "capture": cap["path"],
+                "step": cap["step"],
+                "rank": cap["rank"],
+                "stage": stage,
+                "reason": t.get("reason"),
+                "normal": normal_file,
+                "why": why,
+                "buckets": buckets,
+                "grew": _grew(doc, cap["path"], normal_file, stage),
+                "cause": cause,
+            }
+        )
     return out
 
 
@@ -107,8 +141,16 @@ def _grew(doc: dict, captured: str, normal: str, stage) -> list[dict]:
     for key in set(ops_new) | set(ops_base):
         n, c = ops_base.get(key, 0.0), ops_new.get(key, 0.0)
         if c - n >= MIN_GREW_MS:
-            grew.append({"kind": key[0], "name": key[1], "normal_ms": n, "captured_ms": c, "diff_ms": c - n,
-                         "status": _status(n, c)})
+            grew.append(
+                {
+                    "kind": key[0],
+                    "name": key[1],
+                    "normal_ms": n,
+                    "captured_ms": c,
+                    "diff_ms": c - n,
+                    "status": _status(n, c),
+                }
+            )
     return sorted(grew, key=lambda o: -o["diff_ms"])[:TOP_GREW]
 
 
@@ -121,16 +163,28 @@ def window_doc(doc: dict, files: set[str], step) -> dict:
     for one)."""
     rows = [r for r in doc["rows"] if r.get("file") in files]
     made_from = {(r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in rows}
-    rows += [r for r in doc["rows"] if r.get("file") is None and r.get("unit") is None
-             and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from]
+    rows += [
+        r
+        for r in doc["rows"]
+        if r.get("file") is None
+        and r.get("unit") is None
+        and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from
+    ]
     rows += _context_rows(doc, rows, step)
     names = {str(f) for f in files}
     tagged = lambda key: [x for x in doc.get(key, []) if x.get("file") in names]  # noqa: E731
     run_config = doc.get("run_config")
-    return {"inputs": [i for i in doc.get("inputs", []) if str(i.get("path", "")).rsplit("/", 1)[-1] in names],
-            "rows": rows, "ops": tagged("ops"), "collectives": tagged("collectives"), "launch": tagged("launch"),
-            "memory": tagged("memory"), "warnings": [], "partial": False,
-            "run_config": {**run_config, "unprofiled": None} if run_config else None}
+    return {
+        "inputs": [i for i in doc.get("inputs", []) if str(i.get("path", "")).rsplit("/", 1)[-1] in names],
+        "rows": rows,
+        "ops": tagged("ops"),
+        "collectives": tagged("collectives"),
+        "launch": tagged("launch"),
+        "memory": tagged("memory"),
+        "warnings": [],
+        "partial": False,
+        "run_config": {**run_config, "unprofiled": None} if run_config else None,
+    }
 
 
 def _context_rows(doc: dict, rows: list[dict], step) -> list[dict]:
@@ -148,7 +202,20 @@ def _context_rows(doc: dict, rows: list[dict], step) -> list[dict]:
             continue
         for rank in ranks:
             if (stage, rank) not in held:
-                out.append({"step": step, "role": STAGE_ROLE[stage], "stage": stage, "rank": rank, "unit": None,
-                            "index": None, "file": None, "replica": None, "start_us": None, "from_timeline": True,
-                            **{b: 0.0 for b in BUCKETS}, "wall_ms": seconds * 1e3})
+                out.append(
+                    {
+                        "step": step,
+                        "role": STAGE_ROLE[stage],
+                        "stage": stage,
+                        "rank": rank,
+                        "unit": None,
+                        "index": None,
+                        "file": None,
+                        "replica": None,
+                        "start_us": None,
+                        "from_timeline": True,
+                        **{b: 0.0 for b in BUCKETS},
+                        "wall_ms": seconds * 1e3,
+                    }
+                )
     return out

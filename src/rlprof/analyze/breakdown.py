@@ -2,6 +2,9 @@
 
 compute = covered by compute; comm = communication not overlapped with compute; overlap = both;
 memcpy = copies/sets overlapped by neither; idle = the rest of the span. They add up to wall.
+
+Over 400 lines because it is one job, the buckets: by time for a window and by launch for the device work a
+row launched, over the same interval arithmetic.
 """
 
 from __future__ import annotations
@@ -44,8 +47,14 @@ class Breakdown:
         c, m = self.compute.within(lo, hi), self.comm.within(lo, hi)
         cm, busy = self.compute_or_comm.within(lo, hi), self.busy.within(lo, hi)
         span = hi - lo
-        return {"wall_ms": span / 1e3, "compute_ms": c / 1e3, "comm_ms": (cm - c) / 1e3,
-                "overlap_ms": (c + m - cm) / 1e3, "memcpy_ms": (busy - cm) / 1e3, "idle_ms": (span - busy) / 1e3}
+        return {
+            "wall_ms": span / 1e3,
+            "compute_ms": c / 1e3,
+            "comm_ms": (cm - c) / 1e3,
+            "overlap_ms": (c + m - cm) / 1e3,
+            "memcpy_ms": (busy - cm) / 1e3,
+            "idle_ms": (span - busy) / 1e3,
+        }
 
 
 class LaunchedWork:
@@ -58,7 +67,7 @@ class LaunchedWork:
 
     def __init__(self, table: EventTable):
         idx = np.flatnonzero(table.mask(*DEVICE_KINDS))  # the device events alone: no full-length temporaries
-        if len(table) < 2 ** 31:
+        if len(table) < 2**31:
             idx = idx.astype(np.int32)
         when = table.placed_at(idx)
         order = np.argsort(when, kind="stable")
@@ -77,9 +86,19 @@ class LaunchedWork:
         a, b = np.searchsorted(self.when, lo, "left"), np.searchsorted(self.when, hi, "right")
         host = {"host_start_us": lo, "host_wall_ms": (hi - lo) / 1e3}
         if a == b:  # launched nothing: its host window, the device idle for it
-            return {"start_us": lo, "wall_ms": (hi - lo) / 1e3, "compute_ms": 0.0, "comm_ms": 0.0,
-                    "overlap_ms": 0.0, "memcpy_ms": 0.0, "idle_ms": (hi - lo) / 1e3, **host,
-                    "device_start_us": None, "attribution": "launch", "unlinked_events": 0}
+            return {
+                "start_us": lo,
+                "wall_ms": (hi - lo) / 1e3,
+                "compute_ms": 0.0,
+                "comm_ms": 0.0,
+                "overlap_ms": 0.0,
+                "memcpy_ms": 0.0,
+                "idle_ms": (hi - lo) / 1e3,
+                **host,
+                "device_start_us": None,
+                "attribution": "launch",
+                "unlinked_events": 0,
+            }
         s, e, c = self.s[a:b], self.e[a:b], self.cls[a:b]
         order = np.argsort(s, kind="stable")  # once: each class's events stay in this order (as its own sort)
         s, e, c = s[order], e[order], c[order]
@@ -87,11 +106,19 @@ class LaunchedWork:
         compute, comm = covered(s[c == 0], e[c == 0]), covered(s[c == 1], e[c == 1])
         either, busy = covered(s[c < 2], e[c < 2]), covered(s, e)
         unlinked = int(b - a - np.count_nonzero(self.linked[a:b]))
-        return {"start_us": dlo, "wall_ms": (dhi - dlo) / 1e3, "compute_ms": compute / 1e3,
-                "comm_ms": (either - compute) / 1e3, "overlap_ms": (compute + comm - either) / 1e3,
-                "memcpy_ms": (busy - either) / 1e3, "idle_ms": (dhi - dlo - busy) / 1e3, **host,
-                "device_start_us": dlo, "attribution": "launch" if not unlinked else "launch+time",
-                "unlinked_events": unlinked}
+        return {
+            "start_us": dlo,
+            "wall_ms": (dhi - dlo) / 1e3,
+            "compute_ms": compute / 1e3,
+            "comm_ms": (either - compute) / 1e3,
+            "overlap_ms": (compute + comm - either) / 1e3,
+            "memcpy_ms": (busy - either) / 1e3,
+            "idle_ms": (dhi - dlo - busy) / 1e3,
+            **host,
+            "device_start_us": dlo,
+            "attribution": "launch" if not unlinked else "launch+time",
+            "unlinked_events": unlinked,
+        }
 
 
 def host_window(row: dict) -> tuple[float, float]:
@@ -114,8 +141,11 @@ def device_pipelining(rows: list[dict]) -> None:
         group.sort(key=lambda r: r["host_start_us"])
         for row, nxt in zip(group, group[1:] + [None]):
             end = row["start_us"] + row["wall_ms"] * 1e3
-            row["device_overlap_next_ms"] = 0.0 if nxt is None or row["device_start_us"] is None or \
-                nxt["device_start_us"] is None else max(0.0, end - max(row["start_us"], nxt["start_us"])) / 1e3
+            row["device_overlap_next_ms"] = (
+                0.0
+                if nxt is None or row["device_start_us"] is None or nxt["device_start_us"] is None
+                else max(0.0, end - max(row["start_us"], nxt["start_us"])) / 1e3
+            )
 
 
 def _host_compute(t: EventTable, compute: np.ndarray, comm: np.ndarray) -> Coverage:
@@ -160,8 +190,9 @@ def framework_ranges(t: EventTable, meta: dict) -> list[tuple[str, str, float, f
     if meta.get("kind") == "ascend":
         from ..frameworks import mindspeed
 
-        return _annotations(t, lambda n: ("stage", mindspeed.stage_of_range(n)) if mindspeed.stage_of_range(n)
-                            else None)
+        return _annotations(
+            t, lambda n: ("stage", mindspeed.stage_of_range(n)) if mindspeed.stage_of_range(n) else None
+        )
     if meta.get("framework") != "verl":
         return engine_iterations(t)
     from ..frameworks import verl
@@ -185,8 +216,10 @@ PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 def profiler_steps(t: EventTable) -> list[tuple[int, float, float]]:
     """torch.profiler's `ProfilerStep#N` host ranges as (N, start, end), by start."""
-    return [(int(PROFILER_STEP.match(name).group(1)), lo, hi)
-            for _, name, lo, hi in _annotations(t, lambda n: ("step", n) if PROFILER_STEP.match(n) else None)]
+    return [
+        (int(PROFILER_STEP.match(name).group(1)), lo, hi)
+        for _, name, lo, hi in _annotations(t, lambda n: ("step", n) if PROFILER_STEP.match(n) else None)
+    ]
 
 
 def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
@@ -200,8 +233,10 @@ def engine_iterations(t: EventTable) -> list[tuple[str, str, float, float]]:
         return []
     held = [execute_counts(name) for _, name, _, _ in its]
     seqs = max(h["active"] for h in held)
-    units = [("decode_step", f"{k}|" + ",".join(f"{key}={v}" for key, v in {**h, "seqs": seqs}.items()), lo, hi)
-             for k, ((_, _, lo, hi), h) in enumerate(zip(its, held))]
+    units = [
+        ("decode_step", f"{k}|" + ",".join(f"{key}={v}" for key, v in {**h, "seqs": seqs}.items()), lo, hi)
+        for k, ((_, _, lo, hi), h) in enumerate(zip(its, held))
+    ]
     return [("stage", "rollout_generate", its[0][2], max(u[3] for u in units)), *units]
 
 
@@ -218,12 +253,15 @@ def _annotations(t: EventTable, kind_of) -> list[tuple[str, str, float, float]]:
     if not kinds:
         return []
     sel = np.flatnonzero((t.kind == USER_ANNOTATION) & _named(t, kinds))
-    return [(*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
-            for i in sel[np.argsort(t.start[sel], kind="stable")]]
+    return [
+        (*kinds[int(t.name[i])], float(t.start[i]), float(t.end[i]))
+        for i in sel[np.argsort(t.start[sel], kind="stable")]
+    ]
 
 
-def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
-                ) -> list[dict]:
+def window_rows(
+    t: EventTable, device: bool, meta: dict, bd=None, span: tuple[float, float] | None = None
+) -> list[dict]:
     """Rows for one trace: per stage range (and per unit inside it) when marked, else the whole trace. On a
     device trace that links its device work to launches, a stage or unit row holds the work its host range
     launched (LaunchedWork); the whole-trace row is the trace's own span, as before."""
@@ -232,8 +270,14 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
     # LaunchedWork (its sort is per device event); a trace whose stages are attributed by launch never builds the first
     whole_trace = cache(lambda: bd or Breakdown(t, device))
     ranged = cache(lambda: LaunchedWork(t) if linked else whole_trace())
-    base = {"step": meta.get("step"), "role": meta.get("role"), "stage": meta.get("stage"),
-            "rank": meta.get("rank"), "replica": meta.get("replica"), "file": meta.get("file")}
+    base = {
+        "step": meta.get("step"),
+        "role": meta.get("role"),
+        "stage": meta.get("stage"),
+        "rank": meta.get("rank"),
+        "replica": meta.get("replica"),
+        "file": meta.get("file"),
+    }
     steps = meta.get("steps") or ([meta["step"]] if meta.get("step") is not None else [None])
     ranges = marked_ranges(t) or framework_ranges(t, meta)
     stages = [r for r in ranges if r[0] == "stage"]
@@ -243,21 +287,43 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         sampled = [r for r in ranges if r[0] == meta.get("unit")] if meta.get("unit") else []
         for kind, label, ulo, uhi in sampled:  # the units the schedule kept, each a row with what it holds
             index, args = unit_label(label)
-            rows.append({**base, "stage": stage, "unit": kind, "index": index, "start_us": ulo,
-                         **ranged().window(ulo, uhi), **args})
+            rows.append(
+                {
+                    **base,
+                    "stage": stage,
+                    "unit": kind,
+                    "index": index,
+                    "start_us": ulo,
+                    **ranged().window(ulo, uhi),
+                    **args,
+                }
+            )
         if sampled:
             device_pipelining(rows)
             return rows
         lo, hi = span or t.span or ((float(t.start.min()), float(t.end.max())) if len(t) else (0.0, 0.0))
-        whole = {**base, "stage": stage, "unit": meta.get("unit"), "index": meta.get("index"), "start_us": lo,
-                 **whole_trace().window(lo, hi)}
+        whole = {
+            **base,
+            "stage": stage,
+            "unit": meta.get("unit"),
+            "index": meta.get("index"),
+            "start_us": lo,
+            **whole_trace().window(lo, hi),
+        }
         rows.append(whole)
         steps_run = profiler_steps(t) if linked and meta.get("unit") is None else []
         if len(steps_run) > 1:
             whole_trace.cache_clear()  # done with: its runs go before LaunchedWork's columns are made
         for n, slo, shi in steps_run if len(steps_run) > 1 else ():  # each step: the work it launched
-            rows.append({**whole, "step": n if whole["step"] is None else whole["step"], "unit": "profiler_step",
-                         "index": n, **ranged().window(slo, shi)})
+            rows.append(
+                {
+                    **whole,
+                    "step": n if whole["step"] is None else whole["step"],
+                    "unit": "profiler_step",
+                    "index": n,
+                    **ranged().window(slo, shi),
+                }
+            )
         device_pipelining(rows)
         return rows
     units = [r for r in ranges if r[0] not in ("stage", "mark")]
@@ -270,14 +336,23 @@ def window_rows(t: EventTable, device: bool, meta: dict, bd=None, span: tuple[fl
         seen[stage] += 1
         step = step_at(lo, steps[min(k, len(steps) - 1)])
         role = STAGE_ROLE.get(stage, base["role"])
-        stage_row = {**base, "step": step, "role": role, "stage": stage, "unit": None, "index": None,
-                     "start_us": lo, **ranged().window(lo, hi)}
+        stage_row = {
+            **base,
+            "step": step,
+            "role": role,
+            "stage": stage,
+            "unit": None,
+            "index": None,
+            "start_us": lo,
+            **ranged().window(lo, hi),
+        }
         rows.append(stage_row)
-        inside = by_mid[np.searchsorted(mids[by_mid], lo, "left"):np.searchsorted(mids[by_mid], hi, "right")]
+        inside = by_mid[np.searchsorted(mids[by_mid], lo, "left") : np.searchsorted(mids[by_mid], hi, "right")]
         for kind, label, ulo, uhi in (units[i] for i in np.sort(inside)):  # units centred in the stage
             index, args = unit_label(label)
-            rows.append({**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged().window(ulo, uhi),
-                         **args})
+            rows.append(
+                {**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged().window(ulo, uhi), **args}
+            )
     device_pipelining(rows)
     return rows
 
@@ -341,9 +416,14 @@ class OverlapBreakdown:
     def window(self, lo: float, hi: float) -> dict[str, float]:
         get = lambda k: self.lanes[k].within(lo, hi) if k in self.lanes else 0.0  # noqa: E731
         compute, comm_all, comm_alone = (get(k) for k in LANES)
-        return {"wall_ms": (hi - lo) / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm_alone / 1e3,
-                "overlap_ms": max(0.0, comm_all - comm_alone) / 1e3, "memcpy_ms": 0.0,
-                "idle_ms": max(0.0, hi - lo - compute - comm_alone) / 1e3}
+        return {
+            "wall_ms": (hi - lo) / 1e3,
+            "compute_ms": compute / 1e3,
+            "comm_ms": comm_alone / 1e3,
+            "overlap_ms": max(0.0, comm_all - comm_alone) / 1e3,
+            "memcpy_ms": 0.0,
+            "idle_ms": max(0.0, hi - lo - compute - comm_alone) / 1e3,
+        }
 
     def extent(self, step, lo: float, hi: float) -> tuple[object, float, float]:
         """A step's span narrowed to its device activity (first to last computing or communication)."""

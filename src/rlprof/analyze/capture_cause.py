@@ -38,10 +38,21 @@ def _key(f: dict) -> tuple:
 
 def _entry(f: dict, normal: dict | None, how: str) -> dict:
     saving = f.get("saving") or {}
-    return {"cause": f["kind"], "title": f.get("cause"), "how": how, "role": f.get("role"), "stage": f.get("stage"),
-            "rank": f.get("rank"), "text": f["text"], "impact_ms": f["impact_ms"],
-            "normal_impact_ms": normal["impact_ms"] if normal else None, "levers": f.get("levers") or {},
-            "saving": saving or None, "saving_ms": saving.get("saving_ms"), "saving_text": f.get("saving_text")}
+    return {
+        "cause": f["kind"],
+        "title": f.get("cause"),
+        "how": how,
+        "role": f.get("role"),
+        "stage": f.get("stage"),
+        "rank": f.get("rank"),
+        "text": f["text"],
+        "impact_ms": f["impact_ms"],
+        "normal_impact_ms": normal["impact_ms"] if normal else None,
+        "levers": f.get("levers") or {},
+        "saving": saving or None,
+        "saving_ms": saving.get("saving_ms"),
+        "saving_text": f.get("saving_text"),
+    }
 
 
 def slow_rank_cause(pair_doc: dict, slow: int, healthy: int, stage: str) -> dict | None:
@@ -53,21 +64,39 @@ def slow_rank_cause(pair_doc: dict, slow: int, healthy: int, stage: str) -> dict
         return own[0]
 
     def total(rank, bucket, only=None):
-        return sum(r[bucket] for r in pair_doc["rows"] if r.get("unit") is None and r.get("rank") == rank
-                   and r.get("file") is not None and (only is None or r.get("stage") == only))
+        return sum(
+            r[bucket]
+            for r in pair_doc["rows"]
+            if r.get("unit") is None
+            and r.get("rank") == rank
+            and r.get("file") is not None
+            and (only is None or r.get("stage") == only)
+        )
 
     excess = total(slow, "wall_ms", stage) - total(healthy, "wall_ms", stage)
     wait, others_wait = total(slow, "comm_ms"), total(healthy, "comm_ms")
     if excess <= 0:
         return None
-    f = {"kind": "slow_rank", "role": next((r.get("role") for r in pair_doc["rows"] if r.get("stage") == stage), None),
-         "stage": stage, "rank": slow, "impact_ms": excess, "cause": CAUSES["slow_rank"].title,
-         "levers": levers("slow_rank", stage), "actionable": True,
-         "evidence": {"excess_ms": excess, "wait_ms": wait, "others_wait_ms": others_wait, "rule": "timeline"},
-         "text": timeline_slow_rank_sentence(slow, healthy, stage, excess, others_wait - wait)}
+    f = {
+        "kind": "slow_rank",
+        "role": next((r.get("role") for r in pair_doc["rows"] if r.get("stage") == stage), None),
+        "stage": stage,
+        "rank": slow,
+        "impact_ms": excess,
+        "cause": CAUSES["slow_rank"].title,
+        "levers": levers("slow_rank", stage),
+        "actionable": True,
+        "evidence": {"excess_ms": excess, "wait_ms": wait, "others_wait_ms": others_wait, "rule": "timeline"},
+        "text": timeline_slow_rank_sentence(slow, healthy, stage, excess, others_wait - wait),
+    }
     if others_wait - wait <= 0:
-        f["saving"] = {"status": "not predictable", "saving_ms": None, "saving_share": None, "setting": {},
-                       "why": f"rank {healthy} waits no longer than rank {slow} in the collectives the trace shows"}
+        f["saving"] = {
+            "status": "not predictable",
+            "saving_ms": None,
+            "saving_share": None,
+            "setting": {},
+            "why": f"rank {healthy} waits no longer than rank {slow} in the collectives the trace shows",
+        }
     else:
         f["saving"] = predict(prediction_context(pair_doc), Finding.of(f))
     f["saving_text"] = saving_text(f["saving"])
@@ -97,6 +126,5 @@ def judge(captured_doc: dict, normal_doc: dict | None, wall_growth_ms: float, sl
             in_both.append(_entry(f, base, "in_both"))
     # as findings rank them: a slow rank first (the others' times hold their wait for it), then by predicted saving
     causes.sort(key=lambda c: (c["cause"] != "slow_rank", c["saving_ms"] is None, -(c["saving_ms"] or 0.0)))
-    verdict = {"verdict": "cause" if causes else "in_both" if in_both else "none", "causes": causes,
-               "in_both": in_both}
+    verdict = {"verdict": "cause" if causes else "in_both" if in_both else "none", "causes": causes, "in_both": in_both}
     return {**verdict, "text": verdict_sentence(verdict, contrasted=True)}

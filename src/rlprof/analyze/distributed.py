@@ -33,8 +33,10 @@ def ray_session():
     try:
         import ray
     except ImportError:
-        raise AnalyzeError("--ray needs the ray package (pip install 'rlprof[all]' or ray); without --ray the "
-                           "analysis runs on this machine's cores") from None
+        raise AnalyzeError(
+            "--ray needs the ray package (pip install 'rlprof[all]' or ray); without --ray the "
+            "analysis runs on this machine's cores"
+        ) from None
     with redirect_stdout(sys.stderr):
         started_here = not ray.is_initialized()
         if started_here:
@@ -42,9 +44,11 @@ def ray_session():
             try:
                 ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise AnalyzeError(f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({type(exc).__name__}: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else ''}); allowed: the address of a "
-                                   "running cluster's head (host:port), or unset for a local one") from None
+                raise AnalyzeError(
+                    f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); allowed: the address of a "
+                    "running cluster's head (host:port), or unset for a local one"
+                ) from None
         try:
             yield ray
         finally:
@@ -63,8 +67,10 @@ def _reachable(address: str | None, timeout: float = 10.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             return
     except (OSError, ValueError) as exc:
-        raise AnalyzeError(f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({exc}); allowed: the "
-                           "address of a running cluster's head (host:port), or unset for a local one") from None
+        raise AnalyzeError(
+            f"cannot reach the Ray cluster at RAY_ADDRESS={address!r} ({exc}); allowed: the "
+            "address of a running cluster's head (host:port), or unset for a local one"
+        ) from None
 
 
 def ray_map(fn, jobs: list, strategy=None) -> list:
@@ -84,8 +90,9 @@ def ray_map(fn, jobs: list, strategy=None) -> list:
 
 def _alive_nodes(ray) -> dict[str, str]:
     """node id -> host name, for the nodes that are up."""
-    return {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") for n in ray.nodes()
-            if n.get("Alive")}
+    return {
+        n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")
+    }
 
 
 def _pinned(node_id: str, soft: bool):
@@ -114,8 +121,11 @@ def gather_inputs(ray, path: str, nodes: dict[str, str]) -> tuple[list[tuple[Pat
     lister = ray.remote(max_retries=0)(_list_here)
     refs = {lister.options(scheduling_strategy=_pinned(node, soft=False)).remote(path): node for node in nodes}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=DISCOVERY_TIMEOUT_S)
-    warnings = [f"node {refs[r]} ({nodes[refs[r]]}) did not list {path} in {DISCOVERY_TIMEOUT_S:.0f} s; "
-                "its part of the run is missing" for r in pending]
+    warnings = [
+        f"node {refs[r]} ({nodes[refs[r]]}) did not list {path} in {DISCOVERY_TIMEOUT_S:.0f} s; "
+        "its part of the run is missing"
+        for r in pending
+    ]
     for ref in pending:
         ray.cancel(ref, force=True)
     found: dict[tuple, tuple[Path, dict, list[str]]] = {}
@@ -131,7 +141,7 @@ def gather_inputs(ray, path: str, nodes: dict[str, str]) -> tuple[list[tuple[Pat
         for file, meta in inputs:
             found.setdefault(_key(file, meta), (file, meta, []))[2].append(node)
     if not found:
-            raise AnalyzeError(errors[0] if errors else f"no Ray node holds {path}")
+        raise AnalyzeError(errors[0] if errors else f"no Ray node holds {path}")
     return list(found.values()), warnings
 
 
@@ -182,10 +192,14 @@ def analyze_on_cluster(path: str, top, by_shape: bool, progress=None) -> tuple[l
                     results[i] = ray.get(ref)
                 except Exception as exc:  # the node died, the file is gone there, the task could not be placed
                     node = place(meta, seen_on, nodes)[0]
-                    why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}" if str(exc) else \
-                        type(exc).__name__
-                    results[i] = failed(file, NotATrace(f"{file}: not analysed on node {node} ({nodes.get(node)}): "
-                                                         f"{why}"))
+                    why = (
+                        f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+                        if str(exc)
+                        else type(exc).__name__
+                    )
+                    results[i] = failed(
+                        file, NotATrace(f"{file}: not analysed on node {node} ({nodes.get(node)}): {why}")
+                    )
                     results[i]["input"].update(rank=meta.get("rank"), analysed_on=None)
                 if progress:
                     progress()

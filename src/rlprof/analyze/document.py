@@ -15,8 +15,17 @@ SCHEMA_VERSION = 1
 
 def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     """The analysis document of one path from its per-file results."""
-    doc = {"schema_version": SCHEMA_VERSION, "inputs": [], "warnings": [], "partial": False, "rows": [], "ops": [],
-           "collectives": [], "launch": [], "memory": []}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "inputs": [],
+        "warnings": [],
+        "partial": False,
+        "rows": [],
+        "ops": [],
+        "collectives": [],
+        "launch": [],
+        "memory": [],
+    }
     for res in results:
         doc["inputs"].append(res["input"])
         doc["warnings"].extend(res["warnings"])
@@ -54,8 +63,11 @@ def _same_window_twice(rows: list[dict]) -> list[str]:
         seen = first.setdefault(key, r["file"])
         if seen != r["file"]:
             pairs[(seen, r["file"], key[3])] = None
-    return [f"{a} and {b} hold the same windows (rank {rank}, same steps and stages): a copied file or two runs in "
-            "one directory? both are counted" for a, b, rank in pairs]
+    return [
+        f"{a} and {b} hold the same windows (rank {rank}, same steps and stages): a copied file or two runs in "
+        "one directory? both are counted"
+        for a, b, rank in pairs
+    ]
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:

@@ -20,8 +20,11 @@ def scalar_columns(records: list[dict]) -> list[str]:
 
 
 def memory_points(doc: dict) -> list[dict]:
-    return [{"rank": m.get("rank"), "file": m.get("file"), "ts_us": ts, "allocated_bytes": b}
-            for m in doc["memory"] for ts, b in m.get("timeline", [])]
+    return [
+        {"rank": m.get("rank"), "file": m.get("file"), "ts_us": ts, "allocated_bytes": b}
+        for m in doc["memory"]
+        for ts, b in m.get("timeline", [])
+    ]
 
 
 def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "") -> list[Path]:
@@ -70,8 +73,10 @@ def write_duckdb(doc: dict, path: Path) -> Path:
                 continue
             types = {c: sql_type([r.get(c) for r in records]) for c in cols}
             con.execute(f'CREATE TABLE "{name}" (' + ", ".join(f'"{c}" {types[c]}' for c in cols) + ")")
-            rows = [[(str(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
-                    for r in records]
+            rows = [
+                [(str(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
+                for r in records
+            ]
             con.executemany(f'INSERT INTO "{name}" VALUES (' + ", ".join("?" * len(cols)) + ")", rows)
     finally:
         con.close()

@@ -20,5 +20,11 @@ class Finding:
     @classmethod
     def of(cls, entry: Mapping) -> "Finding":
         """The finding behind a document's entry (what `rlprof advise --fix` reads from analysis.json)."""
-        return cls(entry["kind"], entry["impact_ms"], entry["evidence"], entry.get("role"), entry.get("stage"),
-                   entry.get("rank"))
+        return cls(
+            entry["kind"],
+            entry["impact_ms"],
+            entry["evidence"],
+            entry.get("role"),
+            entry.get("stage"),
+            entry.get("rank"),
+        )

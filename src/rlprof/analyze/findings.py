@@ -32,12 +32,24 @@ from .ranks import per_rank, slow_ranks
 from .prediction import PredictionContext, not_predictable
 from .sentences import render
 
-__all__ = ["THRESHOLDS", "UNIT_WORDS", "Diagnosis", "diagnose", "findings", "findings_of", "stage_means",
-           "prediction_context", "ranked_document", "ranked_findings", "busy_windows"]
+__all__ = [
+    "THRESHOLDS",
+    "UNIT_WORDS",
+    "Diagnosis",
+    "diagnose",
+    "findings",
+    "findings_of",
+    "stage_means",
+    "prediction_context",
+    "ranked_document",
+    "ranked_findings",
+    "busy_windows",
+]
 
 
 class Diagnosis(NamedTuple):
     """What the findings add to a document: its RL measures and its ranked findings (rendered)."""
+
     measures: list[dict]
     findings: list[dict]
 
@@ -57,8 +69,10 @@ def stage_means(doc: dict) -> dict[tuple, dict]:
         steps = {r.get("step") for r in rows}
         ranks = {_rank_key(r) for r in rows}
         per_step = len(steps) * len(ranks)  # a stage marked twice in a step counts twice
-        out[key] = {b: sum(r[b] for r in rows) / per_step
-                    for b in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")}
+        out[key] = {
+            b: sum(r[b] for r in rows) / per_step
+            for b in ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")
+        }
         out[key].update(steps=sorted(steps, key=order_key), ranks=len(ranks), rows=len(rows))
     return out
 
@@ -140,10 +154,18 @@ def busy_windows(doc: dict) -> tuple[list[tuple[dict, dict]], bool]:
 
 
 def _busy_finding(i: dict, load: dict, quiet_left: bool) -> Finding:
-    return Finding("busy_machine", i["run_wait_ms"],
-                   {"path": i["path"], "run_wait_ms": i["run_wait_ms"], "cpu_ms": i["cpu_ms"], **load,
-                    "thresholds": {"wait_share": WAIT_SHARE, "external_share": EXTERNAL_SHARE}},
-                   said={"name": _name(i["path"]), "step": i.get("step"), "quiet_left": quiet_left})
+    return Finding(
+        "busy_machine",
+        i["run_wait_ms"],
+        {
+            "path": i["path"],
+            "run_wait_ms": i["run_wait_ms"],
+            "cpu_ms": i["cpu_ms"],
+            **load,
+            "thresholds": {"wait_share": WAIT_SHARE, "external_share": EXTERNAL_SHARE},
+        },
+        said={"name": _name(i["path"]), "step": i.get("step"), "quiet_left": quiet_left},
+    )
 
 
 def _name(path: str) -> str:
@@ -152,10 +174,15 @@ def _name(path: str) -> str:
 
 def _without(doc: dict, files: set[str]) -> dict:
     """The document without the rows of these files (stage rows made from their units included)."""
-    made_from = {(r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in doc["rows"]
-                 if r.get("file") in files}
-    keep = [r for r in doc["rows"] if r.get("file") not in files
-            and not (r.get("file") is None and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from)]
+    made_from = {
+        (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in doc["rows"] if r.get("file") in files
+    }
+    keep = [
+        r
+        for r in doc["rows"]
+        if r.get("file") not in files
+        and not (r.get("file") is None and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from)
+    ]
     return {**doc, "rows": keep}
 
 
@@ -167,8 +194,11 @@ def find(doc: dict, means: dict, found_measures: list[dict]) -> list[Finding]:
     out += _dominant_stage(staged, step_total)
     out += _one_idle_finding(_stage_buckets(doc, means, staged, step_total))
     out += _variance(doc)
-    out += [Finding("truncated", 0.0, {"path": i["path"]}) for i in doc.get("inputs", [])
-            if i.get("window_status") == "truncated"]
+    out += [
+        Finding("truncated", 0.0, {"path": i["path"]})
+        for i in doc.get("inputs", [])
+        if i.get("window_status") == "truncated"
+    ]
     out += _repeating_units(doc)
     out += _measured_causes(found_measures, means, step_total)
     out += _unused_reference(doc, means, step_total)
@@ -191,14 +221,24 @@ def _dominant_stage(staged: dict, step_total: float) -> list[Finding]:
     if share < THRESHOLDS["dominant_share"]:
         return []
     second = sorted(staged.items(), key=lambda kv: -kv[1]["wall_ms"])[1]
-    return [Finding("dominant_stage", top["wall_ms"],
-                    {"share": share, "stage_ms": top["wall_ms"], "step_ms": step_total, "next": second[0][1]},
-                    role, stage, said={"ranks": top["ranks"], "next_share": second[1]["wall_ms"] / step_total})]
+    return [
+        Finding(
+            "dominant_stage",
+            top["wall_ms"],
+            {"share": share, "stage_ms": top["wall_ms"], "step_ms": step_total, "next": second[0][1]},
+            role,
+            stage,
+            said={"ranks": top["ranks"], "next_share": second[1]["wall_ms"] / step_total},
+        )
+    ]
 
 
 # bucket findings: (kind, bucket, its threshold)
-BUCKET_KINDS = (("exposed_comm", "comm_ms", "comm_share"), ("idle", "idle_ms", "idle_share"),
-                ("memcpy", "memcpy_ms", "memcpy_share"))
+BUCKET_KINDS = (
+    ("exposed_comm", "comm_ms", "comm_share"),
+    ("idle", "idle_ms", "idle_share"),
+    ("memcpy", "memcpy_ms", "memcpy_share"),
+)
 
 
 def _stage_buckets(doc: dict, means: dict, staged: dict, step_total: float) -> list[Finding]:
@@ -227,8 +267,11 @@ def _stage_buckets(doc: dict, means: dict, staged: dict, step_total: float) -> l
 
 def _measured_causes(found_measures: list[dict], means: dict, step_total: float) -> list[Finding]:
     """The causes judged on a measure (causes.py: `judge`), each measured record against its cause's rule."""
-    judging = Judging(THRESHOLDS, lambda m: step_total <= 0 or _stage_ms(means, m["stage"]) >= THRESHOLDS[
-        "stage_share"] * step_total, lambda stage: _stage_ms(means, stage))
+    judging = Judging(
+        THRESHOLDS,
+        lambda m: step_total <= 0 or _stage_ms(means, m["stage"]) >= THRESHOLDS["stage_share"] * step_total,
+        lambda stage: _stage_ms(means, stage),
+    )
     by_measure = {c.measure: c for c in CAUSES.values() if c.judge is not None}
     out = []
     for m in found_measures:
@@ -247,8 +290,16 @@ def _unused_reference(doc: dict, means: dict, step_total: float) -> list[Finding
     ref_ms = _stage_ms(means, "ref_compute_log_prob")
     if not (cfg.get("reference_pass") and cfg.get("kl_coef") == 0 and ref_ms >= THRESHOLDS["min_ms"]):
         return []
-    return [Finding("unused_reference", ref_ms, {"ref_ms": ref_ms, "kl_coef": cfg["kl_coef"], "source": cfg["source"]},
-                    "ref", "ref_compute_log_prob", said={"step_share": ref_ms / step_total})]
+    return [
+        Finding(
+            "unused_reference",
+            ref_ms,
+            {"ref_ms": ref_ms, "kl_coef": cfg["kl_coef"], "source": cfg["source"]},
+            "ref",
+            "ref_compute_log_prob",
+            said={"step_share": ref_ms / step_total},
+        )
+    ]
 
 
 # The causes not judged on a measure record, and the function here that finds each.
@@ -290,8 +341,13 @@ def _one_idle_finding(found: list[Finding]) -> list[Finding]:
     idle_ms = sum(f.evidence["bucket_ms"] for f in idle)
     wall_ms = sum(f.evidence["wall_ms"] for f in idle)
     stages = [{"role": f.role, "stage": f.stage, **f.evidence} for f in idle]
-    merged = Finding("idle", idle_ms, {"share": idle_ms / wall_ms, "bucket_ms": idle_ms, "wall_ms": wall_ms,
-                                       "stages": stages}, idle[0].role, idle[0].stage)
+    merged = Finding(
+        "idle",
+        idle_ms,
+        {"share": idle_ms / wall_ms, "bucket_ms": idle_ms, "wall_ms": wall_ms, "stages": stages},
+        idle[0].role,
+        idle[0].stage,
+    )
     return [f for f in found if f.kind != "idle"] + [merged]
 
 
@@ -299,8 +355,7 @@ def _collectives_by_stage(doc: dict) -> dict[tuple, list[dict]]:
     total: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for c in doc.get("collectives", []):
         total[(c.get("role"), c.get("stage"))][c["name"]] += c["total_ms"]
-    return {k: sorted(({"name": n, "ms": ms} for n, ms in v.items()), key=lambda c: -c["ms"])
-            for k, v in total.items()}
+    return {k: sorted(({"name": n, "ms": ms} for n, ms in v.items()), key=lambda c: -c["ms"]) for k, v in total.items()}
 
 
 def _variance(doc: dict) -> list[Finding]:
@@ -320,9 +375,23 @@ def _variance(doc: dict) -> list[Finding]:
             continue
         hi = max(by_step, key=by_step.get)
         lo = min(by_step, key=by_step.get)
-        out.append(Finding("variance", spread, {"by_step": by_step, "spread_ms": spread}, role, stage, rank,
-                           said={"spread_share": spread / mean, "low_step": lo, "low_ms": by_step[lo],
-                                 "high_step": hi, "high_ms": by_step[hi]}))
+        out.append(
+            Finding(
+                "variance",
+                spread,
+                {"by_step": by_step, "spread_ms": spread},
+                role,
+                stage,
+                rank,
+                said={
+                    "spread_share": spread / mean,
+                    "low_step": lo,
+                    "low_ms": by_step[lo],
+                    "high_step": hi,
+                    "high_ms": by_step[hi],
+                },
+            )
+        )
     return out
 
 
@@ -349,7 +418,11 @@ def _repeating_units(doc: dict) -> list[Finding]:
         if key not in best or len(units) > best[key].evidence["units"]:
             total = sum(walls)
             best[key] = Finding(
-                "repeating_units", total - mean,
+                "repeating_units",
+                total - mean,
                 {"units": len(units), "same_ops": common, "mean_ms": mean, "cv": cv, "unit": unit, "step": step},
-                role, stage, rank)
+                role,
+                stage,
+                rank,
+            )
     return list(best.values())

@@ -32,9 +32,15 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
     if path.name.endswith("_ascend_pt") or path.name == "ASCEND_PROFILER_OUTPUT":
         return [(path, {})]
     ascend = ascend_collections(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                   and not p.name.endswith((".summary.json", "analysis.json"))
-                   and not any(a in p.parents for a in ascend) and p.name not in ("trace_view.json", RUN_CONFIG))
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and p.name.endswith(TRACE_SUFFIXES)
+        and not p.name.endswith((".summary.json", "analysis.json"))
+        and not any(a in p.parents for a in ascend)
+        and p.name not in ("trace_view.json", RUN_CONFIG)
+    )
     if not ascend and not files and is_ascend(path):
         return [(path, {})]
     raw = unparsed(ascend)
@@ -42,8 +48,7 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
         raise AnalyzeError(unparsed_message(path, raw, len(ascend)))
     files = [p for p in ascend if p not in raw] + files
     if not files:
-        raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz), no Ascend output and no "
-                           "manifest.jsonl")
+        raise AnalyzeError(f"{path} holds no trace files (*.json, *.json.gz), no Ascend output and no manifest.jsonl")
     return directory_inputs(path, files)
 
 
@@ -72,8 +77,11 @@ def _dangling_links(path) -> list[str]:
     path = Path(path)
     if not path.is_dir():
         return []
-    return [f"{p}: a link to {os.readlink(p)}, which does not exist; skipped" for p in sorted(path.rglob("*"))
-            if p.name.endswith(TRACE_SUFFIXES) and p.is_symlink() and not p.exists()]
+    return [
+        f"{p}: a link to {os.readlink(p)}, which does not exist; skipped"
+        for p in sorted(path.rglob("*"))
+        if p.name.endswith(TRACE_SUFFIXES) and p.is_symlink() and not p.exists()
+    ]
 
 
 def _unparsed_warning(path) -> list[str]:
@@ -115,10 +123,14 @@ def run_config(path) -> dict | None:
         if f.is_file():
             try:
                 data = json.loads(f.read_text())
-                return {"source": str(f), "framework": data.get("framework"),
-                        "reference_pass": bool(data["reference_pass"]), "kl_coef": float(data["kl_coef"]),
-                        "config": data.get("config") if isinstance(data.get("config"), dict) else None,
-                        "unprofiled": _unprofiled(d / "metrics.jsonl")}
+                return {
+                    "source": str(f),
+                    "framework": data.get("framework"),
+                    "reference_pass": bool(data["reference_pass"]),
+                    "kl_coef": float(data["kl_coef"]),
+                    "config": data.get("config") if isinstance(data.get("config"), dict) else None,
+                    "unprofiled": _unprofiled(d / "metrics.jsonl"),
+                }
             except (ValueError, KeyError, TypeError):
                 return None
     return None

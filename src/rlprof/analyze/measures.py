@@ -44,17 +44,34 @@ def rollout_tail(doc: dict) -> list[dict]:
     for (role, stage), units in _units_by_stage(doc, "decode_step").items():
         held = [u for u in units if u.get("active") is not None and u.get("seqs")]
         if not held:
-            out.append(_record("rollout_tail", role, stage, None, "not measurable",
-                               why="the decode steps do not say how many rows were active (rlprof's trainer and "
-                                   "engine adapter record it; other traces do not)"))
+            out.append(
+                _record(
+                    "rollout_tail",
+                    role,
+                    stage,
+                    None,
+                    "not measurable",
+                    why="the decode steps do not say how many rows were active (rlprof's trainer and "
+                    "engine adapter record it; other traces do not)",
+                )
+            )
             continue
         total = sum(u["wall_ms"] for u in held)
         tail = [u for u in held if u["active"] < TAIL_ACTIVE * u["seqs"]]
         tail_ms = sum(u["wall_ms"] for u in tail)
-        out.append(_record("rollout_tail", role, stage, tail_ms / total if total else 0.0,
-                           tail_ms=tail_ms / _passes(held), decode_ms=total / _passes(held),
-                           tail_steps=len(tail), decode_steps=len(held),
-                           mean_active_share=float(np.mean([u["active"] / u["seqs"] for u in held]))))
+        out.append(
+            _record(
+                "rollout_tail",
+                role,
+                stage,
+                tail_ms / total if total else 0.0,
+                tail_ms=tail_ms / _passes(held),
+                decode_ms=total / _passes(held),
+                tail_steps=len(tail),
+                decode_steps=len(held),
+                mean_active_share=float(np.mean([u["active"] / u["seqs"] for u in held])),
+            )
+        )
     return out
 
 
@@ -64,13 +81,22 @@ def padding(doc: dict) -> list[dict]:
     for (role, stage), units in _units_by_stage(doc, "micro_batch").items():
         held = [u for u in units if u.get("tokens") and u.get("real_tokens") is not None]
         if not held:
-            out.append(_record("padding", role, stage, None, "not measurable",
-                               why="the micro-batches do not say how many tokens they hold"))
+            out.append(
+                _record(
+                    "padding",
+                    role,
+                    stage,
+                    None,
+                    "not measurable",
+                    why="the micro-batches do not say how many tokens they hold",
+                )
+            )
             continue
         tokens = sum(u["tokens"] for u in held)
         real = sum(u["real_tokens"] for u in held)
-        out.append(_record("padding", role, stage, 1 - real / tokens, tokens=tokens, real_tokens=real,
-                           micro_batches=len(held)))
+        out.append(
+            _record("padding", role, stage, 1 - real / tokens, tokens=tokens, real_tokens=real, micro_batches=len(held))
+        )
     return out
 
 
@@ -89,30 +115,61 @@ def fixed_cost(doc: dict) -> list[dict]:
         if mini:
             per_pass /= max(1.0, len(mini) / _passes(mini))
         if len(held) < MIN_FIT_UNITS:
-            out.append(_record("fixed_cost", role, stage, None, "not measurable", units_per_pass=per_pass,
-                               why=f"fewer than {MIN_FIT_UNITS} micro-batches with their token counts"))
+            out.append(
+                _record(
+                    "fixed_cost",
+                    role,
+                    stage,
+                    None,
+                    "not measurable",
+                    units_per_pass=per_pass,
+                    why=f"fewer than {MIN_FIT_UNITS} micro-batches with their token counts",
+                )
+            )
             continue
         x = np.array([u["tokens"] for u in held], float)
         y = np.array([u["wall_ms"] for u in held], float)
         if x.max() < MIN_TOKEN_SPREAD * x.min():
-            out.append(_record("fixed_cost", role, stage, None, "not measurable", units_per_pass=per_pass,
-                               why="the micro-batches all hold about the same tokens: the fixed part cannot be "
-                                   "told from the per-token part"))
+            out.append(
+                _record(
+                    "fixed_cost",
+                    role,
+                    stage,
+                    None,
+                    "not measurable",
+                    units_per_pass=per_pass,
+                    why="the micro-batches all hold about the same tokens: the fixed part cannot be "
+                    "told from the per-token part",
+                )
+            )
             continue
         per_token, fixed = np.polyfit(x, y, 1)
         fixed = float(np.clip(fixed, 0.0, y.min()))
         share = len(held) * fixed / float(y.sum())
-        out.append(_record("fixed_cost", role, stage, share, fixed_ms=fixed, per_token_us=float(per_token) * 1e3,
-                           units_per_pass=per_pass, mean_seqs=float(np.mean([u.get("seqs") or 0 for u in held])),
-                           fixed_ms_per_pass=fixed * per_pass))
+        out.append(
+            _record(
+                "fixed_cost",
+                role,
+                stage,
+                share,
+                fixed_ms=fixed,
+                per_token_us=float(per_token) * 1e3,
+                units_per_pass=per_pass,
+                mean_seqs=float(np.mean([u.get("seqs") or 0 for u in held])),
+                fixed_ms_per_pass=fixed * per_pass,
+            )
+        )
     return out
 
 
 def stage_share(doc: dict, means: dict, stage: str, measure: str) -> list[dict]:
     """A stage's share of the staged step time (mean per step over ranks): weight sync, reward."""
     total = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
-    return [_record(measure, role, s, m["wall_ms"] / total, stage_ms=m["wall_ms"], step_ms=total)
-            for (role, s), m in means.items() if s == stage and total > 0]
+    return [
+        _record(measure, role, s, m["wall_ms"] / total, stage_ms=m["wall_ms"], step_ms=total)
+        for (role, s), m in means.items()
+        if s == stage and total > 0
+    ]
 
 
 def recompute(doc: dict, means: dict) -> list[dict]:
@@ -123,8 +180,18 @@ def recompute(doc: dict, means: dict) -> list[dict]:
     if not update or not (ref or old):
         return []
     cfg = doc.get("run_config") or {}
-    return [_record("recompute", "actor", "actor_update", (ref + old) / update, ref_ms=ref, old_log_prob_ms=old,
-                    update_ms=update, reference_needed=(cfg.get("kl_coef", 1.0) > 0) if cfg else None)]
+    return [
+        _record(
+            "recompute",
+            "actor",
+            "actor_update",
+            (ref + old) / update,
+            ref_ms=ref,
+            old_log_prob_ms=old,
+            update_ms=update,
+            reference_needed=(cfg.get("kl_coef", 1.0) > 0) if cfg else None,
+        )
+    ]
 
 
 def launch_bound(doc: dict) -> list[dict]:
@@ -140,10 +207,18 @@ def launch_bound(doc: dict) -> list[dict]:
         if wall <= 0:
             continue
         bound = sum(r["launch_bound_ms"] for r in rows)
-        out.append(_record("launch_bound", role, stage, bound / wall, launch_bound_ms=bound / _passes(rows),
-                           device_gap_ms=sum(r["device_gap_ms"] for r in rows) / _passes(rows),
-                           unlinked_ms=sum(r["launch_unlinked_ms"] for r in rows) / _passes(rows),
-                           wall_ms=wall / _passes(rows)))
+        out.append(
+            _record(
+                "launch_bound",
+                role,
+                stage,
+                bound / wall,
+                launch_bound_ms=bound / _passes(rows),
+                device_gap_ms=sum(r["device_gap_ms"] for r in rows) / _passes(rows),
+                unlinked_ms=sum(r["launch_unlinked_ms"] for r in rows) / _passes(rows),
+                wall_ms=wall / _passes(rows),
+            )
+        )
     return out
 
 
@@ -154,19 +229,46 @@ def memory_headroom(doc: dict) -> list[dict]:
         if m.get("peak_bytes") is None:
             continue
         if not m.get("capacity_bytes"):
-            out.append(_record("memory_use", m.get("role"), m.get("stage"), None, "not measurable",
-                               rank=m.get("rank"), file=m.get("file"), peak_bytes=m["peak_bytes"],
-                               why="the trace does not give the device's memory capacity (deviceProperties), or "
-                                   "the memory recorded is host memory"))
+            out.append(
+                _record(
+                    "memory_use",
+                    m.get("role"),
+                    m.get("stage"),
+                    None,
+                    "not measurable",
+                    rank=m.get("rank"),
+                    file=m.get("file"),
+                    peak_bytes=m["peak_bytes"],
+                    why="the trace does not give the device's memory capacity (deviceProperties), or "
+                    "the memory recorded is host memory",
+                )
+            )
             continue
-        out.append(_record("memory_use", m.get("role"), m.get("stage"), m["peak_bytes"] / m["capacity_bytes"],
-                           rank=m.get("rank"), file=m.get("file"), device=m.get("device"),
-                           peak_bytes=m["peak_bytes"], capacity_bytes=m["capacity_bytes"]))
+        out.append(
+            _record(
+                "memory_use",
+                m.get("role"),
+                m.get("stage"),
+                m["peak_bytes"] / m["capacity_bytes"],
+                rank=m.get("rank"),
+                file=m.get("file"),
+                device=m.get("device"),
+                peak_bytes=m["peak_bytes"],
+                capacity_bytes=m["capacity_bytes"],
+            )
+        )
     return out
 
 
 def measures(doc: dict, means: dict) -> list[dict]:
     """Every RL measure of the document (`means`: findings.stage_means)."""
-    return (rollout_tail(doc) + padding(doc) + fixed_cost(doc) + recompute(doc, means)
-            + stage_share(doc, means, "reward_compute", "reward_share")
-            + stage_share(doc, means, "weight_sync", "weight_sync_share") + launch_bound(doc) + memory_headroom(doc))
+    return (
+        rollout_tail(doc)
+        + padding(doc)
+        + fixed_cost(doc)
+        + recompute(doc, means)
+        + stage_share(doc, means, "reward_compute", "reward_share")
+        + stage_share(doc, means, "weight_sync", "weight_sync_share")
+        + launch_bound(doc)
+        + memory_headroom(doc)
+    )

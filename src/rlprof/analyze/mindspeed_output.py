@@ -20,8 +20,12 @@ def dir_meta(path: Path) -> dict | None:
     stage = mindspeed.STAGES.get(path.parent.name)
     if not path.name.endswith(mindspeed.ASCEND_DIR_SUFFIX) or stage is None:
         return None
-    return {"framework": "MindSpeed-RL", "stage": stage,
-            "role": STAGE_ROLE.get(stage, mindspeed.EXTRA_STAGE_ROLE.get(stage)), "mode": "discrete"}
+    return {
+        "framework": "MindSpeed-RL",
+        "stage": stage,
+        "role": STAGE_ROLE.get(stage, mindspeed.EXTRA_STAGE_ROLE.get(stage)),
+        "mode": "discrete",
+    }
 
 
 def unparsed(collections: list[Path]) -> list[Path]:
@@ -29,5 +33,7 @@ def unparsed(collections: list[Path]) -> list[Path]:
 
 
 def unparsed_message(root: Path, raw: list[Path], total: int) -> str:
-    return (f"{len(raw)} of {total} torch_npu collection(s) under {root} are not parsed yet "
-            f"(profile_analysis: false); parse them with: {mindspeed.offline_parse_command(str(root))}")
+    return (
+        f"{len(raw)} of {total} torch_npu collection(s) under {root} are not parsed yet "
+        f"(profile_analysis: false); parse them with: {mindspeed.offline_parse_command(str(root))}"
+    )

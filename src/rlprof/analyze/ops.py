@@ -41,8 +41,7 @@ def self_times(t: EventTable, sel: np.ndarray) -> np.ndarray:
     np.clip(depth, 0, None, out=depth)
     self_t = e - s
     roots = np.flatnonzero(depth == 0)
-    cuts = [0] + [int(roots[k]) for k in np.searchsorted(roots, np.arange(SEGMENT, n, SEGMENT))
-                  if k < len(roots)] + [n]
+    cuts = [0] + [int(roots[k]) for k in np.searchsorted(roots, np.arange(SEGMENT, n, SEGMENT)) if k < len(roots)] + [n]
     del roots
     for a, b in zip(cuts[:-1], cuts[1:]):
         if b > a:
@@ -60,8 +59,8 @@ def _children_time(s: np.ndarray, e: np.ndarray, depth: np.ndarray) -> np.ndarra
     bounds = np.concatenate([[0], np.cumsum(np.bincount(depth))])
     parent = np.full(n, -1, dtype=np.int64)
     for level in range(1, len(bounds) - 1):
-        above = by_depth[bounds[level - 1]:bounds[level]]
-        here = by_depth[bounds[level]:bounds[level + 1]]
+        above = by_depth[bounds[level - 1] : bounds[level]]
+        here = by_depth[bounds[level] : bounds[level + 1]]
         pos = np.searchsorted(above, here) - 1
         ok = pos >= 0
         parent[here[ok]] = above[pos[ok]]
@@ -70,8 +69,15 @@ def _children_time(s: np.ndarray, e: np.ndarray, depth: np.ndarray) -> np.ndarra
     return np.bincount(parent[child], weights=covered, minlength=n)
 
 
-def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | None, top: int | None,
-               groups: np.ndarray | None = None, by_shape: bool = False) -> list[dict]:
+def _aggregate(
+    t: EventTable,
+    sel: np.ndarray,
+    kind: str,
+    self_t: np.ndarray | None,
+    top: int | None,
+    groups: np.ndarray | None = None,
+    by_shape: bool = False,
+) -> list[dict]:
     """count/total/self/mean/max per (group, name[, input shape]); the `top` by self time in each group.
     Rows carry `group` (index into the caller's windows, -1 outside them) when groups are given."""
     if not len(sel):
@@ -111,9 +117,16 @@ def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | N
         order = order[np.arange(len(order)) - first < top]
     rows = []
     for i in order.tolist():
-        row = {"name": t.names[name_id[i]], "kind": kind, "count": int(count[i]), "total_ms": float(total[i]) / 1e3,
-               "self_ms": float(slf[i]) / 1e3, "mean_ms": float(total[i] / count[i]) / 1e3,
-               "max_ms": float(mx[i]) / 1e3, "share": float(slf[i]) / (float(grand[group_of[i] + 1]) or 1.0)}
+        row = {
+            "name": t.names[name_id[i]],
+            "kind": kind,
+            "count": int(count[i]),
+            "total_ms": float(total[i]) / 1e3,
+            "self_ms": float(slf[i]) / 1e3,
+            "mean_ms": float(total[i] / count[i]) / 1e3,
+            "max_ms": float(mx[i]) / 1e3,
+            "share": float(slf[i]) / (float(grand[group_of[i] + 1]) or 1.0),
+        }
         if shaped:
             row["shape"] = t.shapes[shape_id[i]]
         if groups is not None:
@@ -122,8 +135,9 @@ def _aggregate(t: EventTable, sel: np.ndarray, kind: str, self_t: np.ndarray | N
     return rows
 
 
-def top_ops(t: EventTable, top: int | None = 50, groups: np.ndarray | None = None, by_shape: bool = False
-            ) -> list[dict]:
+def top_ops(
+    t: EventTable, top: int | None = 50, groups: np.ndarray | None = None, by_shape: bool = False
+) -> list[dict]:
     """CPU operators (ranked by self time) and device kernels/copies, per group of events."""
     cpu = np.flatnonzero(t.kind == CPU_OP)
     rows = _aggregate(t, cpu, "cpu_op", self_times(t, cpu), top, groups, by_shape)
@@ -136,8 +150,10 @@ def collectives(t: EventTable, device: bool, groups: np.ndarray | None = None) -
     flags = name_flags(t.names, COLLECTIVE)[t.name] if len(t) else np.zeros(0, bool)
     kinds = (KERNEL,) if device else None
     sel = np.flatnonzero(flags & (t.mask(*kinds) if kinds else (t.kind != KERNEL)))
-    return [{k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms", "group")}
-            for row in _aggregate(t, sel, "collective", None, None, groups)]
+    return [
+        {k: v for k, v in row.items() if k in ("name", "count", "total_ms", "mean_ms", "max_ms", "group")}
+        for row in _aggregate(t, sel, "collective", None, None, groups)
+    ]
 
 
 def launch_overhead(t: EventTable) -> dict:
@@ -162,8 +178,11 @@ def memory(t: EventTable, points: int = 400, capacities: dict[int, float] | None
     rows = t.memory[dev == chosen]
     ts, total = rows[:, 0], rows[:, 1]
     step = max(1, len(ts) // points)
-    out = {"peak_bytes": peaks[chosen], "device": {CPU_MEMORY: "cpu", UNKNOWN_DEVICE: None}.get(chosen, chosen),
-           "timeline": [[float(a), float(b)] for a, b in zip(ts[::step], total[::step])]}
+    out = {
+        "peak_bytes": peaks[chosen],
+        "device": {CPU_MEMORY: "cpu", UNKNOWN_DEVICE: None}.get(chosen, chosen),
+        "timeline": [[float(a), float(b)] for a, b in zip(ts[::step], total[::step])],
+    }
     capacity = (capacities or {}).get(chosen) if chosen >= 0 else None
     if capacity:
         out["capacity_bytes"] = capacity
@@ -187,8 +206,10 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
 
     ops = np.flatnonzero(t.mask(CPU_OP, KERNEL, MEMCPY, MEMSET))
     for kind in {r["unit"] for r in rows if r.get("unit")}:
-        units = sorted((r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
-                       key=lambda r: host_window(r)[0])
+        units = sorted(
+            (r for r in rows if r.get("unit") == kind and r.get("start_us") is not None),
+            key=lambda r: host_window(r)[0],
+        )
         if not units or not len(ops):
             continue
         lo, hi = (np.array(side) for side in zip(*map(host_window, units)))
@@ -198,7 +219,7 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
         seen = np.zeros(len(units) * width, bool) if len(units) * width <= max(1 << 24, len(ops)) else None
         pairs = []
         for a in range(0, len(ops), SEGMENT * 4):  # in segments: bounded temporaries on a large trace
-            seg = ops[a:a + SEGMENT * 4]
+            seg = ops[a : a + SEGMENT * 4]
             when = t.placed_at(seg)
             i = np.searchsorted(lo, when, side="right") - 1
             inside = (i >= 0) & (when <= hi[np.clip(i, 0, None)])
@@ -212,7 +233,7 @@ def unit_signatures(t: EventTable, rows: list[dict]) -> None:
         unit_of, name_of = pairs // width, pairs % width
         cuts = np.searchsorted(unit_of, np.arange(len(units) + 1))
         for k, u in enumerate(units):
-            names = sorted(t.names[n] for n in name_of[cuts[k]:cuts[k + 1]])
+            names = sorted(t.names[n] for n in name_of[cuts[k] : cuts[k + 1]])
             u["ops_sig"] = hashlib.blake2b("\n".join(names).encode(), digest_size=6).hexdigest() if names else None
 
 
@@ -240,15 +261,20 @@ class LaunchGaps:
         # the gaps are disjoint and sorted: a window's share is two searchsorted cuts and prefix sums (thousands of
         # rows, decode steps or ProfilerSteps, each cost O(log gaps), not a pass over every gap)
         length = self.hi - self.lo
-        self.cum = {k: np.concatenate([[0.0], np.cumsum(np.where(m, length, 0.0))]) for k, m in
-                    (("all", np.ones(len(length), bool)), ("bound", self.bound), ("unknown", self.unknown))}
+        self.cum = {
+            k: np.concatenate([[0.0], np.cumsum(np.where(m, length, 0.0))])
+            for k, m in (("all", np.ones(len(length), bool)), ("bound", self.bound), ("unknown", self.unknown))
+        }
 
     def within(self, lo: float, hi: float) -> dict[str, float]:
         """Device gap, launch-bound and unlinked gap time (ms) inside [lo, hi]."""
         i, j = int(np.searchsorted(self.hi, lo, "right")), int(np.searchsorted(self.lo, hi, "left"))
         out = {}
-        for key, name, flags in (("all", "device_gap_ms", None), ("bound", "launch_bound_ms", self.bound),
-                                 ("unknown", "launch_unlinked_ms", self.unknown)):
+        for key, name, flags in (
+            ("all", "device_gap_ms", None),
+            ("bound", "launch_bound_ms", self.bound),
+            ("unknown", "launch_unlinked_ms", self.unknown),
+        ):
             total = 0.0
             if j > i:  # gaps i..j-1 meet the window; the first and the last may stick out of it
                 total = self.cum[key][j] - self.cum[key][i]

@@ -13,8 +13,7 @@ from ..where import this_process
 from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
 from .document import SCHEMA_VERSION
 from .manifest import LOAD_KEYS
-from .ops import (LaunchGaps, collectives, device_capacities, launch_overhead, memory, top_ops,
-                  unit_signatures)
+from .ops import LaunchGaps, collectives, device_capacities, launch_overhead, memory, top_ops, unit_signatures
 from .readers.kineto import NotATrace, read_kineto, stream_size
 from .table import release_free_memory
 
@@ -22,8 +21,9 @@ SPLIT_BYTES = 32 << 20  # a plain trace this large is read in byte ranges by sev
 RANGE_BYTES = 64 << 20  # at most this much per range: bounds what a worker holds
 
 
-def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = False, map_ranges=None,
-                 workers: int = 1) -> dict:
+def analyze_file(
+    path: Path, meta: dict, top: int | None = 50, by_shape: bool = False, map_ranges=None, workers: int = 1
+) -> dict:
     """Everything rlprof reports about one trace file (small: safe to send between processes).
     Operators and collectives are per stage window; `top` bounds the operators kept per window.
     With `map_ranges` (a map over worker processes or Ray tasks), a large plain trace is read in byte ranges."""
@@ -40,8 +40,10 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     if not len(trace.table):
         if trace.partial:  # damage before the first event: said as such, never taken for an empty window
             return {**failed(path, NotATrace(trace.warnings[0])), "warnings": trace.warnings}
-        return {**failed(path, NotATrace(f"{path.name} holds no events (an empty collection window)")),
-                "input": {"path": str(path), "kind": "kineto", "events": 0, "partial": False, "rank": meta.get("rank")}}
+        return {
+            **failed(path, NotATrace(f"{path.name} holds no events (an empty collection window)")),
+            "input": {"path": str(path), "kind": "kineto", "events": 0, "partial": False, "rank": meta.get("rank")},
+        }
     info = dict(trace.meta.rlprof or {})
     info.update({k: v for k, v in meta.items() if v is not None})
     info.setdefault("rank", trace.rank)
@@ -51,8 +53,13 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
     release_free_memory()  # attribution by launch's sorted device columns, before the next phase's arrays
     if trace.partial:
         unknown_time(rows)
-    tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
-           "stage": info.get("stage"), "file": path.name}
+    tag = {
+        "rank": info.get("rank"),
+        "step": info.get("step"),
+        "role": info.get("role"),
+        "stage": info.get("stage"),
+        "file": path.name,
+    }
     groups, windows = stage_of_events(trace.table, rows)
     unit_signatures(trace.table, rows)
     release_free_memory()
@@ -67,10 +74,20 @@ def analyze_file(path: Path, meta: dict, top: int | None = 50, by_shape: bool = 
         del gaps  # before the operator tables: its prefix sums are 40 bytes a device gap
     release_free_memory()
     return {
-        "input": {"path": str(path), "kind": "kineto", "events": len(trace.table), "device": device,
-                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": trace.bytes_read,
-                  "window_status": meta.get("status"), "window_bytes": meta.get("bytes"), "tool": info.get("tool"),
-                  "step": info.get("step"), **{k: info.get(k) for k in LOAD_KEYS}},
+        "input": {
+            "path": str(path),
+            "kind": "kineto",
+            "events": len(trace.table),
+            "device": device,
+            "rank": info.get("rank"),
+            "partial": trace.partial,
+            "bytes_read": trace.bytes_read,
+            "window_status": meta.get("status"),
+            "window_bytes": meta.get("bytes"),
+            "tool": info.get("tool"),
+            "step": info.get("step"),
+            **{k: info.get(k) for k in LOAD_KEYS},
+        },
         "warnings": trace.warnings,
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
@@ -125,8 +142,16 @@ def run_job(job, map_ranges=None, workers: int = 1):
             result = analyze_file(path, meta, top, by_shape, map_ranges=map_ranges, workers=workers)
     except (NotATrace, AnalyzeError):
         raise
-    except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, UnicodeDecodeError,
-            msgspec.DecodeError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        OSError,
+        RecursionError,
+        UnicodeDecodeError,
+        msgspec.DecodeError,
+    ) as exc:
         result, reused = failed(path, NotATrace(f"{path}: unreadable ({type(exc).__name__}: {exc})")), False
     result["input"]["analysed_on"] = {**this_process(), "reused": reused}
     return result
@@ -171,18 +196,33 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     info = {k: v for k, v in meta.items() if v is not None}
     info.setdefault("rank", trace.rank)
     info.update(file=path.name, kind="ascend", step_spans=trace.step_spans)
-    tag = {"rank": info.get("rank"), "step": info.get("step"), "role": info.get("role"),
-           "stage": info.get("stage"), "file": path.name}
+    tag = {
+        "rank": info.get("rank"),
+        "step": info.get("step"),
+        "role": info.get("role"),
+        "stage": info.get("stage"),
+        "file": path.name,
+    }
     table = trace.table
     lanes = OverlapBreakdown(trace.overlap) if trace.overlap else None
     span = lanes.span if lanes else None
-    base = {"role": info.get("role"), "stage": info.get("stage"), "rank": info.get("rank"),
-            "replica": info.get("replica"), "file": path.name, "unit": None, "index": None}
+    base = {
+        "role": info.get("role"),
+        "stage": info.get("stage"),
+        "rank": info.get("rank"),
+        "replica": info.get("replica"),
+        "file": path.name,
+        "unit": None,
+        "index": None,
+    }
     if framework_ranges(table, info):
         rows = window_rows(table, True, info, lanes, span=span)
     elif trace.step_spans and lanes:  # a step's device time, as the Ascend step trace counts it
-        rows = [{**base, "step": step, "start_us": lo, **lanes.window(lo, hi)}
-                for step, lo, hi in (lanes.extent(*s) for s in trace.step_spans) if hi > lo]
+        rows = [
+            {**base, "step": step, "start_us": lo, **lanes.window(lo, hi)}
+            for step, lo, hi in (lanes.extent(*s) for s in trace.step_spans)
+            if hi > lo
+        ]
     elif trace.steps:
         rows = [{**base, "start_us": None, **s} for s in trace.steps]
     else:
@@ -196,14 +236,22 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     for point in mem["timeline"] if mem else ():
         point[0] += trace.origin_us
     return {
-        "input": {"path": str(path), "kind": "ascend", "export": trace.export, "files": trace.files,
-                  # the whole device timeline, first to last task: what the Ascend tools' overall numbers cover
-                  "device_totals": lanes.window(*span) if span else None,
-                  # the same from the first to the last device task of any kind (the runtime's input copies and
-                  # waits before the first operator too), as msprof-analyze's db comparison counts its E2E
-                  "device_totals_all_tasks": lanes.window(*trace.task_span) if trace.task_span else None,
-                  "events": max(len(table), len(trace.steps)), "device": True,
-                  "rank": info.get("rank"), "partial": trace.partial, "bytes_read": 0},
+        "input": {
+            "path": str(path),
+            "kind": "ascend",
+            "export": trace.export,
+            "files": trace.files,
+            # the whole device timeline, first to last task: what the Ascend tools' overall numbers cover
+            "device_totals": lanes.window(*span) if span else None,
+            # the same from the first to the last device task of any kind (the runtime's input copies and
+            # waits before the first operator too), as msprof-analyze's db comparison counts its E2E
+            "device_totals_all_tasks": lanes.window(*trace.task_span) if trace.task_span else None,
+            "events": max(len(table), len(trace.steps)),
+            "device": True,
+            "rank": info.get("rank"),
+            "partial": trace.partial,
+            "bytes_read": 0,
+        },
         "warnings": trace.warnings,
         "rows": rows,
         "ops": _tagged(top_ops(table, top, groups), tag, windows),
@@ -214,8 +262,15 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
 
 
 def failed(path: Path, exc: Exception) -> dict:
-    return {"input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)}, "warnings": [str(exc)],
-            "rows": [], "ops": [], "collectives": [], "launch": None, "memory": None}
+    return {
+        "input": {"path": str(path), "events": 0, "partial": True, "error": str(exc)},
+        "warnings": [str(exc)],
+        "rows": [],
+        "ops": [],
+        "collectives": [],
+        "launch": None,
+        "memory": None,
+    }
 
 
 def analyze_snapshot(path: Path, meta: dict) -> dict:
@@ -226,6 +281,20 @@ def analyze_snapshot(path: Path, meta: dict) -> dict:
     except NotATrace as exc:
         return failed(path, exc)
     tag = {k: meta.get(k) for k in ("rank", "step", "role", "stage")} | {"file": path.name}
-    return {"input": {"path": str(path), "kind": "memory_snapshot", "events": len(mem["timeline"]), "device": True,
-                      "rank": meta.get("rank"), "partial": False, "bytes_read": path.stat().st_size},
-            "warnings": [], "rows": [], "ops": [], "collectives": [], "launch": None, "memory": {**tag, **mem}}
+    return {
+        "input": {
+            "path": str(path),
+            "kind": "memory_snapshot",
+            "events": len(mem["timeline"]),
+            "device": True,
+            "rank": meta.get("rank"),
+            "partial": False,
+            "bytes_read": path.stat().st_size,
+        },
+        "warnings": [],
+        "rows": [],
+        "ops": [],
+        "collectives": [],
+        "launch": None,
+        "memory": {**tag, **mem},
+    }

@@ -15,14 +15,28 @@ from .schedule import run_inputs
 from .timeline import timeline_only
 
 
-def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, progress=None,
-            top: int | None = 50, by_shape: bool = False) -> dict:
+def analyze(
+    path: str | Path,
+    *,
+    workers: int | None = None,
+    use_ray: bool = False,
+    progress=None,
+    top: int | None = 50,
+    by_shape: bool = False,
+) -> dict:
     """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes."""
     return analyze_each([path], workers=workers, use_ray=use_ray, progress=progress, top=top, by_shape=by_shape)[0]
 
 
-def analyze_each(paths: list, *, workers: int | None = None, use_ray: bool = False, progress=None,
-                 top: int | None = 50, by_shape: bool = False) -> list[dict]:
+def analyze_each(
+    paths: list,
+    *,
+    workers: int | None = None,
+    use_ray: bool = False,
+    progress=None,
+    top: int | None = 50,
+    by_shape: bool = False,
+) -> list[dict]:
     """One analysis document per path, their files scheduled together (compare's two sides share the cores)."""
     if use_ray:  # the inputs are listed by the nodes that hold them
         from .distributed import analyze_on_cluster
@@ -32,19 +46,20 @@ def analyze_each(paths: list, *, workers: int | None = None, use_ray: bool = Fal
             results, warnings = analyze_on_cluster(str(path), top, by_shape, progress)
             docs.append(document(path, results, warnings))
         return docs
-    side_inputs = [[] if timeline_only(path) else [(p, meta, top, by_shape) for p, meta in find_inputs(path)]
-                   for path in paths]
-    results = run_inputs([job for inputs in side_inputs for job in inputs], workers or os.cpu_count() or 1,
-                         progress)
+    side_inputs = [
+        [] if timeline_only(path) else [(p, meta, top, by_shape) for p, meta in find_inputs(path)] for path in paths
+    ]
+    results = run_inputs([job for inputs in side_inputs for job in inputs], workers or os.cpu_count() or 1, progress)
     docs, at = [], 0
     for path, inputs in zip(paths, side_inputs):
-        docs.append(document(path, results[at:at + len(inputs)]))
+        docs.append(document(path, results[at : at + len(inputs)]))
         at += len(inputs)
     return docs
 
 
-def load_analysis(path: str | Path, *, top: int | None = 50, by_shape: bool = False,
-                  workers: int | None = None, use_ray: bool = False) -> dict:
+def load_analysis(
+    path: str | Path, *, top: int | None = 50, by_shape: bool = False, workers: int | None = None, use_ray: bool = False
+) -> dict:
     """An analysis document from anything `rlprof analyze` reads, or from its analysis.json."""
     path = Path(path)
     if is_analysis_file(path):
@@ -60,23 +75,27 @@ def read_document(path: str | Path) -> dict:
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
-        raise AnalyzeError(f"{path}: cannot be read ({exc.strerror or exc}); allowed: an analysis.json written "
-                           "by rlprof analyze") from None
+        raise AnalyzeError(
+            f"{path}: cannot be read ({exc.strerror or exc}); allowed: an analysis.json written by rlprof analyze"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise AnalyzeError(f"{path}: not JSON ({exc}); allowed: an analysis.json written by rlprof analyze") from None
     if not isinstance(doc, dict) or "schema_version" not in doc:
-        raise AnalyzeError(f"{path}: not an analysis (no schema_version); allowed: an analysis.json written by "
-                           "rlprof analyze")
+        raise AnalyzeError(
+            f"{path}: not an analysis (no schema_version); allowed: an analysis.json written by rlprof analyze"
+        )
     if doc["schema_version"] != SCHEMA_VERSION or "rows" not in doc:
-        raise AnalyzeError(f"{path}: analysis schema {doc['schema_version']!r} is not readable; "
-                           f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)")
+        raise AnalyzeError(
+            f"{path}: analysis schema {doc['schema_version']!r} is not readable; "
+            f"allowed: schema {SCHEMA_VERSION} (re-run rlprof analyze on the traces)"
+        )
     if "findings" not in doc:  # written before findings existed: made from its tables, as then
         try:
             doc["measures"], doc["findings"] = diagnose(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # tables findings cannot read
-            raise AnalyzeError(f"{path}: not an analysis of schema {SCHEMA_VERSION} (its tables lack what findings "
-                               f"read: {type(exc).__name__}: {exc}); allowed: an analysis.json written by rlprof "
-                               "analyze") from None
+            raise AnalyzeError(
+                f"{path}: not an analysis of schema {SCHEMA_VERSION} (its tables lack what findings "
+                f"read: {type(exc).__name__}: {exc}); allowed: an analysis.json written by rlprof "
+                "analyze"
+            ) from None
     return doc
-
-

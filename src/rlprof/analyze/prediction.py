@@ -21,8 +21,14 @@ from ..frameworks.levers import DIALECTS
 from .measures import _passes, _units_by_stage
 
 
-def predicted(ctx: PredictionContext, parts: dict[str, float], assumption: str, setting: dict | None = None,
-              scaled: bool = True, **detail) -> dict:
+def predicted(
+    ctx: PredictionContext,
+    parts: dict[str, float],
+    assumption: str,
+    setting: dict | None = None,
+    scaled: bool = True,
+    **detail,
+) -> dict:
     """A prediction from what each stage saves in the profiled step (`parts`), as ms per step and share of the step.
     `scaled`: the parts are operators' time, inflated by the profiler's own cost per operator, and are scaled stage
     by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
@@ -30,19 +36,30 @@ def predicted(ctx: PredictionContext, parts: dict[str, float], assumption: str, 
     by_stage = {stage: float(ms * (ctx.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
     saving = sum(by_stage.values())
     basis = ctx.step_basis()
-    words = ctx.basis_words() if scaled else (
-        "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
-        f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
-        + ("the unprofiled steps' median)" if ctx.unprofiled().get("step_ms") else "the profiled step)"))
-    return {"status": "predicted", "saving_ms": float(saving), "saving_share": saving / basis if basis > 0 else None,
-            "assumption": assumption + "; " + words, "setting": setting or {},
-            "by_stage_ms": by_stage, "profiled_ms": {k: float(v) for k, v in parts.items()}, "step_ms": basis,
-            **detail}
+    words = (
+        ctx.basis_words()
+        if scaled
+        else (
+            "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
+            f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
+            + ("the unprofiled steps' median)" if ctx.unprofiled().get("step_ms") else "the profiled step)")
+        )
+    )
+    return {
+        "status": "predicted",
+        "saving_ms": float(saving),
+        "saving_share": saving / basis if basis > 0 else None,
+        "assumption": assumption + "; " + words,
+        "setting": setting or {},
+        "by_stage_ms": by_stage,
+        "profiled_ms": {k: float(v) for k, v in parts.items()},
+        "step_ms": basis,
+        **detail,
+    }
 
 
 def not_predictable(why: str, setting: dict | None = None) -> dict:
-    return {"status": "not predictable", "saving_ms": None, "saving_share": None, "why": why,
-            "setting": setting or {}}
+    return {"status": "not predictable", "saving_ms": None, "saving_share": None, "why": why, "setting": setting or {}}
 
 
 class PredictionContext:
@@ -77,8 +94,10 @@ class PredictionContext:
     def basis_words(self) -> str:
         u = self.unprofiled()
         if u.get("step_ms"):
-            return (f"scaled stage by stage to the run's unprofiled steps {u['steps']} (median step "
-                    f"{u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} ms of stages)")
+            return (
+                f"scaled stage by stage to the run's unprofiled steps {u['steps']} (median step "
+                f"{u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} ms of stages)"
+            )
         return f"times of the profiled step ({self.step_ms:.1f} ms of stages; the profiler's own cost included)"
 
     def stage_mean(self, stage, bucket: str) -> float:
@@ -117,8 +136,12 @@ def response_lengths(doc: dict) -> dict[tuple, list[int]]:
     active rows rise or the rows change."""
     per: dict[tuple, list[dict]] = defaultdict(list)
     for r in doc["rows"]:
-        if (r.get("unit") == "decode_step" and r.get("stage") == "rollout_generate" and r.get("active") is not None
-                and r.get("seqs")):
+        if (
+            r.get("unit") == "decode_step"
+            and r.get("stage") == "rollout_generate"
+            and r.get("active") is not None
+            and r.get("seqs")
+        ):
             per[(r.get("step"), r.get("rank"))].append(r)
     out = {}
     for key, units in per.items():
@@ -151,8 +174,11 @@ def prompt_width(ctx: PredictionContext, key: tuple) -> float | None:
     if not lengths:
         return None
     for stage in ("actor_compute_log_prob", "ref_compute_log_prob"):
-        units = [u for u in ctx.units(stage) if (u.get("step"), u.get("rank")) == key
-                 and u.get("real_tokens") is not None and u.get("seqs")]
+        units = [
+            u
+            for u in ctx.units(stage)
+            if (u.get("step"), u.get("rank")) == key and u.get("real_tokens") is not None and u.get("seqs")
+        ]
         if units and sum(u["seqs"] for u in units) == len(lengths):
             return max(0.0, (sum(u["real_tokens"] for u in units) - sum(lengths)) / len(lengths))
     return None
@@ -199,10 +225,14 @@ class Cost:
 
     def words(self) -> str:
         if self.fitted:
-            return (f"{self.fixed:.2f} ms fixed + {self.per_token * 1e3:.1f} us per token computed per micro-batch "
-                    "(the fixed_cost fit)")
-        return ("all of a micro-batch's time taken to grow with its tokens (no fixed part could be fitted: "
-                f"{self.per_token * 1e3:.1f} us per token)")
+            return (
+                f"{self.fixed:.2f} ms fixed + {self.per_token * 1e3:.1f} us per token computed per micro-batch "
+                "(the fixed_cost fit)"
+            )
+        return (
+            "all of a micro-batch's time taken to grow with its tokens (no fixed part could be fitted: "
+            f"{self.per_token * 1e3:.1f} us per token)"
+        )
 
 
 def expected_max(lengths: list[int], m: int) -> float:

@@ -33,8 +33,15 @@ def per_rank(doc: dict) -> list[dict]:
             groups[(r.get("role"), r.get("stage"), _rank(r))].append(r)
     out = []
     for (role, stage, rank), rows in groups.items():
-        out.append({"role": role, "stage": stage, "rank": rank, "steps": len(rows),
-                    **{b: statistics.fmean(r[b] for r in rows) for b in BUCKETS}})
+        out.append(
+            {
+                "role": role,
+                "stage": stage,
+                "rank": rank,
+                "steps": len(rows),
+                **{b: statistics.fmean(r[b] for r in rows) for b in BUCKETS},
+            }
+        )
     out.sort(key=lambda r: (str(r["role"]), str(r["stage"]), order_key(r["rank"])))
     return out
 
@@ -51,9 +58,21 @@ def spread(ranks: list[dict]) -> list[dict]:
             mean = statistics.fmean(values)
             cv = statistics.pstdev(values) / mean if mean else 0.0
             lo, hi = min(values), max(values)
-            out.append({"role": role, "stage": stage, "bucket": b.removesuffix("_ms"), "ranks": len(values),
-                        "mean_ms": mean, "min_ms": lo, "max_ms": hi, "spread_ms": hi - lo, "cv": cv,
-                        "min_rank": rows[values.index(lo)]["rank"], "max_rank": rows[values.index(hi)]["rank"]})
+            out.append(
+                {
+                    "role": role,
+                    "stage": stage,
+                    "bucket": b.removesuffix("_ms"),
+                    "ranks": len(values),
+                    "mean_ms": mean,
+                    "min_ms": lo,
+                    "max_ms": hi,
+                    "spread_ms": hi - lo,
+                    "cv": cv,
+                    "min_rank": rows[values.index(lo)]["rank"],
+                    "max_rank": rows[values.index(hi)]["rank"],
+                }
+            )
     return out
 
 
@@ -115,17 +134,37 @@ def slow_ranks(ranks: list[dict], doc: dict, threshold: float = THRESHOLD) -> li
             for o in others:
                 for name, ms in waits.get((role, stage, o["rank"]), {}).items():
                     theirs[name] += ms / len(others)
-            colls = sorted(({"name": name, "rank_ms": mine.get(name, 0.0), "others_ms": ms}
-                            for name, ms in theirs.items() if ms > mine.get(name, 0.0)),
-                           key=lambda c: c["rank_ms"] - c["others_ms"])[:5]
+            colls = sorted(
+                (
+                    {"name": name, "rank_ms": mine.get(name, 0.0), "others_ms": ms}
+                    for name, ms in theirs.items()
+                    if ms > mine.get(name, 0.0)
+                ),
+                key=lambda c: c["rank_ms"] - c["others_ms"],
+            )[:5]
             names = ", ".join(c["name"] for c in colls[:3]) or "collectives"
-            found.append({"rank": r["rank"], "role": role, "stage": stage, "evidence": {
-                "compute_ms": r["compute_ms"], "others_compute_ms": others_compute, "excess_ms": excess,
-                "wait_ms": r["comm_ms"], "others_wait_ms": others_wait, "steps": r["steps"], "steps_behind": behind,
-                "collectives": colls,
-                "summary": (f"rank {r['rank']} computes {excess:.1f} ms more per step in {role}/{stage} "
+            found.append(
+                {
+                    "rank": r["rank"],
+                    "role": role,
+                    "stage": stage,
+                    "evidence": {
+                        "compute_ms": r["compute_ms"],
+                        "others_compute_ms": others_compute,
+                        "excess_ms": excess,
+                        "wait_ms": r["comm_ms"],
+                        "others_wait_ms": others_wait,
+                        "steps": r["steps"],
+                        "steps_behind": behind,
+                        "collectives": colls,
+                        "summary": (
+                            f"rank {r['rank']} computes {excess:.1f} ms more per step in {role}/{stage} "
                             f"({r['compute_ms']:.1f} vs {others_compute:.1f} ms on the others) and waits "
                             f"{r['comm_ms']:.1f} ms in collectives while the others wait {others_wait:.1f} ms "
-                            f"(in {names})" + (f"; behind in {behind} of {common} steps" if common else ""))}})
+                            f"(in {names})" + (f"; behind in {behind} of {common} steps" if common else "")
+                        ),
+                    },
+                }
+            )
     found.sort(key=lambda f: -f["evidence"]["excess_ms"])
     return found

@@ -497,32 +497,73 @@ def _typed(doc: dict, what: str) -> Analysis:
     try:
         return msgspec.convert(doc, Analysis)
     except msgspec.ValidationError as exc:
-        raise AnalyzeError(f"{what} does not match analysis schema {SCHEMA_VERSION}: {exc} "
-                           "(docs/analysis_schema.md lists its fields)") from None
+        raise AnalyzeError(
+            f"{what} does not match analysis schema {SCHEMA_VERSION}: {exc} (docs/analysis_schema.md lists its fields)"
+        ) from None
 
 
-def analyze(path: str | Path, *, workers: int | None = None, use_ray: bool = False, top: int | None = 50,
-            by_shape: bool = False, progress=None) -> Analysis:
+def analyze(
+    path: str | Path,
+    *,
+    workers: int | None = None,
+    use_ray: bool = False,
+    top: int | None = 50,
+    by_shape: bool = False,
+    progress=None,
+) -> Analysis:
     """Analyse a run directory, manifest, trace file or Ascend directory: what `rlprof analyze PATH` writes to
     analysis.json, as an Analysis. `workers`: processes (default: every core); `use_ray`: each file on the Ray
     node that holds it; `top`: operators kept per window (None: all); `by_shape`: operators by input shape too."""
     from .pipeline import analyze as analyze_document
 
-    return Analysis.from_document(analyze_document(path, workers=workers, use_ray=use_ray, progress=progress,
-                                                   top=top, by_shape=by_shape))
+    return Analysis.from_document(
+        analyze_document(path, workers=workers, use_ray=use_ray, progress=progress, top=top, by_shape=by_shape)
+    )
 
 
 # ---- docs/analysis_schema.md's field reference, generated from the types above -----------------------------------
-REFERENCE_ORDER = (Analysis, Input, AnalysedOn, Buckets, Row, Op, Collective, Launch, Memory, RunConfig, Unprofiled,
-                   Measure, Finding, Lever, Saving, Timeline, PerStep, Spike, Drift, Straggler, Capture, Trigger,
-                   Beside, BucketPair, OperatorGrowth, CaptureVerdict, CaptureCause)
+REFERENCE_ORDER = (
+    Analysis,
+    Input,
+    AnalysedOn,
+    Buckets,
+    Row,
+    Op,
+    Collective,
+    Launch,
+    Memory,
+    RunConfig,
+    Unprofiled,
+    Measure,
+    Finding,
+    Lever,
+    Saving,
+    Timeline,
+    PerStep,
+    Spike,
+    Drift,
+    Straggler,
+    Capture,
+    Trigger,
+    Beside,
+    BucketPair,
+    OperatorGrowth,
+    CaptureVerdict,
+    CaptureCause,
+)
 
 
 def _type_words(t) -> str:
     from msgspec import inspect as mi
 
-    simple = {mi.IntType: "int", mi.FloatType: "float", mi.StrType: "str", mi.BoolType: "bool",
-              mi.NoneType: "null", mi.AnyType: "any"}
+    simple = {
+        mi.IntType: "int",
+        mi.FloatType: "float",
+        mi.StrType: "str",
+        mi.BoolType: "bool",
+        mi.NoneType: "null",
+        mi.AnyType: "any",
+    }
     if type(t) in simple:
         return simple[type(t)]
     if isinstance(t, mi.UnionType):
@@ -547,8 +588,14 @@ def schema_reference() -> str:
     out = []
     for cls in REFERENCE_ORDER:
         info = mi.type_info(cls)
-        out += [f"### `{cls.__name__}`", "", (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " "), "",
-                "| field | type | present |", "| --- | --- | --- |"]
+        out += [
+            f"### `{cls.__name__}`",
+            "",
+            (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " "),
+            "",
+            "| field | type | present |",
+            "| --- | --- | --- |",
+        ]
         for f in info.fields:
             out.append(f"| `{f.encode_name}` | {_type_words(f.type)} | {'always' if f.required else 'optional'} |")
         out.append("")

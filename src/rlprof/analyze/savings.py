@@ -10,6 +10,8 @@ micro-batch size, the token budget, the reward workers); `rlprof advise --fix` w
 change that gets there (the next run's lengths and timings vary around this one's).
 
 What the formulas read, and the cost model they share, are analyze/prediction.py's.
+
+Over 400 lines because it holds one formula per cause that has one, beside the helpers several of them share.
 """
 
 from __future__ import annotations
@@ -20,8 +22,16 @@ from collections import defaultdict
 from ..frameworks.levers import levers_for
 from .finding import Finding
 from .measures import TAIL_ACTIVE, _units_by_stage
-from .prediction import (Cost, PredictionContext, dynamic_groups, fixed_groups, not_predictable, predicted, rows_of,
-                         stratified)
+from .prediction import (
+    Cost,
+    PredictionContext,
+    dynamic_groups,
+    fixed_groups,
+    not_predictable,
+    predicted,
+    rows_of,
+    stratified,
+)
 
 MARGIN = 0.5  # a setting computed from the run aims the cause's measure at this share of its threshold
 # stages where the actor's FSDP-sharded weights are gathered for a forward
@@ -49,10 +59,17 @@ def slow_reward(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
         w = max(w0 + 1, math.ceil(w0 * r_now / target)) if target > 0 else 2 * w0
         kept = w0 / w
         how = "the samples not known: the reward's time taken to fall as 1/workers"
-    return predicted(ctx, {f.stage: r * (1 - kept)}, (
-        f"each sample's scoring waits (a sandbox, a remote judge) and {w} workers wait at once, so the reward takes "
-        f"ceil(N/{w}) sample times instead of ceil(N/{w0}) ({how}); a verifier that computes in Python holds the GIL "
-        "and would not speed up in threads"), {"workers": w}, reward_after_ms=r_now * kept)
+    return predicted(
+        ctx,
+        {f.stage: r * (1 - kept)},
+        (
+            f"each sample's scoring waits (a sandbox, a remote judge) and {w} workers wait at once, so the reward takes "
+            f"ceil(N/{w}) sample times instead of ceil(N/{w0}) ({how}); a verifier that computes in Python holds the GIL "
+            "and would not speed up in threads"
+        ),
+        {"workers": w},
+        reward_after_ms=r_now * kept,
+    )
 
 
 def _samples(ctx: PredictionContext) -> int | None:
@@ -65,9 +82,12 @@ def _samples(ctx: PredictionContext) -> int | None:
 
 def unused_reference(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """ref_ms: the reference pass is skipped whole."""
-    return predicted(ctx, {"ref_compute_log_prob": f.evidence["ref_ms"]},
-                     "the reference pass is skipped whole (its KL term had coefficient 0); the update's KL term, a few "
-                     "elementwise operations a token, is no longer computed either, not counted")
+    return predicted(
+        ctx,
+        {"ref_compute_log_prob": f.evidence["ref_ms"]},
+        "the reference pass is skipped whole (its KL term had coefficient 0); the update's KL term, a few "
+        "elementwise operations a token, is no longer computed either, not counted",
+    )
 
 
 def slow_rank(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
@@ -78,10 +98,14 @@ def slow_rank(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     ev = f.evidence
     wait = ev["others_wait_ms"] - ev["wait_ms"]
     saved = min(ev["excess_ms"], wait)
-    return predicted(ctx, {f.stage: saved},
-                     f"rank {f.rank} keeps pace with the others: the smaller of its excess compute "
-                     f"({ev['excess_ms']:.1f} ms) and the others' extra wait for it in collectives ({wait:.1f} ms) in "
-                     f"{f.stage} is saved", scaled=False)
+    return predicted(
+        ctx,
+        {f.stage: saved},
+        f"rank {f.rank} keeps pace with the others: the smaller of its excess compute "
+        f"({ev['excess_ms']:.1f} ms) and the others' extra wait for it in collectives ({wait:.1f} ms) in "
+        f"{f.stage} is saved",
+        scaled=False,
+    )
 
 
 def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
@@ -95,11 +119,18 @@ def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     removed = sum(sum(u["wall_ms"] for u in p[cap:]) for p in passes) / len(passes)
     cut = sum(p[cap]["active"] / p[cap]["seqs"] for p in passes if cap < len(p)) / len(passes)
     downstream, words = _shorter_responses(ctx, cap)
-    return predicted(ctx, {"rollout_generate": removed, **downstream}, (
-        f"a decode step costs the same with finished rows as with active ones (the engine computes the batch), so a "
-        f"cap of {cap} tokens removes the decode steps past it ({removed:.1f} of {_decode_ms(passes):.1f} ms in the "
-        f"profiled step); {words}; {cut:.0%} of this run's responses are longer than {cap} and are cut (their reward "
-        "changes)"), {"max_new_tokens": cap}, responses_cut=cut)
+    return predicted(
+        ctx,
+        {"rollout_generate": removed, **downstream},
+        (
+            f"a decode step costs the same with finished rows as with active ones (the engine computes the batch), so a "
+            f"cap of {cap} tokens removes the decode steps past it ({removed:.1f} of {_decode_ms(passes):.1f} ms in the "
+            f"profiled step); {words}; {cut:.0%} of this run's responses are longer than {cap} and are cut (their reward "
+            "changes)"
+        ),
+        {"max_new_tokens": cap},
+        responses_cut=cut,
+    )
 
 
 def _decode_ms(passes: list[list[dict]]) -> float:
@@ -133,8 +164,10 @@ def _shorter_responses(ctx: PredictionContext, cap: int) -> tuple[dict[str, floa
     less the prompt's is its longest response)."""
     rows = rows_of(ctx)
     if rows is None:
-        return {}, ("the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
-                    "not known here): a lower bound")
+        return {}, (
+            "the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
+            "not known here): a lower bound"
+        )
     _, width = rows
     parts, how = {}, []
     for stage in ctx.micro_stages():
@@ -145,8 +178,10 @@ def _shorter_responses(ctx: PredictionContext, cap: int) -> tuple[dict[str, floa
             saved += cost.per_token * u["seqs"] * max(0.0, resp - cap) / cost.passes
         parts[stage] = saved
         how.append(f"{stage} {saved:.1f} ms ({cost.words()})")
-    return parts, (f"the log-prob and update passes then compute at most {cap} response tokens a row, the columns past "
-                   f"it saved at their per-token time: {'; '.join(how)}")
+    return parts, (
+        f"the log-prob and update passes then compute at most {cap} response tokens a row, the columns past "
+        f"it saved at their per-token time: {'; '.join(how)}"
+    )
 
 
 def padding(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
@@ -160,15 +195,27 @@ def padding_removed(ctx: PredictionContext) -> dict:
     parts, fitted = {}, True
     for s in ctx.micro_stages():
         cost = Cost(ctx, s)
-        pad = sum(u["tokens"] - (u.get("real_tokens") if u.get("real_tokens") is not None else u["tokens"])
-                  for u in cost.units) / cost.passes
+        pad = (
+            sum(
+                u["tokens"] - (u.get("real_tokens") if u.get("real_tokens") is not None else u["tokens"])
+                for u in cost.units
+            )
+            / cost.passes
+        )
         parts[s] = cost.per_token * pad
         fitted &= cost.fitted
-    how = ("the per-token part of the fitted micro-batch cost" if fitted else
-           "all of a micro-batch's time taken to grow with its tokens where no fixed part could be fitted (an upper "
-           "bound)")
-    return predicted(ctx, parts, f"packing computes the real tokens only: the pad tokens' time is saved, at {how}; "
-                     "micro-batches keep their number")
+    how = (
+        "the per-token part of the fitted micro-batch cost"
+        if fitted
+        else "all of a micro-batch's time taken to grow with its tokens where no fixed part could be fitted (an upper "
+        "bound)"
+    )
+    return predicted(
+        ctx,
+        parts,
+        f"packing computes the real tokens only: the pad tokens' time is saved, at {how}; "
+        "micro-batches keep their number",
+    )
 
 
 def padding_budget(ctx: PredictionContext) -> dict:
@@ -176,15 +223,19 @@ def padding_budget(ctx: PredictionContext) -> dict:
     micro-batch pass: sum over passes of cost(now) - cost(groups(B))."""
     rows = rows_of(ctx)
     if rows is None:
-        return not_predictable("the rows' lengths are not in this data (rlprof's trainer records them on its decode "
-                               "steps and micro-batches)")
+        return not_predictable(
+            "the rows' lengths are not in this data (rlprof's trainer records them on its decode "
+            "steps and micro-batches)"
+        )
     lengths, width = rows
     costs = {s: Cost(ctx, s) for s in ctx.micro_stages()}
     costs = {s: c for s, c in costs.items() if c.count}
     # now: the log-prob passes as measured (their rows in batch order); the update's random mini-batches modelled as
     # the budget's are, each an even spread of the batch's lengths, so that the two compare like with like
-    before = {s: (_fixed_size_time(c, max(1, int(round(c.seqs_now))), rows, spread=True) if c.has_minis else c.now())
-              for s, c in costs.items()}
+    before = {
+        s: (_fixed_size_time(c, max(1, int(round(c.seqs_now))), rows, spread=True) if c.has_minis else c.now())
+        for s, c in costs.items()
+    }
     ceiling = max(u["tokens"] for c in costs.values() for u in c.units)  # no micro-batch larger than now
     floor = width + max(lengths)
     best = None
@@ -204,11 +255,16 @@ def padding_budget(ctx: PredictionContext) -> dict:
         return not_predictable("no token budget keeps the micro-batches as few as now")
     budget, parts = best
     words = "; ".join(f"{s}: {c.words()}" for s, c in costs.items())
-    return predicted(ctx, parts, (
-        f"micro-batches of rows of like length under a budget of {budget} tokens (no micro-batch larger than the "
-        f"largest now), formed from this run's response lengths and a prompt of {width:.1f} tokens, each padded to its "
-        f"longest row; {words}"),
-        {"max_token_len": budget})
+    return predicted(
+        ctx,
+        parts,
+        (
+            f"micro-batches of rows of like length under a budget of {budget} tokens (no micro-batch larger than the "
+            f"largest now), formed from this run's response lengths and a prompt of {width:.1f} tokens, each padded to its "
+            f"longest row; {words}"
+        ),
+        {"max_token_len": budget},
+    )
 
 
 def _budget_groups(c: Cost, lengths: list[int], width: float, budget: float) -> tuple[float, float]:
@@ -237,13 +293,23 @@ def small_units(ctx: PredictionContext, stages: list[str], sizes: list[int] | No
     scored = [(m, parts(m)) for m in candidates]
     top = max(sum(p.values()) for _, p in scored)
     m, best = next((m, p) for m, p in scored if sum(p.values()) >= top - 0.01 * abs(top))  # the smallest near best
-    pad = ("the rows' lengths from the decode steps, rows in random order of length" if rows else
-           "the rows' lengths not known: tokens computed taken as unchanged (no pad added)")
-    words = "; ".join(f"{s}: {c.words()}, {c.count:.0f} micro-batches of {c.seqs_now:.1f} rows" for s, c in
-                      costs.items())
-    return predicted(ctx, best, (
-        f"micro-batches of {m} rows instead of {m0}: {words}; each padded to its longest row ({pad}); memory not "
-        "checked (the largest is the mini-batch)"), {"micro_batch_size": {s: m for s in costs}})
+    pad = (
+        "the rows' lengths from the decode steps, rows in random order of length"
+        if rows
+        else "the rows' lengths not known: tokens computed taken as unchanged (no pad added)"
+    )
+    words = "; ".join(
+        f"{s}: {c.words()}, {c.count:.0f} micro-batches of {c.seqs_now:.1f} rows" for s, c in costs.items()
+    )
+    return predicted(
+        ctx,
+        best,
+        (
+            f"micro-batches of {m} rows instead of {m0}: {words}; each padded to its longest row ({pad}); memory not "
+            "checked (the largest is the mini-batch)"
+        ),
+        {"micro_batch_size": {s: m for s in costs}},
+    )
 
 
 def _size_limit(c: Cost) -> int:
@@ -283,30 +349,46 @@ def weight_sync(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """rlprof's rollout.share_actor_weights: sync_ms - decode steps x the actor's exposed all-gather per forward (the
     rollout gathers the shards each decode step, as one micro-batch of the log-prob pass does)."""
     if dialect != "rlprof":
-        return not_predictable("larger transfer buckets save a part of each transfer's overhead, which this data does "
-                               "not separate from the bytes moved")
+        return not_predictable(
+            "larger transfer buckets save a part of each transfer's overhead, which this data does "
+            "not separate from the bytes moved"
+        )
     sync = f.evidence["stage_ms"]
     lp = Cost(ctx, "actor_compute_log_prob")
     comm = ctx.stage_mean("actor_compute_log_prob", "comm_ms")
     passes = _decode_passes(ctx.doc)
     if not lp.count or comm <= 0 or not passes:
-        return not_predictable("the actor's all-gather per forward was not measured (no log-prob micro-batches with "
-                               "communication, or no decode steps): the cost the rollout takes on is not known")
+        return not_predictable(
+            "the actor's all-gather per forward was not measured (no log-prob micro-batches with "
+            "communication, or no decode steps): the cost the rollout takes on is not known"
+        )
     per_forward = comm / lp.count
     steps = sum(len(p) for p in passes) / len(passes)
     added = steps * per_forward
-    return predicted(ctx, {f.stage: sync, "rollout_generate": -added * ctx.scale("actor_compute_log_prob")
-                           / ctx.scale("rollout_generate")}, (
-        f"the rollout reads the actor's shards: no full copy ({sync:.1f} ms in the profiled step), and each of its "
-        f"{steps:.0f} decode steps gathers the shards as one micro-batch of the log-prob pass does ({per_forward:.2f} ms "
-        f"exposed, {added:.1f} ms in all)"))
+    return predicted(
+        ctx,
+        {
+            f.stage: sync,
+            "rollout_generate": -added * ctx.scale("actor_compute_log_prob") / ctx.scale("rollout_generate"),
+        },
+        (
+            f"the rollout reads the actor's shards: no full copy ({sync:.1f} ms in the profiled step), and each of its "
+            f"{steps:.0f} decode steps gathers the shards as one micro-batch of the log-prob pass does ({per_forward:.2f} ms "
+            f"exposed, {added:.1f} ms in all)"
+        ),
+    )
 
 
 def exposed_comm(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     if dialect != "rlprof":
-        return predicted(ctx, {f.stage: f.evidence["bucket_ms"]}, (
-            f"overlap (prefetching the next all-gather) hides the exposed communication of {f.stage} at best: "
-            "all of it saved, an upper bound"))
+        return predicted(
+            ctx,
+            {f.stage: f.evidence["bucket_ms"]},
+            (
+                f"overlap (prefetching the next all-gather) hides the exposed communication of {f.stage} at best: "
+                "all of it saved, an upper bound"
+            ),
+        )
     return keep_gathered(ctx)
 
 
@@ -338,11 +420,16 @@ def keep_gathered(ctx: PredictionContext) -> dict:
         words.append(f"{stage} {part:.1f} of {comm:.1f} ms")
     if not parts:
         return not_predictable("no exposed communication in the actor's forward stages")
-    return predicted(ctx, parts, (
-        "the actor's gathered weights are kept from a forward until a backward reshards them, so the re-gathers are "
-        f"saved ({'; '.join(words)} exposed in the profiled step: the rollout's decode steps after the first, the "
-        "log-prob pass's forwards, the update's (u + 1) of its 2u all-gathers over u micro-batches: every backward's "
-        "and the first forward's); more memory held"))
+    return predicted(
+        ctx,
+        parts,
+        (
+            "the actor's gathered weights are kept from a forward until a backward reshards them, so the re-gathers are "
+            f"saved ({'; '.join(words)} exposed in the profiled step: the rollout's decode steps after the first, the "
+            "log-prob pass's forwards, the update's (u + 1) of its 2u all-gathers over u micro-batches: every backward's "
+            "and the first forward's); more memory held"
+        ),
+    )
 
 
 def _gather_share(doc: dict, stage: str) -> float:
@@ -359,9 +446,12 @@ def _gather_share(doc: dict, stage: str) -> float:
 
 def launch_bound(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """launch_bound_ms: the device gaps the host had not yet launched into, all recovered (an upper bound)."""
-    return predicted(ctx, {f.stage: f.evidence["launch_bound_ms"]},
-                     "the device's launch-bound gaps are all filled (CUDA graphs, fused kernels, larger micro-batches): "
-                     "an upper bound")
+    return predicted(
+        ctx,
+        {f.stage: f.evidence["launch_bound_ms"]},
+        "the device's launch-bound gaps are all filled (CUDA graphs, fused kernels, larger micro-batches): "
+        "an upper bound",
+    )
 
 
 def small_units_lever(ctx: PredictionContext, f: Finding, dialect: str) -> dict:

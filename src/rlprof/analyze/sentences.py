@@ -12,8 +12,15 @@ from .finding import Finding
 
 def sentence(f: Finding) -> str:
     """The finding's sentence, from its template and fields (its evidence, what only the sentence uses, where)."""
-    fields = {**f.evidence, **f.said, "role": f.role, "stage": f.stage, "rank": f.rank, "impact_ms": f.impact_ms,
-              "where": where(f.role, f.stage)}
+    fields = {
+        **f.evidence,
+        **f.said,
+        "role": f.role,
+        "stage": f.stage,
+        "rank": f.rank,
+        "impact_ms": f.impact_ms,
+        "where": where(f.role, f.stage),
+    }
     form = template(f.kind)
     return form(fields) if callable(form) else form.format(**fields)
 
@@ -21,15 +28,30 @@ def sentence(f: Finding) -> str:
 def render(f: Finding, saving: dict | None = None) -> dict:
     """The document's finding: kind, impact, text, evidence, where; the cause's title and levers (none for a
     descriptive finding); and, for a cause whose saving was predicted or said unpredictable, the saving."""
-    out = {"kind": f.kind, "impact_ms": float(f.impact_ms), "text": sentence(f), "evidence": f.evidence,
-           "role": f.role, "stage": f.stage, "rank": f.rank}
+    out = {
+        "kind": f.kind,
+        "impact_ms": float(f.impact_ms),
+        "text": sentence(f),
+        "evidence": f.evidence,
+        "role": f.role,
+        "stage": f.stage,
+        "rank": f.rank,
+    }
     cause = CAUSES.get(f.kind)
     found = levers(cause.name, f.stage) if cause else {}
-    out.update(cause=cause.title if cause else None, levers=found, actionable=bool(found),
-               levers_text="; ".join(f"{d}: " + ", ".join(lv["text"] for lv in lvs) for d, lvs in found.items()))
+    out.update(
+        cause=cause.title if cause else None,
+        levers=found,
+        actionable=bool(found),
+        levers_text="; ".join(f"{d}: " + ", ".join(lv["text"] for lv in lvs) for d, lvs in found.items()),
+    )
     if saving is not None:
-        out.update(saving=saving, saving_ms=saving["saving_ms"], saving_share=saving["saving_share"],
-                   saving_text=saving_text(saving))
+        out.update(
+            saving=saving,
+            saving_ms=saving["saving_ms"],
+            saving_share=saving["saving_share"],
+            saving_text=saving_text(saving),
+        )
     return out
 
 
@@ -44,8 +66,10 @@ def saving_text(s: dict) -> str:
 # ---- a captured window's cause (analyze/capture_cause.py) -----------------------------------------------------------
 def timeline_slow_rank_sentence(slow, healthy, stage: str, excess_ms: float, extra_wait_ms: float) -> str:
     """A straggler's slow rank where findings' own rule does not hold and the timeline's straggler rule did."""
-    return (f"slow rank: rank {slow} spends {excess_ms:.1f} ms more than rank {healthy} in {stage} (the timeline's "
-            f"straggler rule), and rank {healthy} waits {extra_wait_ms:.1f} ms more in collectives")
+    return (
+        f"slow rank: rank {slow} spends {excess_ms:.1f} ms more than rank {healthy} in {stage} (the timeline's "
+        f"straggler rule), and rank {healthy} waits {extra_wait_ms:.1f} ms more in collectives"
+    )
 
 
 def verdict_sentence(verdict: dict, contrasted: bool) -> str:
@@ -53,19 +77,34 @@ def verdict_sentence(verdict: dict, contrasted: bool) -> str:
     normal window has too, or that rlprof names none."""
     causes, in_both = verdict["causes"], verdict["in_both"]
     if not contrasted:
-        return ("no normal window to contrast with; in the captured window: " + "; ".join(c["title"] for c in causes)
-                if causes else "no cause rlprof names in the captured window")
+        return (
+            "no normal window to contrast with; in the captured window: " + "; ".join(c["title"] for c in causes)
+            if causes
+            else "no cause rlprof names in the captured window"
+        )
     parts = []
     if causes:
-        parts.append("; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)}, "
-                               + ("not in the normal window" if c["how"] == "new" else
-                                  f"{c['normal_impact_ms']:.1f} -> {c['impact_ms']:.1f} ms") + ")" for c in causes))
+        parts.append(
+            "; ".join(
+                f"{c['title']} ({c['cause']}, {_where_captured(c)}, "
+                + (
+                    "not in the normal window"
+                    if c["how"] == "new"
+                    else f"{c['normal_impact_ms']:.1f} -> {c['impact_ms']:.1f} ms"
+                )
+                + ")"
+                for c in causes
+            )
+        )
     if in_both:
-        parts.append("in the normal window too, so not why this step was slow: "
-                     + "; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)})" for c in in_both))
+        parts.append(
+            "in the normal window too, so not why this step was slow: "
+            + "; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)})" for c in in_both)
+        )
     if not causes and not in_both:
-        parts.append("no cause rlprof names in the captured window: what grew is above, its cause is not one "
-                     "rlprof knows")
+        parts.append(
+            "no cause rlprof names in the captured window: what grew is above, its cause is not one rlprof knows"
+        )
     elif not causes:
         parts.insert(0, "no cause of this slow step: every cause found in it is the run's own")
     return "; ".join(parts)

@@ -40,13 +40,17 @@ def _from_verl(step: int, data: dict) -> dict:
     stages = {}
     for key, value in data.items():
         if key.startswith(verl.TIMING_PREFIX) and isinstance(value, (int, float)) and math.isfinite(value):
-            name = key[len(verl.TIMING_PREFIX):]
+            name = key[len(verl.TIMING_PREFIX) :]
             if name in verl.TIMING_STAGES:
                 stages[verl.TIMING_STAGES[name]] = float(value)
     step_s = data.get(verl.TIMING_PREFIX + "step")
     length = data.get(verl.RESPONSE_LENGTH_KEY)
-    return {"step": step, "stages": stages, "step_s": float(step_s) if isinstance(step_s, (int, float)) else None,
-            "response_length": float(length) if isinstance(length, (int, float)) else None}
+    return {
+        "step": step,
+        "stages": stages,
+        "step_s": float(step_s) if isinstance(step_s, (int, float)) else None,
+        "response_length": float(length) if isinstance(length, (int, float)) else None,
+    }
 
 
 def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
@@ -56,8 +60,10 @@ def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
     if path.is_dir():
         found = sorted(path.rglob("metrics.jsonl"))
         if not found:
-            raise AnalyzeError(f"{path} holds no metrics.jsonl; allowed: verl's file-logger JSONL, a verl console "
-                               "log, rlprof's metrics.jsonl")
+            raise AnalyzeError(
+                f"{path} holds no metrics.jsonl; allowed: verl's file-logger JSONL, a verl console "
+                "log, rlprof's metrics.jsonl"
+            )
         path = found[0]
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -75,11 +81,14 @@ def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
             if isinstance(obj, dict) and isinstance(obj.get("step"), int) and isinstance(obj.get("data"), dict):
                 rec, kind = _from_verl(obj["step"], obj["data"]), "verl file logger"
             elif isinstance(obj, dict) and isinstance(obj.get("step"), int) and isinstance(obj.get("stage_ms"), dict):
-                rec = {"step": obj["step"], "stages": {k: v / 1e3 for k, v in obj["stage_ms"].items()
-                                                       if isinstance(v, (int, float))},
-                       "step_s": obj["step_ms"] / 1e3 if isinstance(obj.get("step_ms"), (int, float)) else None,
-                       "response_length": obj.get("response_length"), "profiled": bool(obj.get("profiled")),
-                       "load": machine_load(obj)}
+                rec = {
+                    "step": obj["step"],
+                    "stages": {k: v / 1e3 for k, v in obj["stage_ms"].items() if isinstance(v, (int, float))},
+                    "step_s": obj["step_ms"] / 1e3 if isinstance(obj.get("step_ms"), (int, float)) else None,
+                    "response_length": obj.get("response_length"),
+                    "profiled": bool(obj.get("profiled")),
+                    "load": machine_load(obj),
+                }
                 kind = "rlprof metrics"
         elif (m := CONSOLE_STEP.search(line)) is not None:
             pairs = {k: _number(v) for k, v in CONSOLE_PAIR.findall(m.group(2))}
@@ -88,9 +97,11 @@ def read_step_metrics(path: str | Path) -> tuple[str, list[dict]]:
             kinds.add(kind)
             out[rec["step"]] = rec  # a step logged twice (a resumed run): the last
     if not out:
-        raise AnalyzeError(f"{path} holds no step metrics with stage timings; allowed: verl's file-logger JSONL "
-                           '({"step": N, "data": {"timing_s/gen": ...}}), verl console lines (step:N - '
-                           "timing_s/gen:...), rlprof's metrics.jsonl")
+        raise AnalyzeError(
+            f"{path} holds no step metrics with stage timings; allowed: verl's file-logger JSONL "
+            '({"step": N, "data": {"timing_s/gen": ...}}), verl console lines (step:N - '
+            "timing_s/gen:...), rlprof's metrics.jsonl"
+        )
     return " + ".join(sorted(kinds)), [out[k] for k in sorted(out)]
 
 
@@ -127,9 +138,12 @@ def unprofiled_times(path: str | Path) -> dict | None:
     steady = steady_steps(unprofiled)
     stages = sorted({s for r in steady for s in r["stages"]})
     steps = [r["step_s"] for r in steady if r["step_s"] is not None]
-    return {"source": str(path), "steps": [r["step"] for r in steady],
-            "step_ms": statistics.median(steps) * 1e3 if steps else None,
-            "stage_ms": {s: statistics.median(r["stages"].get(s, 0.0) for r in steady) * 1e3 for s in stages}}
+    return {
+        "source": str(path),
+        "steps": [r["step"] for r in steady],
+        "step_ms": statistics.median(steps) * 1e3 if steps else None,
+        "stage_ms": {s: statistics.median(r["stages"].get(s, 0.0) for r in steady) * 1e3 for s in stages},
+    }
 
 
 def diagnose_steps(records: list[dict]) -> dict:
@@ -146,25 +160,40 @@ def diagnose_steps(records: list[dict]) -> dict:
     means = {s: statistics.fmean(r["stages"].get(s, 0.0) for r in steady) for s in stages}
     shares = {s: (v / mean_step if mean_step else 0.0) for s, v in means.items()}
     dominant = max(shares, key=shares.get) if shares else None
-    out = {"steps": [r["step"] for r in records], "mean_step_s": mean_step,
-           "stages": [{"stage": s, "mean_s": means[s], "share": shares[s]} for s in
-                      sorted(stages, key=lambda s: -means[s])],
-           "dominant": {"stage": dominant, "share": shares[dominant]}
-           if dominant and shares[dominant] >= DOMINANT_SHARE else None,
-           "outliers": [], "trends": [],
-           "busy": [{"step": r["step"], **r["load"]} for r in busy]}
+    out = {
+        "steps": [r["step"] for r in records],
+        "mean_step_s": mean_step,
+        "stages": [
+            {"stage": s, "mean_s": means[s], "share": shares[s]} for s in sorted(stages, key=lambda s: -means[s])
+        ],
+        "dominant": {"stage": dominant, "share": shares[dominant]}
+        if dominant and shares[dominant] >= DOMINANT_SHARE
+        else None,
+        "outliers": [],
+        "trends": [],
+        "busy": [{"step": r["step"], **r["load"]} for r in busy],
+    }
     median_step = statistics.median(total(r) for r in steady)
     if len(steady) >= 4:
         for r in steady:
             if median_step and total(r) > OUTLIER_FACTOR * median_step:
-                grew = {s: r["stages"].get(s, 0.0) - statistics.median(q["stages"].get(s, 0.0) for q in steady)
-                        for s in stages}
+                grew = {
+                    s: r["stages"].get(s, 0.0) - statistics.median(q["stages"].get(s, 0.0) for q in steady)
+                    for s in stages
+                }
                 stage = max(grew, key=grew.get) if grew else None
                 extra = total(r) - median_step
                 if stage is not None and grew[stage] < 0.5 * extra:  # most of the extra time is in no timed stage
                     stage = None
-                out["outliers"].append({"step": r["step"], "step_s": total(r), "median_step_s": median_step,
-                                        "stage": stage, "stage_extra_s": grew.get(stage) if stage else None})
+                out["outliers"].append(
+                    {
+                        "step": r["step"],
+                        "step_s": total(r),
+                        "median_step_s": median_step,
+                        "stage": stage,
+                        "stage_extra_s": grew.get(stage) if stage else None,
+                    }
+                )
     if len(steady) >= MIN_TREND_STEPS:
         lengths = [r["response_length"] for r in steady]
         for s in stages:
@@ -173,12 +202,18 @@ def diagnose_steps(records: list[dict]) -> dict:
                 r_len = _pearson(lengths, times)
                 if r_len is not None and r_len >= TREND_R:
                     slope = statistics.linear_regression(lengths, times).slope
-                    out["trends"].append({"stage": s, "with": "response_length", "r": r_len,
-                                          "s_per_100_tokens": slope * 100})
+                    out["trends"].append(
+                        {"stage": s, "with": "response_length", "r": r_len, "s_per_100_tokens": slope * 100}
+                    )
                     continue
             r_step = _pearson([float(r["step"]) for r in steady], times)
             if r_step is not None and r_step >= TREND_R:
-                out["trends"].append({"stage": s, "with": "step", "r": r_step,
-                                      "s_per_step": statistics.linear_regression(
-                                          [float(r["step"]) for r in steady], times).slope})
+                out["trends"].append(
+                    {
+                        "stage": s,
+                        "with": "step",
+                        "r": r_step,
+                        "s_per_step": statistics.linear_regression([float(r["step"]) for r in steady], times).slope,
+                    }
+                )
     return out

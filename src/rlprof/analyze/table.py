@@ -9,13 +9,30 @@ import numpy as np
 # Event kinds (uint8 codes); collectives are recognised by name within device kernels or CPU ops.
 OTHER, CPU_OP, KERNEL, MEMCPY, MEMSET, USER_ANNOTATION, GPU_ANNOTATION, RUNTIME, PYTHON = range(9)
 KIND_OF_CATEGORY = {
-    "cpu_op": CPU_OP, "operator": CPU_OP, "kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-    "user_annotation": USER_ANNOTATION, "gpu_user_annotation": GPU_ANNOTATION, "cuda_runtime": RUNTIME,
-    "cuda_driver": RUNTIME, "python_function": PYTHON, "mark": USER_ANNOTATION, "stage": USER_ANNOTATION,
-    "micro_batch": USER_ANNOTATION, "mini_batch": USER_ANNOTATION, "decode_step": USER_ANNOTATION,
+    "cpu_op": CPU_OP,
+    "operator": CPU_OP,
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "user_annotation": USER_ANNOTATION,
+    "gpu_user_annotation": GPU_ANNOTATION,
+    "cuda_runtime": RUNTIME,
+    "cuda_driver": RUNTIME,
+    "python_function": PYTHON,
+    "mark": USER_ANNOTATION,
+    "stage": USER_ANNOTATION,
+    "micro_batch": USER_ANNOTATION,
+    "mini_batch": USER_ANNOTATION,
+    "decode_step": USER_ANNOTATION,
     # PyTorch 1.8/1.9-era Kineto wrote capitalised categories
-    "Operator": CPU_OP, "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET, "Runtime": RUNTIME,
-    "Python": PYTHON, "User annotation": USER_ANNOTATION, "GPU user annotation": GPU_ANNOTATION,
+    "Operator": CPU_OP,
+    "Kernel": KERNEL,
+    "Memcpy": MEMCPY,
+    "Memset": MEMSET,
+    "Runtime": RUNTIME,
+    "Python": PYTHON,
+    "User annotation": USER_ANNOTATION,
+    "GPU user annotation": GPU_ANNOTATION,
 }
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
 CPU_MEMORY, UNKNOWN_DEVICE = -1, -2  # memory counters that are not one accelerator's (by its id, 0 and up)
@@ -136,8 +153,13 @@ class ColumnBuilder:
 
     def add(self, start, end, kind, name, thread, shape=None) -> None:
         if len(start):
-            cols = (np.asarray(start, np.float64), np.asarray(end, np.float64), np.asarray(kind, np.uint8),
-                    np.asarray(name, np.int32), np.asarray(thread, np.int32))
+            cols = (
+                np.asarray(start, np.float64),
+                np.asarray(end, np.float64),
+                np.asarray(kind, np.uint8),
+                np.asarray(name, np.int32),
+                np.asarray(thread, np.int32),
+            )
             if self.with_shapes:
                 cols += (np.asarray(shape if shape is not None else np.zeros(len(start)), np.int32),)
             self._chunks.append(cols)
@@ -156,13 +178,20 @@ class ColumnBuilder:
         for i, dtype in enumerate(dtypes):  # column by column, releasing the pieces as we go
             pieces = [c[i] for c in self._chunks]
             cols.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype))
-            self._chunks = [c[:i] + (None,) + c[i + 1:] for c in self._chunks]
+            self._chunks = [c[:i] + (None,) + c[i + 1 :] for c in self._chunks]
             del pieces
             if len(cols[-1]) > TRIM_ROWS:  # the pieces' pages back to the OS before the next column is made
                 release_free_memory()
         self._chunks = []
         memory = np.array(sorted(self.memory_points), dtype=np.float64).reshape(-1, 3)
         shape = cols.pop() if self.with_shapes else None
-        return EventTable(*cols, names=self.names.names, threads=self.threads.names, memory=memory,
-                          runtime=self.runtime, span=self.span, shape=shape,
-                          shapes=self.shapes.names if self.with_shapes else [])
+        return EventTable(
+            *cols,
+            names=self.names.names,
+            threads=self.threads.names,
+            memory=memory,
+            runtime=self.runtime,
+            span=self.span,
+            shape=shape,
+            shapes=self.shapes.names if self.with_shapes else [],
+        )

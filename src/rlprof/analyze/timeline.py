@@ -30,8 +30,15 @@ STRAGGLER_STEPS = 3
 STRAGGLER_SHARE = 0.25
 MIN_SECONDS = 0.02
 WINDOW = 20
-RULES = {"spike_factor": SPIKE_FACTOR, "drift_factor": DRIFT_FACTOR, "straggler_factor": STRAGGLER_FACTOR,
-         "straggler_steps": STRAGGLER_STEPS, "straggler_share": STRAGGLER_SHARE, "min_seconds": MIN_SECONDS, "window": WINDOW}
+RULES = {
+    "spike_factor": SPIKE_FACTOR,
+    "drift_factor": DRIFT_FACTOR,
+    "straggler_factor": STRAGGLER_FACTOR,
+    "straggler_steps": STRAGGLER_STEPS,
+    "straggler_share": STRAGGLER_SHARE,
+    "min_seconds": MIN_SECONDS,
+    "window": WINDOW,
+}
 
 
 def _load(run_dir: Path):
@@ -102,8 +109,10 @@ def _rolling_median(series: np.ndarray, window: int) -> np.ndarray:
 
 def _round(values) -> list:
     """Numbers for JSON: 6 decimals, None where not a number."""
-    return [None if v != v or v in (np.inf, -np.inf) else v
-            for v in np.round(np.asarray(values, dtype=np.float64), 6).tolist()]
+    return [
+        None if v != v or v in (np.inf, -np.inf) else v
+        for v in np.round(np.asarray(values, dtype=np.float64), 6).tolist()
+    ]
 
 
 def triggered_windows(run_dir: Path) -> list[dict]:
@@ -147,11 +156,19 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
     if not len(steps):
         return None
     judged = (flags & (BUSY | WARMUP)) == 0
-    out = {"rules": RULES, "ranks": ranks, "steps": [int(s) for s in steps],
-           "busy_steps": [int(s) for s in steps[(flags & BUSY) != 0]],
-           "warmup_steps": [int(s) for s in steps[(flags & WARMUP) != 0]],
-           "captured_steps": [int(s) for s in steps[(flags & CAPTURED) != 0]],
-           "per_step": {}, "spikes": [], "drift": [], "stragglers": [], "captures": list(captures or [])}
+    out = {
+        "rules": RULES,
+        "ranks": ranks,
+        "steps": [int(s) for s in steps],
+        "busy_steps": [int(s) for s in steps[(flags & BUSY) != 0]],
+        "warmup_steps": [int(s) for s in steps[(flags & WARMUP) != 0]],
+        "captured_steps": [int(s) for s in steps[(flags & CAPTURED) != 0]],
+        "per_step": {},
+        "spikes": [],
+        "drift": [],
+        "stragglers": [],
+        "captures": list(captures or []),
+    }
     profiled = (flags & CAPTURED) != 0  # the profiler's own cost is in these times: neither judged nor baseline
     judged &= ~profiled
     columns = {"step": step_s, **stages}
@@ -170,15 +187,28 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             hit = judged & (job > SPIKE_FACTOR * base) & (job - base >= MIN_SECONDS)
         for i in np.flatnonzero(hit):
             col = times[:, i]
-            out["spikes"].append({"step": int(steps[i]), "stage": name, "seconds": float(job[i]),
-                                  "baseline_seconds": float(base[i]), "rank": ranks[int(np.nanargmax(col))]})
+            out["spikes"].append(
+                {
+                    "step": int(steps[i]),
+                    "stage": name,
+                    "seconds": float(job[i]),
+                    "baseline_seconds": float(base[i]),
+                    "rank": ranks[int(np.nanargmax(col))],
+                }
+            )
         values = series[~np.isnan(series)]
         if len(values) >= 8:
             quarter = len(values) // 4
             first, last = float(np.median(values[:quarter])), float(np.median(values[-quarter:]))
             if last >= DRIFT_FACTOR * first and last - first >= MIN_SECONDS:
-                out["drift"].append({"stage": name, "first_seconds": first, "last_seconds": last,
-                                     "ratio": last / first if first > 0 else None})
+                out["drift"].append(
+                    {
+                        "stage": name,
+                        "first_seconds": first,
+                        "last_seconds": last,
+                        "ratio": last / first if first > 0 else None,
+                    }
+                )
         if name != "step" and len(ranks) >= 2:
             others = times[::-1] if len(ranks) == 2 else median[None, :]  # 2 ranks: each rank's other rank
             with np.errstate(invalid="ignore"):
@@ -197,7 +227,14 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             for k in np.flatnonzero(counts >= least):
                 at = np.flatnonzero(slow[k])
                 ratio = times_of(name)[k, at] / np.broadcast_to(others, slow.shape)[k, at]
-                out["stragglers"].append({"rank": ranks[int(k)], "stage": name, "steps": int(counts[k]),
-                                          "first_step": int(steps[at[0]]), "median_ratio": float(np.median(ratio))})
+                out["stragglers"].append(
+                    {
+                        "rank": ranks[int(k)],
+                        "stage": name,
+                        "steps": int(counts[k]),
+                        "first_step": int(steps[at[0]]),
+                        "median_ratio": float(np.median(ratio)),
+                    }
+                )
     out["stragglers"].sort(key=lambda s: (-s["steps"], s["rank"]))
     return out

@@ -22,8 +22,15 @@ COLUMNS_FILE = "columns.json"
 FORMAT_VERSION = 1
 BUSY, WARMUP, CAPTURED = 1, 2, 4
 RECORD = struct.Struct("<IIf" + "f" * 2 * len(STAGES))
-DTYPE = np.dtype([("step", "<u4"), ("flags", "<u4"), ("step_s", "<f4"), ("stage_s", "<f4", (len(STAGES),)),
-                  ("stage_start_s", "<f4", (len(STAGES),))])
+DTYPE = np.dtype(
+    [
+        ("step", "<u4"),
+        ("flags", "<u4"),
+        ("step_s", "<f4"),
+        ("stage_s", "<f4", (len(STAGES),)),
+        ("stage_start_s", "<f4", (len(STAGES),)),
+    ]
+)
 assert DTYPE.itemsize == RECORD.size
 
 
@@ -32,8 +39,13 @@ def rank_file(run_dir: Path, rank: int) -> Path:
 
 
 def columns() -> dict:
-    return {"version": FORMAT_VERSION, "record_bytes": RECORD.size, "fields": ["step", "flags", "step_s", "stage_s", "stage_start_s"],
-            "stages": list(STAGES), "flags": {"busy": BUSY, "warmup": WARMUP, "captured": CAPTURED}}
+    return {
+        "version": FORMAT_VERSION,
+        "record_bytes": RECORD.size,
+        "fields": ["step", "flags", "step_s", "stage_s", "stage_start_s"],
+        "stages": list(STAGES),
+        "flags": {"busy": BUSY, "warmup": WARMUP, "captured": CAPTURED},
+    }
 
 
 def timeline_ranks(run_dir: Path) -> list[tuple[int, Path]]:

@@ -35,8 +35,12 @@ def file_meta(path: Path, root: Path) -> dict | None:
         stage = verl.stage_of_annotation(scope)
         if stage is None and scope not in verl.E2E_SCOPES:
             return None
-        meta = {"framework": "verl", "stage": stage, "role": STAGE_ROLE.get(stage or ""),
-                "mode": "discrete" if stage else "e2e"}
+        meta = {
+            "framework": "verl",
+            "stage": stage,
+            "role": STAGE_ROLE.get(stage or ""),
+            "mode": "discrete" if stage else "e2e",
+        }
         info = sorted(path.glob("profiler_info_*.json"))
         rank = re.match(r"profiler_info_(\d+)\.json$", info[0].name) if info else None
         if rank:
@@ -50,8 +54,7 @@ def file_meta(path: Path, root: Path) -> dict | None:
 
 
 def _engine_meta(replica: int) -> dict:
-    return {"framework": "verl", "role": "rollout", "stage": "rollout_generate", "mode": "discrete",
-            "replica": replica}
+    return {"framework": "verl", "role": "rollout", "stage": "rollout_generate", "mode": "discrete", "replica": replica}
 
 
 def number_units(inputs: list[tuple[Path, dict]]) -> None:

@@ -14,18 +14,26 @@ from .app import app, fail, guarded
 @app.command()
 @guarded
 def advise(
-    run: Optional[str] = typer.Argument(None, help="a profiled run (markers mode is enough), verl or MindSpeed-RL output"),
+    run: Optional[str] = typer.Argument(
+        None, help="a profiled run (markers mode is enough), verl or MindSpeed-RL output"
+    ),
     budget: str = typer.Option("2MB", "--budget", help="bytes one collecting rank may write, e.g. 2MB, 500KB"),
     dialect: str = typer.Option("rlprof", "--dialect", help="write the config as: verl, mindspeed, rlprof"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="the next config (default: print it)"),
     save_path: str = typer.Option("outputs/profile", "--save-path", help="where the next run writes its traces"),
     check: Optional[str] = typer.Option(None, "--check", help="a run made with the advice: predicted vs actual"),
-    advice_file: Optional[str] = typer.Option(None, "--advice",
-                                              help="with --check: the advice JSON written beside -o (NEXT.advice.json)"),
-    fix: bool = typer.Option(False, "--fix", help="write the overrides that apply the first cause's first lever, "
-                                                  "with values from the run, instead of the next profiling config"),
-    cause: Optional[str] = typer.Option(None, "--cause", help="with --fix: the cause to fix (default: the first "
-                                                              "the findings rank), e.g. slow_reward"),
+    advice_file: Optional[str] = typer.Option(
+        None, "--advice", help="with --check: the advice JSON written beside -o (NEXT.advice.json)"
+    ),
+    fix: bool = typer.Option(
+        False,
+        "--fix",
+        help="write the overrides that apply the first cause's first lever, "
+        "with values from the run, instead of the next profiling config",
+    ),
+    cause: Optional[str] = typer.Option(
+        None, "--cause", help="with --fix: the cause to fix (default: the first the findings rank), e.g. slow_reward"
+    ),
 ):
     """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget. With
     --fix: the next training config, the overrides that act on the first cause."""
@@ -33,8 +41,10 @@ def advise(
         fail("--cause goes with --fix (the cause whose lever to write)")
     if fix:
         if check:
-            fail("--fix and --check are separate: --fix writes the next training config, --check compares a run "
-                 "with the next profiling config")
+            fail(
+                "--fix and --check are separate: --fix writes the next training config, --check compares a run "
+                "with the next profiling config"
+            )
         if run is None:
             fail("advise --fix needs RUN (a profiled run)")
         _advise_fix(run, dialect, cause, out)
@@ -98,16 +108,26 @@ def _advise_next(run: str, budget: str, dialect: str, out: Optional[str], save_p
 
     result = next_config(run, parse_size(budget), dialect, save_path)
     text = OmegaConf.to_yaml(OmegaConf.create(result["config"]))
-    header = (f"# rlprof advise ({dialect} dialect) from {run}\n# target: {result['target']['stage']} at step "
-              f"{result['target']['step']}, ranks {result['target']['ranks']}; predicted "
-              f"{result['predicted_bytes'] / 1e6:.3f} MB (budget {result['budget_bytes'] / 1e6:.3f} MB per rank)\n")
-    print_advice(result, plan_words(resolve_plan(result["config"], device="cpu"), rank=result["target"]["ranks"][0],
-                                    world_size=max(result["target"]["ranks"]) + 1))
+    header = (
+        f"# rlprof advise ({dialect} dialect) from {run}\n# target: {result['target']['stage']} at step "
+        f"{result['target']['step']}, ranks {result['target']['ranks']}; predicted "
+        f"{result['predicted_bytes'] / 1e6:.3f} MB (budget {result['budget_bytes'] / 1e6:.3f} MB per rank)\n"
+    )
+    print_advice(
+        result,
+        plan_words(
+            resolve_plan(result["config"], device="cpu"),
+            rank=result["target"]["ranks"][0],
+            world_size=max(result["target"]["ranks"]) + 1,
+        ),
+    )
     if out:
         Path(out).write_text(header + text)
         sidecar = Path(out).with_suffix(".advice.json")
         sidecar.write_text(json.dumps(result, indent=1, default=str))
-        typer.echo(f"wrote {out} (and {sidecar}); run it: rlprof train {out}; then: rlprof advise --check "
-                   f"<its run dir> --advice {sidecar}")
+        typer.echo(
+            f"wrote {out} (and {sidecar}); run it: rlprof train {out}; then: rlprof advise --check "
+            f"<its run dir> --advice {sidecar}"
+        )
     else:
         typer.echo("---\n" + header + text)

@@ -7,8 +7,12 @@ import typer
 
 from ..errors import RLProfError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Selective profiling for RL post-training of LLMs (GRPO/DAPO/PPO).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Selective profiling for RL post-training of LLMs (GRPO/DAPO/PPO).",
+)
 
 
 def fail(message: str) -> None:

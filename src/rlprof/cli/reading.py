@@ -74,8 +74,10 @@ def compare(
 
     missing = [flag for flag, v in (("-d NEW", new), ("-bp BASELINE", baseline)) if not v]
     if missing:
-        fail(f"{' and '.join(missing)} missing; usage: rlprof compare -d NEW -bp BASELINE, each a run directory, "
-             "manifest, trace, Ascend directory or analysis.json")
+        fail(
+            f"{' and '.join(missing)} missing; usage: rlprof compare -d NEW -bp BASELINE, each a run directory, "
+            "manifest, trace, Ascend directory or analysis.json"
+        )
     doc = run_compare(new, baseline, by_shape=by_shape, workers=workers, use_ray=ray)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
@@ -93,8 +95,9 @@ def cluster(
     path: str = typer.Argument(..., help="a multi-rank run directory, manifest, or its analysis.json"),
     as_json: bool = typer.Option(False, "--json", help="print the result to stdout instead of writing files"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: PATH/cluster)"),
-    threshold: float = typer.Option(0.15, "--threshold", min=0.0,
-                                    help="excess compute (fraction of the other ranks' median) to suspect a rank"),
+    threshold: float = typer.Option(
+        0.15, "--threshold", min=0.0, help="excess compute (fraction of the other ranks' median) to suspect a rank"
+    ),
     workers: Optional[int] = WORKERS_OPTION,
     ray: bool = RAY_OPTION,
 ):
@@ -185,19 +188,31 @@ def slice_cmd(
     """Write a small valid trace of one stage, micro-batch, decode-step range or time window."""
     from ..report.slice import Selection, parse_range, slice_trace
 
-    chosen = [flag for flag, v in (("--micro-batch", micro_batch), ("--decode-steps", decode_steps),
-                                   ("--window-ms", window_ms)) if v is not None]
+    chosen = [
+        flag
+        for flag, v in (("--micro-batch", micro_batch), ("--decode-steps", decode_steps), ("--window-ms", window_ms))
+        if v is not None
+    ]
     if len(chosen) > 1:
-        fail(f"{' and '.join(chosen)} given together; allowed: at most one of --micro-batch, --decode-steps, "
-             "--window-ms")
+        fail(
+            f"{' and '.join(chosen)} given together; allowed: at most one of --micro-batch, --decode-steps, --window-ms"
+        )
     if not out.endswith((".json", ".json.gz")):
         fail(f"-o {out}: allowed: a file name ending in .json or .json.gz")
-    sel = Selection(step, role, stage, micro_batch,
-                    parse_range(decode_steps, "--decode-steps") if decode_steps else None,
-                    parse_range(window_ms, "--window-ms", float) if window_ms else None, rank)
+    sel = Selection(
+        step,
+        role,
+        stage,
+        micro_batch,
+        parse_range(decode_steps, "--decode-steps") if decode_steps else None,
+        parse_range(window_ms, "--window-ms", float) if window_ms else None,
+        rank,
+    )
     res = slice_trace(path, sel, out)
-    typer.echo(f"wrote {res['out']}: {res['events']} of {res['of']} events, "
-               f"{(res['end_us'] - res['start_us']) / 1e3:.3f} ms from {res['source']} ({res['bytes'] / 1e3:.1f} KB)")
+    typer.echo(
+        f"wrote {res['out']}: {res['events']} of {res['of']} events, "
+        f"{(res['end_us'] - res['start_us']) / 1e3:.3f} ms from {res['source']} ({res['bytes'] / 1e3:.1f} KB)"
+    )
 
 
 def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
@@ -213,8 +228,14 @@ def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
     if not console.is_terminal:
         return run_analysis(path, workers=workers, use_ray=ray)
     total = len(find_inputs(path))
-    with Progress(TextColumn("[bold]analyze"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("[bold]analyze"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("analyze", total=total)
         doc = run_analysis(path, workers=workers, use_ray=ray, progress=lambda: bar.advance(task))
         bar.update(task, completed=total)

@@ -19,10 +19,13 @@ def plan(
     world_size: int = typer.Option(1, "--world-size", help="number of processes in the job"),
     as_json: bool = typer.Option(False, "--json", help="print the resolved plan as JSON"),
     device: str = typer.Option("auto", "--device", help="resolve as on a machine with: auto, cpu, cuda, npu"),
-    verl_version: Optional[str] = typer.Option(None, "--verl-version",
-                                               help="read a verl config with this release's meaning: 0.9.0, 0.9.1, "
-                                                    "0.10.0.dev (default: detected from the config, else the "
-                                                    "current head, 0.10.0.dev)"),
+    verl_version: Optional[str] = typer.Option(
+        None,
+        "--verl-version",
+        help="read a verl config with this release's meaning: 0.9.0, 0.9.1, "
+        "0.10.0.dev (default: detected from the config, else the "
+        "current head, 0.10.0.dev)",
+    ),
 ):
     """Dry run: resolve a profiling config and show what will be collected, where."""
     from ..config import load_plan, machine_warnings
@@ -43,8 +46,11 @@ def plan(
         typer.echo(plan_words(resolved, rank=rank, world_size=world_size, warnings=warnings))
 
 
-DEMO_DEFAULTS = ["global_profiler.tool=torch", "global_profiler.steps=[2]",
-                 "actor_rollout_ref.actor.profiler.enable=true"]
+DEMO_DEFAULTS = [
+    "global_profiler.tool=torch",
+    "global_profiler.steps=[2]",
+    "actor_rollout_ref.actor.profiler.enable=true",
+]
 
 
 @app.command()
@@ -132,8 +138,10 @@ def capture(
     if answer["status"] == "refused":
         fail(f"capture: refused by the job: {answer['reason']}")
     if answer["status"] == "armed":
-        typer.echo(f"armed: step {answer['at_step']} {what} on ranks {answer['ranks']}; not captured within "
-                   f"{wait:g} s (request {rid})")
+        typer.echo(
+            f"armed: step {answer['at_step']} {what} on ranks {answer['ranks']}; not captured within "
+            f"{wait:g} s (request {rid})"
+        )
         return
     typer.echo(f"captured step {answer['at_step']} {what} on ranks {answer['ranks']} in {path}:")
     for r in sorted(rows, key=lambda r: (r["rank"], r["stage"])):
@@ -150,6 +158,10 @@ def _print_manifest(run_dir, rows) -> None:
     for col in ("step", "role", "stage", "rank", "tool", "mode", "window", "status", "bytes", "path"):
         table.add_column(col)
     for r in rows:
-        table.add_row(*(str(r.get(c)) for c in ("step", "role", "stage", "rank", "tool", "mode", "window", "status",
-                                                 "bytes", "path")))
+        table.add_row(
+            *(
+                str(r.get(c))
+                for c in ("step", "role", "stage", "rank", "tool", "mode", "window", "status", "bytes", "path")
+            )
+        )
     Console(width=max(140, Console().width)).print(table)

@@ -20,8 +20,9 @@ class AnalysisHook:
 
     def submit(self, path: str, run_dir: str, meta: dict | None = None) -> None:
         if self._proc is None:
-            self._proc = subprocess.Popen([sys.executable, "-m", "rlprof.collect.analysis_worker"],
-                                          stdin=subprocess.PIPE, text=True)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "rlprof.collect.analysis_worker"], stdin=subprocess.PIPE, text=True
+            )
         try:
             self._proc.stdin.write(json.dumps({"path": path, "run_dir": run_dir, "meta": meta or {}}) + "\n")
             self._proc.stdin.flush()

@@ -133,8 +133,13 @@ def sample(threads_now=thread_times) -> dict | None:
     if threads is None:
         return None
     pids = _job_pids()
-    return {"threads": threads, "host": _host_busy_ticks(), "job": _job_ticks(pids), "pids": pids,
-            "ns": time.monotonic_ns()}
+    return {
+        "threads": threads,
+        "host": _host_busy_ticks(),
+        "job": _job_ticks(pids),
+        "pids": pids,
+        "ns": time.monotonic_ns(),
+    }
 
 
 def since(start: dict | None, threads_now=thread_times) -> dict:
@@ -145,12 +150,17 @@ def since(start: dict | None, threads_now=thread_times) -> dict:
     threads = threads_now()
     if threads is None:
         return {}
-    out = {"cpu_ms": max(0, threads[0] - start["threads"][0]) / 1e6,
-           "run_wait_ms": max(0, threads[1] - start["threads"][1]) / 1e6,
-           "span_ms": (time.monotonic_ns() - start["ns"]) / 1e6}
+    out = {
+        "cpu_ms": max(0, threads[0] - start["threads"][0]) / 1e6,
+        "run_wait_ms": max(0, threads[1] - start["threads"][1]) / 1e6,
+        "span_ms": (time.monotonic_ns() - start["ns"]) / 1e6,
+    }
     host = _host_busy_ticks()
     if host is not None and start["host"] is not None:
         job = _job_ticks(start["pids"])
-        out.update(host_busy_ms=max(0, host - start["host"]) * TICK_MS, host_cpus=os.cpu_count() or 1,
-                   job_cpu_ms=sum(max(0, job[p] - start["job"][p]) for p in job if p in start["job"]) * TICK_MS)
+        out.update(
+            host_busy_ms=max(0, host - start["host"]) * TICK_MS,
+            host_cpus=os.cpu_count() or 1,
+            job_cpu_ms=sum(max(0, job[p] - start["job"][p]) for p in job if p in start["job"]) * TICK_MS,
+        )
     return out

@@ -54,10 +54,19 @@ class Profiler(Watching):
     decisions (an async rollout replica: the driver arms it with `arm`).
     """
 
-    def __init__(self, plan: ProfilePlan, *, rank: int | None = None, world_size: int | None = None,
-                 role: str | tuple[str, ...] | None = None, replica: int | None = None, run_id: str | None = None,
-                 backends: dict[str, Callable[[WindowSpec], Backend]] | None = None, tags: dict | None = None,
-                 decides: bool = True):
+    def __init__(
+        self,
+        plan: ProfilePlan,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        role: str | tuple[str, ...] | None = None,
+        replica: int | None = None,
+        run_id: str | None = None,
+        backends: dict[str, Callable[[WindowSpec], Backend]] | None = None,
+        tags: dict | None = None,
+        decides: bool = True,
+    ):
         global _current
         self.plan = plan
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
@@ -81,13 +90,22 @@ class Profiler(Watching):
                 continue
             problem = why_unavailable(rp.tool)
             if problem and (rp.tool == "torch_memory" or rp.tool not in TOOLS):
-                warn_once(("unavailable", rp.tool), "rlprof: %s; role %s collects nothing here, training goes on",
-                          problem, r, said=self.said)
+                warn_once(
+                    ("unavailable", rp.tool),
+                    "rlprof: %s; role %s collects nothing here, training goes on",
+                    problem,
+                    r,
+                    said=self.said,
+                )
                 del self._collecting[r]
             elif problem:
                 usable = [t for t in ("torch", "markers", "nsys", "torch_memory", "npu") if not why_unavailable(t)]
-                raise ConfigError(f"{r}.tool", rp.tool, "a tool this machine has: " + ", ".join(usable),
-                                  problem=f"cannot collect here: {problem}")
+                raise ConfigError(
+                    f"{r}.tool",
+                    rp.tool,
+                    "a tool this machine has: " + ", ".join(usable),
+                    problem=f"cannot collect here: {problem}",
+                )
             else:
                 self._factories[rp.tool] = backend_class(rp.tool)
         # Roles a trigger may capture on this process whatever the rank (a straggler's slow and healthy ranks)
@@ -103,8 +121,9 @@ class Profiler(Watching):
                     self._factories[rp.tool] = backend_class(rp.tool)
                 self._capturable[r] = rp
         watched = plan.trigger is not None
-        self.run_id = (shared_run_id(run_id) if watched or any(r.enabled and r.steps for r in plan.roles)
-                       else (run_id or ""))
+        self.run_id = (
+            shared_run_id(run_id) if watched or any(r.enabled and r.steps for r in plan.roles) else (run_id or "")
+        )
         if plan.collects_nothing and self.rank == 0:  # said once per job, not once per rank
             from ..config.describe import nothing_collected_line
 
@@ -253,9 +272,17 @@ class Profiler(Watching):
         if rp.schedule is not None and rp.schedule_for(stage) is None:
             rp = msgspec.structs.replace(rp, schedule=None)  # a stage the schedule does not sample: in full
         role, rank = rp.role, self.rank
-        spec = WindowSpec(run_dir=self._run_dir_for(rp), steps=steps, role=role, stage=stage, rank=rank,
-                          world_size=self.world_size, replica=self.replica, plan=rp,
-                          base_name=functools.partial(window_name, steps, role, stage, rank))
+        spec = WindowSpec(
+            run_dir=self._run_dir_for(rp),
+            steps=steps,
+            role=role,
+            stage=stage,
+            rank=rank,
+            world_size=self.world_size,
+            replica=self.replica,
+            plan=rp,
+            base_name=functools.partial(window_name, steps, role, stage, rank),
+        )
         w = Window(spec, self._fault)
         w.trigger = self._capture_rows.get(stage or "e2e")
         w.probe = w.trigger is None and stage in self._probing and rp.mode == "discrete"
@@ -293,8 +320,12 @@ class Profiler(Watching):
 
     def _fault(self, w: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
         """A window's backend failed (window.py): said once per kind, the window's manifest row marked failed."""
-        warn_once(("fault", w.plan.tool, phase, type(exc).__name__), "rlprof: %s (window marked failed; training "
-                  "goes on)", message, said=self.said)
+        warn_once(
+            ("fault", w.plan.tool, phase, type(exc).__name__),
+            "rlprof: %s (window marked failed; training goes on)",
+            message,
+            said=self.said,
+        )
         if not already:
             self._writer.failed_row(w, message)
 

@@ -51,26 +51,34 @@ def live_run(path: str | os.PathLike) -> tuple[Path, dict]:
     """The live run at `path`: the run directory itself, or the one live run under a save_path."""
     p = Path(path)
     if not p.is_dir():
-        raise CaptureRefused(f"capture: {path} is not a directory (give the run directory the job printed at its "
-                             "start, or its save_path)")
+        raise CaptureRefused(
+            f"capture: {path} is not a directory (give the run directory the job printed at its "
+            "start, or its save_path)"
+        )
     live = _read_live(p)
     if live is not None:
         if not _alive(live):
-            raise CaptureRefused(f"capture: no live job on {p}: its job "
-                                 + ("ended" if live.get("ended") else "stopped beating (process gone)"))
+            raise CaptureRefused(
+                f"capture: no live job on {p}: its job "
+                + ("ended" if live.get("ended") else "stopped beating (process gone)")
+            )
         return p, live
     found = [(d, lv) for d in sorted(p.iterdir()) if d.is_dir() and (lv := _read_live(d)) is not None and _alive(lv)]
     if not found:
-        raise CaptureRefused(f"capture: no live job on {p} (no run directory under it has a running job with a "
-                             "trigger: global_profiler.trigger)")
+        raise CaptureRefused(
+            f"capture: no live job on {p} (no run directory under it has a running job with a "
+            "trigger: global_profiler.trigger)"
+        )
     if len(found) > 1:
-        raise CaptureRefused(f"capture: {len(found)} live runs under {p}: name one of "
-                             + ", ".join(str(d) for d, _ in found))
+        raise CaptureRefused(
+            f"capture: {len(found)} live runs under {p}: name one of " + ", ".join(str(d) for d, _ in found)
+        )
     return found[0]
 
 
-def check_request(live: dict, *, step: int | None, role: str | None, stage: str | None,
-                  ranks: list[int] | None) -> None:
+def check_request(
+    live: dict, *, step: int | None, role: str | None, stage: str | None, ranks: list[int] | None
+) -> None:
     """What can be refused before the job is asked: each a one-line CaptureRefused."""
     if role is not None and role not in ROLES:
         raise CaptureRefused(f"capture: --role {role!r} is not allowed; allowed: {', '.join(ROLES)}")
@@ -94,8 +102,10 @@ def check_request(live: dict, *, step: int | None, role: str | None, stage: str 
 
 def submit(run_dir: Path, *, step: int | None, role: str | None, stage: str | None, ranks: list[int] | None) -> int:
     rid = secrets.randbits(48)  # exact in the float64 the ranks exchange
-    _write_atomic(run_dir / REQUEST_FILE, json.dumps({"id": rid, "step": step, "role": role, "stage": stage,
-                                                      "ranks": ranks, "asked": time.time()}))
+    _write_atomic(
+        run_dir / REQUEST_FILE,
+        json.dumps({"id": rid, "step": step, "role": role, "stage": stage, "ranks": ranks, "asked": time.time()}),
+    )
     return rid
 
 

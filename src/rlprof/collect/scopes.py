@@ -52,8 +52,13 @@ class StageScope:
         if prof._open:  # a window is already open: the stage is a range inside it
             self.window = prof._open[-1]
             if self.target is not E2E:
-                warn_once("nested", "rlprof: stage %s ran inside an open window; marked as a range there instead of "
-                          "a window of its own", self.name, said=prof.said)
+                warn_once(
+                    "nested",
+                    "rlprof: stage %s ran inside an open window; marked as a range there instead of "
+                    "a window of its own",
+                    self.name,
+                    said=prof.said,
+                )
         else:
             if self.target is E2E:
                 return self
@@ -125,4 +130,3 @@ class UnitScope:
         self.range.__exit__(*exc)
         self.prof.tick(self.unit)
         return False
-

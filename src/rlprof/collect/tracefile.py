@@ -30,7 +30,7 @@ def _inject(src: Path, dest: Path, meta: dict) -> None:
         brace = first.find(b"{")
         if brace < 0:
             raise ValueError(f"{src} is not a JSON object")
-        rest = first[brace + 1:]
+        rest = first[brace + 1 :]
         empty = rest.lstrip().startswith(b"}")
         out.write(b'{"rlprof":' + head + (b"" if empty else b","))
         out.write(rest)
@@ -47,8 +47,14 @@ def _cut_to_budget(src: Path, dest: Path, meta: dict, budget: int, size: int) ->
     n = int(len(timed) * min(1.0, budget / size) * 0.9)
     while True:
         trace["traceEvents"] = keep + timed[:n]
-        trace["rlprof"] = dict(meta, truncated=True, original_bytes=size, kept_events=len(trace["traceEvents"]),
-                               total_events=len(events), budget_bytes=budget)
+        trace["rlprof"] = dict(
+            meta,
+            truncated=True,
+            original_bytes=size,
+            kept_events=len(trace["traceEvents"]),
+            total_events=len(events),
+            budget_bytes=budget,
+        )
         body = {"rlprof": trace.pop("rlprof"), **trace}
         with gzip.open(dest, "wb", compresslevel=3) as out:
             out.write(json.dumps(body, separators=(",", ":")).encode())

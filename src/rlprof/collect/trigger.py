@@ -81,8 +81,13 @@ class Exchange:
     def _resolve(self) -> None:
         self.resolved = True
         dist = sys.modules.get("torch.distributed")  # a host that never imported torch.distributed has no group
-        if dist is not None and dist.is_available() and dist.is_initialized() and self.world_size > 1 \
-                and dist.get_world_size() == self.world_size:
+        if (
+            dist is not None
+            and dist.is_available()
+            and dist.is_initialized()
+            and self.world_size > 1
+            and dist.get_world_size() == self.world_size
+        ):
             self.dist = dist
 
     def gather(self, vec: list[float]) -> np.ndarray:
@@ -147,9 +152,21 @@ class Trigger:
         self.pending: list[Capture] = []
         if plan.baseline and plan.keep == "next":  # a normal window to put captures beside (outside the budget)
             at = plan.warmup_steps + 1
-            self.pending.append(Capture(at_step=at, stage=None, role=None, trigger={
-                "reason": "baseline", "step": at, "stage": "step", "rank": None, "seconds": None,
-                "baseline_seconds": None}))
+            self.pending.append(
+                Capture(
+                    at_step=at,
+                    stage=None,
+                    role=None,
+                    trigger={
+                        "reason": "baseline",
+                        "step": at,
+                        "stage": "step",
+                        "rank": None,
+                        "seconds": None,
+                        "baseline_seconds": None,
+                    },
+                )
+            )
 
     def budget_left(self) -> int:
         return self.plan.max_captures - self.used
@@ -180,8 +197,15 @@ class Trigger:
                 if excess and (start < first_at or (start == first_at and excess > best)):
                     healthy = int(others_at[np.argmin(np.abs(others - base))])
                     first_at, best = start, excess
-                    found = {"reason": "straggler", "step": step, "stage": STAGES[j - 1], "rank": slow,
-                             "seconds": float(col[slow]), "baseline_seconds": base, "ranks": (slow, healthy)}
+                    found = {
+                        "reason": "straggler",
+                        "step": step,
+                        "stage": STAGES[j - 1],
+                        "rank": slow,
+                        "seconds": float(col[slow]),
+                        "baseline_seconds": base,
+                        "ranks": (slow, healthy),
+                    }
         job = np.fmax.reduce(times, axis=0)  # the slowest rank's time, NaN only where no rank ran it
         if found is None and plan.slow is not None and len(self.history) >= MIN_HISTORY:
             base = _median_rows(np.asarray(self.history))
@@ -191,9 +215,18 @@ class Trigger:
                 excess = _over(float(job[j]), float(base[j]), plan.slow)
                 if excess > best:
                     col = times[:, j]
-                    best, found = excess, {"reason": "slow", "step": step, "stage": STAGES[j - 1] if j else "step",
-                                           "rank": int(np.nanargmax(col)), "seconds": float(job[j]),
-                                           "baseline_seconds": float(base[j]), "ranks": None}
+                    best, found = (
+                        excess,
+                        {
+                            "reason": "slow",
+                            "step": step,
+                            "stage": STAGES[j - 1] if j else "step",
+                            "rank": int(np.nanargmax(col)),
+                            "seconds": float(job[j]),
+                            "baseline_seconds": float(base[j]),
+                            "ranks": None,
+                        },
+                    )
         self.history.append(job)
         return found
 
@@ -215,10 +248,17 @@ class Trigger:
             return out
         cooled = self.last_armed is None or step - self.last_armed >= self.plan.cooldown
         if self.used < self.plan.max_captures and cooled and not self.pending:
-            self.arm(Capture(at_step=step + 1, stage=None if found["stage"] == "step" else found["stage"],
-                             role=None if found["stage"] == "step" else STAGE_ROLE[found["stage"]],
-                             trigger={k: v for k, v in found.items() if k != "ranks"},
-                             extra_ranks=tuple(found["ranks"] or ())), step, out)
+            self.arm(
+                Capture(
+                    at_step=step + 1,
+                    stage=None if found["stage"] == "step" else found["stage"],
+                    role=None if found["stage"] == "step" else STAGE_ROLE[found["stage"]],
+                    trigger={k: v for k, v in found.items() if k != "ranks"},
+                    extra_ranks=tuple(found["ranks"] or ()),
+                ),
+                step,
+                out,
+            )
         return out
 
     def arm(self, cap: Capture, step: int, out: Decision) -> None:
@@ -232,21 +272,43 @@ class Trigger:
         stage = STAGES[stage_i] if stage_i >= 0 else None
         role = ROLES[role_i] if role_i >= 0 else (STAGE_ROLE[stage] if stage else None)
         if not self.plan.request:
-            out.refused.append((rid, "this run's trigger does not take requests (global_profiler.trigger.request: "
-                                     "false)"))
+            out.refused.append(
+                (rid, "this run's trigger does not take requests (global_profiler.trigger.request: false)")
+            )
         elif at and at <= step:
             out.refused.append((rid, f"step {at} has passed: the job is at the end of step {step}"))
         elif self.used >= self.plan.max_captures:
-            out.refused.append((rid, f"the budget is spent: {self.used} of max_captures {self.plan.max_captures} "
-                                     "used"))
+            out.refused.append((rid, f"the budget is spent: {self.used} of max_captures {self.plan.max_captures} used"))
         elif role is not None and role not in self.enabled_roles:
-            out.refused.append((rid, f"role {role} collects nothing in this run's plan (enabled: "
-                                     f"{', '.join(self.enabled_roles) or 'none'})"))
+            out.refused.append(
+                (
+                    rid,
+                    f"role {role} collects nothing in this run's plan (enabled: "
+                    f"{', '.join(self.enabled_roles) or 'none'})",
+                )
+            )
         else:
-            trigger = {"reason": "request", "step": step, "stage": stage or "step", "rank": None, "seconds": None,
-                       "baseline_seconds": None, "request_id": rid}
-            self.arm(Capture(at_step=at or step + 1, stage=stage, role=role, trigger=trigger,
-                             ranks=tuple(ranks_asked) if ranks_asked else None, request_id=rid), step, out)
+            trigger = {
+                "reason": "request",
+                "step": step,
+                "stage": stage or "step",
+                "rank": None,
+                "seconds": None,
+                "baseline_seconds": None,
+                "request_id": rid,
+            }
+            self.arm(
+                Capture(
+                    at_step=at or step + 1,
+                    stage=stage,
+                    role=role,
+                    trigger=trigger,
+                    ranks=tuple(ranks_asked) if ranks_asked else None,
+                    request_id=rid,
+                ),
+                step,
+                out,
+            )
 
     def due(self, step: int) -> list[Capture]:
         """The captures armed for `step`, taken off the pending list."""

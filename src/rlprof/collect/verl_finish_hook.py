@@ -23,8 +23,9 @@ class FinishHook:
         self.done = False
 
     @classmethod
-    def of_process(cls, plan: ProfilePlan, roles: tuple[str, ...], rank: int,
-                   replica: int | None) -> "FinishHook | None":
+    def of_process(
+        cls, plan: ProfilePlan, roles: tuple[str, ...], rank: int, replica: int | None
+    ) -> "FinishHook | None":
         """The hook this process runs, as verl's worker does: the first hosted role's (a combined
         actor_rollout_ref worker uses the actor's profiler), when enabled and selected for this rank."""
         for r in roles:
@@ -53,20 +54,28 @@ class FinishHook:
         prof.wait_written()
         parts = [r for r in ("actor", "rollout", "ref") if r in prof.roles]
         run_dir = prof.run_dir(rp.role) if prof.run_id else Path(rp.save_path)
-        env = dict(os.environ, VERL_PROFILE_SAVE_PATH=str(run_dir), VERL_PROFILE_TOOL=rp.tool or "",
-                   VERL_PROFILE_RANK=str(prof.rank), VERL_PROFILE_PID=str(os.getpid()),
-                   VERL_PROFILE_ROLE="_".join(parts or prof.roles), RLPROF_SAVE_PATH=rp.save_path,
-                   RLPROF_RUN_DIR=str(run_dir))
+        env = dict(
+            os.environ,
+            VERL_PROFILE_SAVE_PATH=str(run_dir),
+            VERL_PROFILE_TOOL=rp.tool or "",
+            VERL_PROFILE_RANK=str(prof.rank),
+            VERL_PROFILE_PID=str(os.getpid()),
+            VERL_PROFILE_ROLE="_".join(parts or prof.roles),
+            RLPROF_SAVE_PATH=rp.save_path,
+            RLPROF_RUN_DIR=str(run_dir),
+        )
         cmd = rp.finish_hook.cmd
         print(f"[rlprof][finish_hook] rank {prof.rank}: running: {cmd}", flush=True)
         try:
-            proc = subprocess.run(["/bin/sh", "-c", cmd], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                ["/bin/sh", "-c", cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
         except Exception as exc:
             log.warning("rlprof: finish hook could not start on rank %s: %s (training goes on)", prof.rank, exc)
             return
         for line in proc.stdout.splitlines():
             print(f"[rlprof][finish_hook] rank {prof.rank}: {line}", flush=True)
         if proc.returncode != 0:
-            log.warning("rlprof: finish hook exited with %s on rank %s: %s (training goes on)",
-                        proc.returncode, prof.rank, cmd)
+            log.warning(
+                "rlprof: finish hook exited with %s on rank %s: %s (training goes on)", proc.returncode, prof.rank, cmd
+            )

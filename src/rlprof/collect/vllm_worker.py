@@ -34,8 +34,12 @@ class Iterations:
         runner = getattr(worker, "model_runner", None)
         missing = [m for m in ("execute_model", "sample_tokens") if not callable(getattr(runner, m, None))]
         if missing:
-            warn_once(None, f"rlprof: vLLM {version}'s worker {type(worker).__name__} has no model_runner."
-                      f"{'/'.join(missing)}; nothing is patched and nothing is collected in this worker", inherit=True)
+            warn_once(
+                None,
+                f"rlprof: vLLM {version}'s worker {type(worker).__name__} has no model_runner."
+                f"{'/'.join(missing)}; nothing is patched and nothing is collected in this worker",
+                inherit=True,
+            )
             return False
         runner.execute_model = self.wrap_execute(runner.execute_model)
         runner.sample_tokens = self.wrap_sample(runner.sample_tokens)
@@ -80,8 +84,11 @@ class Iterations:
             unit.__enter__()
             self.unit = unit
         except Exception as exc:
-            warn_once(None, f"rlprof: could not mark a decode step: {type(exc).__name__}: {exc}; this step's units "
-                      "are not marked", inherit=True)
+            warn_once(
+                None,
+                f"rlprof: could not mark a decode step: {type(exc).__name__}: {exc}; this step's units are not marked",
+                inherit=True,
+            )
             self.unit = None
 
     def _close_unit(self) -> None:
@@ -139,7 +146,12 @@ def iteration_details():
             new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
             prefill_seqs = len(new)
             prefill_tokens = sum(scheduled[r] for r in new if r in scheduled)
-        return {"active": len(scheduled), "seqs": len(round_rows), "tokens": tokens,
-                "prefill_seqs": prefill_seqs, "prefill_tokens": prefill_tokens}
+        return {
+            "active": len(scheduled),
+            "seqs": len(round_rows),
+            "tokens": tokens,
+            "prefill_seqs": prefill_seqs,
+            "prefill_tokens": prefill_tokens,
+        }
 
     return held

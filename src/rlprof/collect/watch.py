@@ -120,8 +120,10 @@ def _write_atomic(path: Path, text: str) -> None:
 def write_live(run_dir: Path, **fields) -> None:
     """Rank 0's heartbeat: pid and host (a live process is checked by them on the same host), the step it is at,
     and when it wrote (elsewhere, a heartbeat older than a few steps means the job is gone)."""
-    _write_atomic(Path(run_dir) / LIVE_FILE, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                                         "updated": time.time(), **fields}))
+    _write_atomic(
+        Path(run_dir) / LIVE_FILE,
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "updated": time.time(), **fields}),
+    )
 
 
 def write_response(run_dir: Path, request_id: int, **fields) -> None:

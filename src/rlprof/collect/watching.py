@@ -58,15 +58,25 @@ class Watching:
             if self.rank == 0 and decides:
                 self.watch_dir.mkdir(parents=True, exist_ok=True)
                 self._heartbeat(step=0)
-                print(f"rlprof: watching every step; run directory {self.watch_dir}"
-                      + (f" (rlprof capture {self.watch_dir} --next)" if trigger.request else ""), flush=True)
+                print(
+                    f"rlprof: watching every step; run directory {self.watch_dir}"
+                    + (f" (rlprof capture {self.watch_dir} --next)" if trigger.request else ""),
+                    flush=True,
+                )
         except Exception as exc:
             self._watch_fault("start", exc, disable=True)
 
     def _heartbeat(self, **fields) -> None:
         t = self._trigger
-        write_live(self.watch_dir, run_id=self.run_id, world_size=self.world_size, request=t.plan.request,
-                   captures_left=t.budget_left(), max_captures=t.plan.max_captures, **fields)
+        write_live(
+            self.watch_dir,
+            run_id=self.run_id,
+            world_size=self.world_size,
+            request=t.plan.request,
+            captures_left=t.budget_left(),
+            max_captures=t.plan.max_captures,
+            **fields,
+        )
 
     def _stop_watch(self) -> None:
         watch, self._watch = self._watch, None
@@ -79,18 +89,28 @@ class Watching:
                 self._heartbeat(ended=True)
             if self.probes["windows"] and self.rank == 0:
                 p = self.probes
-                print(f"rlprof: keep: slow_only profiled {p['windows']} stage windows on rank 0 and kept "
-                      f"{p['kept']}; starting and stopping them took {p['backend_ns'] / 1e9:.2f} s "
-                      f"({p['backend_ns'] / 1e6 / p['windows']:.1f} ms per window, besides the profiler's cost "
-                      "inside each stage)", flush=True)
+                print(
+                    f"rlprof: keep: slow_only profiled {p['windows']} stage windows on rank 0 and kept "
+                    f"{p['kept']}; starting and stopping them took {p['backend_ns'] / 1e9:.2f} s "
+                    f"({p['backend_ns'] / 1e6 / p['windows']:.1f} ms per window, besides the profiler's cost "
+                    "inside each stage)",
+                    flush=True,
+                )
         except Exception as exc:
             self._watch_fault("close", exc)
 
     def _watch_fault(self, phase: str, exc: BaseException, disable: bool = False) -> None:
         """A fault inside the watch or the trigger: one warning, training goes on (without the watch when the
         decision itself cannot be made)."""
-        warn_once(("watch", phase), "rlprof: the watch failed to %s: %s: %s (training goes on%s)", phase,
-                  type(exc).__name__, exc, " without it" if disable else "", said=self.said)
+        warn_once(
+            ("watch", phase),
+            "rlprof: the watch failed to %s: %s: %s (training goes on%s)",
+            phase,
+            type(exc).__name__,
+            exc,
+            " without it" if disable else "",
+            said=self.said,
+        )
         if disable:
             self._watch = self._trigger = self._exchange = None
             self.stage = self._scopes.__getitem__
@@ -100,8 +120,9 @@ class Watching:
         rollout replicas). Needs a trigger in the plan."""
         if self._trigger is not None:
             role = STAGE_ROLE[stage] if stage else None
-            self._trigger.pending.append(Capture(at_step=step, stage=stage, role=role, trigger=trigger,
-                                                 ranks=(self._watch.rank,)))
+            self._trigger.pending.append(
+                Capture(at_step=step, stage=stage, role=role, trigger=trigger, ranks=(self._watch.rank,))
+            )
 
     def delegated(self, stage: str) -> dict | None:
         """The trigger row of a capture this step of `stage` that a process following this one takes (an async
@@ -144,16 +165,21 @@ class Watching:
                         e2e = e2e or rp
                         self._capture_rows.setdefault("e2e", cap.trigger)
                     else:
-                        for stage in ((cap.stage,) if cap.stage else rp.stages):
+                        for stage in (cap.stage,) if cap.stage else rp.stages:
                             stages.setdefault(stage, rp)
                             self._capture_rows.setdefault(stage, cap.trigger)
             plan = trig.plan
-            if (plan.keep == "slow_only" and e2e is None and not stages and n > plan.warmup_steps
-                    and trig.budget_left() > 0):
+            if (
+                plan.keep == "slow_only"
+                and e2e is None
+                and not stages
+                and n > plan.warmup_steps
+                and trig.budget_left() > 0
+            ):
                 for role, rp in self._capturable.items():
                     if rp.all_ranks or self._index(role) in rp.ranks:
                         probe = msgspec.structs.replace(rp, mode="discrete")
-                        for stage in (plan.stages or rp.stages):
+                        for stage in plan.stages or rp.stages:
                             if stage in rp.stages:
                                 stages.setdefault(stage, probe)
                                 self._probing.add(stage)
@@ -200,8 +226,11 @@ class Watching:
         self._capture_rows, self._taken = {}, []
 
     def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool) -> None:
-        flags = (BUSY if busy else 0) | (WARMUP if n <= self._trigger.plan.warmup_steps else 0) \
+        flags = (
+            (BUSY if busy else 0)
+            | (WARMUP if n <= self._trigger.plan.warmup_steps else 0)
             | (CAPTURED if captured else 0)
+        )
         try:
             self._watch.write(n, flags, step_s, stages)
         except Exception as exc:
@@ -233,12 +262,26 @@ class Watching:
             write_response(self.watch_dir, rid, status="refused", reason=why, step=n)
         for cap in decision.armed:
             if cap.request_id is not None:
-                write_response(self.watch_dir, cap.request_id, status="armed", at_step=cap.at_step, stage=cap.stage,
-                               role=cap.role, ranks=self._capture_ranks(cap))
+                write_response(
+                    self.watch_dir,
+                    cap.request_id,
+                    status="armed",
+                    at_step=cap.at_step,
+                    stage=cap.stage,
+                    role=cap.role,
+                    ranks=self._capture_ranks(cap),
+                )
         for cap in self._taken:
             if cap.request_id is not None:
-                write_response(self.watch_dir, cap.request_id, status="captured", at_step=n, stage=cap.stage,
-                               role=cap.role, ranks=self._capture_ranks(cap))
+                write_response(
+                    self.watch_dir,
+                    cap.request_id,
+                    status="captured",
+                    at_step=n,
+                    stage=cap.stage,
+                    role=cap.role,
+                    ranks=self._capture_ranks(cap),
+                )
 
     def _capture_ranks(self, cap) -> list[int]:
         """The ranks a capture is taken on, as the plan says (the same answer on every rank)."""

@@ -32,8 +32,18 @@ FaultHandler = Callable[["Window", str, str, BaseException, bool], None]
 class Window:
     """One collection window: a backend instance plus what the manifest needs to know."""
 
-    __slots__ = ("spec", "backend", "failed", "start_ns", "closed", "threads_at_start", "cpu", "trigger", "probe",
-                 "on_fault")
+    __slots__ = (
+        "spec",
+        "backend",
+        "failed",
+        "start_ns",
+        "closed",
+        "threads_at_start",
+        "cpu",
+        "trigger",
+        "probe",
+        "on_fault",
+    )
 
     def __init__(self, spec: WindowSpec, on_fault: FaultHandler, watch_load: bool = True):
         self.spec, self.on_fault = spec, on_fault
@@ -102,8 +112,10 @@ class Window:
     def fault(self, phase: str, exc: BaseException, stopped: bool = False) -> None:
         """A backend failure: strict plans raise; otherwise the owner says it, the window is failed and its backend
         released (so later windows can start), and training goes on."""
-        message = f"{self.plan.tool} backend failed to {phase} window {self.spec.base_name(None)}: " \
-                  f"{type(exc).__name__}: {exc}"
+        message = (
+            f"{self.plan.tool} backend failed to {phase} window {self.spec.base_name(None)}: "
+            f"{type(exc).__name__}: {exc}"
+        )
         if self.plan.strict:
             self.failed = True
             raise CollectError(message) from exc
@@ -201,8 +213,12 @@ class WindowWriter:
             dest = spec.run_dir / out.finalize_to
             meta["path"] = dest.name
             if w.finalize(out, dest, meta):
-                log.warning("rlprof: window %s passed its budget of %d bytes; cut to %d bytes and marked truncated",
-                            dest.name, rp.max_bytes_per_window, out.bytes)
+                log.warning(
+                    "rlprof: window %s passed its budget of %d bytes; cut to %d bytes and marked truncated",
+                    dest.name,
+                    rp.max_bytes_per_window,
+                    out.bytes,
+                )
         row = self.row(w, out)
         with self._lock:
             append_row(spec.run_dir, row)
@@ -219,9 +235,16 @@ class WindowWriter:
     def row(self, w: Window, out: Output | None, error: str | None = None) -> dict:
         spec, rp = w.spec, w.plan
         row = {
-            "run_id": self.run_id, "step": spec.steps[0], "steps": list(spec.steps), "role": spec.role,
-            "stage": spec.stage or "e2e", "rank": spec.rank, "world_size": spec.world_size,
-            "replica": spec.replica, "tool": rp.tool, "mode": rp.mode,
+            "run_id": self.run_id,
+            "step": spec.steps[0],
+            "steps": list(spec.steps),
+            "role": spec.role,
+            "stage": spec.stage or "e2e",
+            "rank": spec.rank,
+            "world_size": spec.world_size,
+            "replica": spec.replica,
+            "tool": rp.tool,
+            "mode": rp.mode,
             "unit": rp.schedule.unit if rp.schedule else None,
             "window": (out.index or 0) if out else 0,
             "path": (out.path.name if out and out.path is not None else None),

@@ -15,16 +15,33 @@ from .plan import MemoryOptions, ProfilePlan, RolePlan, Schedule, disabled_plan
 from .source import get, has, load_config
 from ..vocab import ROLES, STAGES, TOOLS, UNITS
 
-__all__ = ["ProfilePlan", "RolePlan", "Schedule", "MemoryOptions", "load_plan", "resolve_plan", "load_config",
-           "detect_dialect", "machine_device", "machine_warnings", "ROLES", "STAGES", "TOOLS", "UNITS"]
+__all__ = [
+    "ProfilePlan",
+    "RolePlan",
+    "Schedule",
+    "MemoryOptions",
+    "load_plan",
+    "resolve_plan",
+    "load_config",
+    "detect_dialect",
+    "machine_device",
+    "machine_warnings",
+    "ROLES",
+    "STAGES",
+    "TOOLS",
+    "UNITS",
+]
 
 DIALECTS = {"global_role": global_role, "legacy": legacy, "integrated": integrated}
 ROLLOUT_MODE_KEYS = ("actor_rollout_ref.rollout.mode", "rollout.mode")
 
 
 # What `rlprof train` / `rlprof demo` collect when their config has no profiling keys at all.
-DEFAULT_PROFILE = ("global_profiler.tool=torch", "global_profiler.steps=[2]",
-                   "actor_rollout_ref.actor.profiler.enable=true")
+DEFAULT_PROFILE = (
+    "global_profiler.tool=torch",
+    "global_profiler.steps=[2]",
+    "actor_rollout_ref.actor.profiler.enable=true",
+)
 
 
 def with_default_profile(data: dict) -> dict:
@@ -44,13 +61,21 @@ def machine_device() -> str:
 def detect_dialect(data: dict) -> str | None:
     found = {name: mod.detect_keys(data) for name, mod in DIALECTS.items()}
     present = {name: keys for name, keys in found.items() if keys}
-    if set(present) == {"global_role", "legacy"} and "global_profiler" not in data and has(data, "trainer.profile_steps"):
+    if (
+        set(present) == {"global_role", "legacy"}
+        and "global_profiler" not in data
+        and has(data, "trainer.profile_steps")
+    ):
         return "legacy"  # v0.4.1's layout: per-role profiler blocks beside trainer.profile_steps
     if len(present) > 1:
         (a, ka), (b, kb) = list(present.items())[:2]
-        raise ConfigError("config", f"{ka[0]} + {kb[0]}", "keys of one dialect only (global_role: global_profiler "
-                          "+ role profilers; legacy: trainer.profile_steps; integrated: profiler_config)",
-                          problem=f"mixes the {a} and {b} dialects")
+        raise ConfigError(
+            "config",
+            f"{ka[0]} + {kb[0]}",
+            "keys of one dialect only (global_role: global_profiler "
+            "+ role profilers; legacy: trainer.profile_steps; integrated: profiler_config)",
+            problem=f"mixes the {a} and {b} dialects",
+        )
     if present:
         return next(iter(present))
     if get(data, "critic.profiler") is not None or get(data, "reward_model.profiler") is not None:
@@ -89,14 +114,22 @@ def resolve_plan(data: dict, *, device: str | None = None, verl_version: str | N
     rollout = plan.role("rollout")
     warnings = list(plan.warnings)
     if rollout.enabled and rollout.mode != "discrete":
-        key = {"global_role": f"actor_rollout_ref.rollout.profiler.tool_config.{rollout.tool}.discrete",
-               "legacy": "actor_rollout_ref.profiler.discrete"}.get(plan.dialect, "rollout discrete")
+        key = {
+            "global_role": f"actor_rollout_ref.rollout.profiler.tool_config.{rollout.tool}.discrete",
+            "legacy": "actor_rollout_ref.profiler.discrete",
+        }.get(plan.dialect, "rollout discrete")
         if get(data, verl.ROLLOUT_MODE_KEY) is None:  # rlprof's own trainer: refuse
-            raise ConfigError(key, False, "true: async rollout (agent loop) profiles each replica in its own "
-                              "process, so the rollout role needs discrete mode")
+            raise ConfigError(
+                key,
+                False,
+                "true: async rollout (agent loop) profiles each replica in its own "
+                "process, so the rollout role needs discrete mode",
+            )
         # verl runs such a config and simply does not profile its engines
-        warnings.append(f"rollout: async rollout (agent loop) profiles the inference engines in discrete mode only; "
-                        f"{key} is false, so verl runs this config without profiling its rollout engines")
+        warnings.append(
+            f"rollout: async rollout (agent loop) profiles the inference engines in discrete mode only; "
+            f"{key} is false, so verl runs this config without profiling its rollout engines"
+        )
         rollout = msgspec.structs.replace(rollout, enabled=False)
     elif plan.dialect == "global_role" and rollout.enabled:
         rollout, note = global_role.rollout_replicas(plan, data)
@@ -106,8 +139,13 @@ def resolve_plan(data: dict, *, device: str | None = None, verl_version: str | N
     return msgspec.structs.replace(plan, roles=roles, async_rollout=True, warnings=tuple(warnings))
 
 
-def load_plan(path: str | os.PathLike | None = None, overrides: Sequence[str] = (), *,
-              device: str | None = None, verl_version: str | None = None) -> ProfilePlan:
+def load_plan(
+    path: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    device: str | None = None,
+    verl_version: str | None = None,
+) -> ProfilePlan:
     """Read YAML + Hydra-style overrides and resolve the plan. Raises ConfigError on bad input."""
     return resolve_plan(load_config(path, overrides), device=device, verl_version=verl_version)
 
@@ -123,8 +161,11 @@ def machine_warnings(plan: ProfilePlan, device: str | None = None) -> list[str]:
         warnings.append("warning: tool nsys needs CUDA, which this machine lacks; collection here would fail")
     if "torch_memory" in tools and device != "cuda":
         warnings.append("warning: tool torch_memory needs CUDA; on this machine it only prints a notice")
-    return [w if w.startswith(("warning:", "note:")) else "warning: " + w for w in plan.warnings] + warnings \
+    return (
+        [w if w.startswith(("warning:", "note:")) else "warning: " + w for w in plan.warnings]
+        + warnings
         + verl_plugin_warnings(plan)
+    )
 
 
 def verl_plugin_warnings(plan: ProfilePlan, environ=None) -> list[str]:
@@ -146,27 +187,40 @@ def verl_plugin_warnings(plan: ProfilePlan, environ=None) -> list[str]:
     instead = "; ".join(verl_alone(r, release) for r in sampling)
     major_minor = ".".join(release.split(".")[:2])
     if major_minor not in verl.PLUGIN_RELEASES:
-        return [f"warning: verl {release} here is not a release rlprof's verl plugin knows "
-                f"({', '.join(verl.PLUGIN_RELEASES)}.x): it will sample no micro-batch (one warning in each worker), "
-                f"and verl collects instead: {instead}"]
+        return [
+            f"warning: verl {release} here is not a release rlprof's verl plugin knows "
+            f"({', '.join(verl.PLUGIN_RELEASES)}.x): it will sample no micro-batch (one warning in each worker), "
+            f"and verl collects instead: {instead}"
+        ]
     listed = ",".join((environ.get(verl.EXTERNAL_MODULES_ENV, ""), *plan.external_modules))
     if verl.PLUGIN_MODULE in [m.strip() for m in listed.split(",")]:
-        return [f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin "
-                f"({verl.EXTERNAL_MODULES_ENV} imports it; verl {release} here)"]
+        return [
+            f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin "
+            f"({verl.EXTERNAL_MODULES_ENV} imports it; verl {release} here)"
+        ]
     if major_minor not in verl.ENTRY_POINT_RELEASES:
-        return [f"warning: verl {release} here loads no entry-point plugins: set {verl.EXTERNAL_MODULES_ENV}="
-                f"{verl.PLUGIN_MODULE} in the workers' environment (+ray_kwargs.ray_init.runtime_env.env_vars."
-                f"{verl.EXTERNAL_MODULES_ENV}=...; actor_rollout_ref.model.external_lib is imported too late). "
-                f"Without it {verl.refuses_unit(release)}; without the key verl collects instead: {instead}"]
+        return [
+            f"warning: verl {release} here loads no entry-point plugins: set {verl.EXTERNAL_MODULES_ENV}="
+            f"{verl.PLUGIN_MODULE} in the workers' environment (+ray_kwargs.ray_init.runtime_env.env_vars."
+            f"{verl.EXTERNAL_MODULES_ENV}=...; actor_rollout_ref.model.external_lib is imported too late). "
+            f"Without it {verl.refuses_unit(release)}; without the key verl collects instead: {instead}"
+        ]
     found = [ep for ep in md.entry_points(group=verl.PLUGIN_GROUP) if ep.value == verl.PLUGIN_MODULE]
     policy = environ.get(verl.PLUGINS_POLICY_ENV, "auto").strip().lower()
-    allowed = policy == "auto" or (policy != "none" and any(ep.name in {p.strip() for p in policy.split(",")}
-                                                            for ep in found))
+    allowed = policy == "auto" or (
+        policy != "none" and any(ep.name in {p.strip() for p in policy.split(",")} for ep in found)
+    )
     if not found or not allowed:
-        why = (f"rlprof's entry point ({verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}) is not installed in this environment"
-               if not found else f"{verl.PLUGINS_POLICY_ENV}={environ.get(verl.PLUGINS_POLICY_ENV)} keeps verl from "
-                                 "loading it")
-        return [f"warning: rlprof's verl plugin will not run in verl's workers: {why}. Without it {verl.refuses_unit(release)}; "
-                f"without the key verl collects instead: {instead}"]
-    return [f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin (entry point "
-            f"{verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}; verl {release} here)"]
+        why = (
+            f"rlprof's entry point ({verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}) is not installed in this environment"
+            if not found
+            else f"{verl.PLUGINS_POLICY_ENV}={environ.get(verl.PLUGINS_POLICY_ENV)} keeps verl from loading it"
+        )
+        return [
+            f"warning: rlprof's verl plugin will not run in verl's workers: {why}. Without it {verl.refuses_unit(release)}; "
+            f"without the key verl collects instead: {instead}"
+        ]
+    return [
+        f"note: micro-batches are sampled inside verl's workers by rlprof's verl plugin (entry point "
+        f"{verl.PLUGIN_GROUP}: {verl.PLUGIN_NAME}; verl {release} here)"
+    ]

@@ -117,14 +117,22 @@ def writable_dir(key: str, path: Any) -> str:
             break
         probe = parent
     if not os.path.isdir(probe):
-        raise ConfigError(key, path, "a directory path that can be created and written",
-                          problem=f"cannot be created ({probe} is not a directory)")
+        raise ConfigError(
+            key,
+            path,
+            "a directory path that can be created and written",
+            problem=f"cannot be created ({probe} is not a directory)",
+        )
     try:  # a real write probe: permission bits say nothing for root or on read-only filesystems
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as exc:
-        raise ConfigError(key, path, "a directory path that can be created and written",
-                          problem=f"cannot be written ({probe}: {exc.strerror or exc})") from None
+        raise ConfigError(
+            key,
+            path,
+            "a directory path that can be created and written",
+            problem=f"cannot be written ({probe}: {exc.strerror or exc})",
+        ) from None
     return path
 
 

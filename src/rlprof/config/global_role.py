@@ -8,6 +8,8 @@ actor_rollout_ref worker follow the actor's profiler; rollout `ranks` are global
 replicas (0.9.1 on) or replica indices (0.9.0). advantage_compute runs on verl's driver, outside every
 worker's profiler: it stays in the actor's stages for rlprof's own trainer, and the plan says verl has no trace of it. rlprof's own additions (`unit`, `max_bytes_per_window`,
 `strict`, `stages`, the `markers` tool) extend it; keys rlprof takes but verl refuses resolve with a warning.
+
+Over 400 lines because it is one dialect, key for key, with the checks that are its meaning.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ RLPROF_ROLE_KEYS = ("stages", "strict", "max_bytes_per_window")
 RLPROF_GLOBAL_KEYS = ("continuous_steps", "strict", "max_bytes_per_window", "trigger")
 # rlprof's extensions inside verl's tool blocks: key -> what verl makes of it
 TOOL_EXTENSIONS = {
-    "torch": ("analysis",), "npu": ("export_type", "schedule"), "nsys": ("schedule",),
-    "torch_memory": ("max_entries", "discrete", "schedule"), "precision_debugger": (),
+    "torch": ("analysis",),
+    "npu": ("export_type", "schedule"),
+    "nsys": ("schedule",),
+    "torch_memory": ("max_entries", "discrete", "schedule"),
+    "precision_debugger": (),
 }
 TOOL_KEYS = {tool: verl.TOOL_CONFIG_KEYS[tool] + TOOL_EXTENSIONS[tool] for tool in verl.TOOL_CONFIG_KEYS}
 TOOL_KEYS["markers"] = ("discrete", "name")
@@ -40,8 +45,11 @@ OPEN_END = 2**31 - 1  # a token window without an end: active until the window c
 
 def detect_keys(data: dict) -> list[str]:
     found = ["global_profiler"] if "global_profiler" in data else []
-    return found + [path for role, path in ROLE_BLOCKS.items() if role in ("actor", "rollout", "ref")
-                    and get(data, path) is not None]
+    return found + [
+        path
+        for role, path in ROLE_BLOCKS.items()
+        if role in ("actor", "rollout", "ref") and get(data, path) is not None
+    ]
 
 
 def detect_version(data: dict) -> str:
@@ -66,8 +74,10 @@ class _Reader:
         self.warnings: list[str] = []
 
     def extension(self, key: str, value: Any, what: str) -> None:
-        self.warnings.append(f"{key} = {value!r} is an rlprof extension ({what}); verl {self.version} itself "
-                             f"refuses this key, so this config only runs under rlprof")
+        self.warnings.append(
+            f"{key} = {value!r} is an rlprof extension ({what}); verl {self.version} itself "
+            f"refuses this key, so this config only runs under rlprof"
+        )
 
     # ---- schedule and token window -----------------------------------------------------------
     def schedule(self, key: str, raw: Any, mode: str) -> Schedule | None:
@@ -98,8 +108,11 @@ class _Reader:
         if end is not None:
             end = c.integer(f"{key}.profile_token_end", end, minimum=0)
             if end <= start:
-                raise c.ConfigError(f"{key}.profile_token_end", end, f"an integer > profile_token_start ({start}); "
-                                    "decode steps [start, end) are collected")
+                raise c.ConfigError(
+                    f"{key}.profile_token_end",
+                    end,
+                    f"an integer > profile_token_start ({start}); decode steps [start, end) are collected",
+                )
         return start, end
 
     # ---- tool blocks ---------------------------------------------------------------------------
@@ -142,30 +155,49 @@ class _Reader:
                             return c.integer(f"{where}.{k}", b[k], minimum=1)
                 return default
 
-            memory = MemoryOptions(max_entries=pick("trace_alloc_max_entries", memory.max_entries, "max_entries"),
-                                   stack_depth=pick("stack_depth", memory.stack_depth),
-                                   snapshot_steps=pick("memory_snapshot_num_steps", 1))
+            memory = MemoryOptions(
+                max_entries=pick("trace_alloc_max_entries", memory.max_entries, "max_entries"),
+                stack_depth=pick("stack_depth", memory.stack_depth),
+                snapshot_steps=pick("memory_snapshot_num_steps", 1),
+            )
         token_window = None
         if tool in ("torch", "npu"):
             token_window = self.token_window(key, block)
             if token_window is not None and role != "rollout":
-                self.warnings.append(f"{key}.profile_token_start/end apply to the rollout role only; "
-                                     f"verl ignores them for {role}")
+                self.warnings.append(
+                    f"{key}.profile_token_start/end apply to the rollout role only; verl ignores them for {role}"
+                )
                 token_window = None
         schedule = self.schedule(f"{key}.schedule", block.get("schedule"), mode)
         if token_window is not None:
             if schedule is not None:
-                raise c.ConfigError(f"{key}.schedule", block.get("schedule"),
-                                    "no schedule beside profile_token_start/end (the token window is the rollout's "
-                                    "schedule)", problem="conflicts with the token window")
+                raise c.ConfigError(
+                    f"{key}.schedule",
+                    block.get("schedule"),
+                    "no schedule beside profile_token_start/end (the token window is the rollout's schedule)",
+                    problem="conflicts with the token window",
+                )
             start, end = token_window
-            schedule = Schedule(unit=verl.TOKEN_WINDOW_UNIT, skip_first=start,
-                                active=(end - start) if end is not None else OPEN_END, repeat=1)
+            schedule = Schedule(
+                unit=verl.TOKEN_WINDOW_UNIT,
+                skip_first=start,
+                active=(end - start) if end is not None else OPEN_END,
+                repeat=1,
+            )
         schedule_stages = verl.SCHEDULED_STAGES if schedule is not None and schedule.unit == "mini_batch" else None
         if tool == "precision_debugger":
             self.precision_debugger(key, block)
-        return dict(mode=mode, contents=contents, level=level, export_type=export_type, analysis=analysis,
-                    schedule=schedule, memory=memory, token_window=token_window, schedule_stages=schedule_stages)
+        return dict(
+            mode=mode,
+            contents=contents,
+            level=level,
+            export_type=export_type,
+            analysis=analysis,
+            schedule=schedule,
+            memory=memory,
+            token_window=token_window,
+            schedule_stages=schedule_stages,
+        )
 
     def precision_debugger(self, key: str, block: dict) -> None:
         if block.get("config_path") is not None:
@@ -223,8 +255,9 @@ class _Reader:
             stages = c.choices(f"{key}.stages", raw["stages"], STAGES)
             for i, stage in enumerate(stages):
                 if stage not in ROLE_STAGES[role]:
-                    raise c.ConfigError(f"{key}.stages[{i}]", stage, f"stages of role {role}: "
-                                        + ", ".join(ROLE_STAGES[role]))
+                    raise c.ConfigError(
+                        f"{key}.stages[{i}]", stage, f"stages of role {role}: " + ", ".join(ROLE_STAGES[role])
+                    )
         if "global_tool_config" in raw:
             self.global_tool_config(f"{key}.global_tool_config", raw["global_tool_config"])
         tkey = f"{key}.tool_config"
@@ -243,13 +276,30 @@ class _Reader:
             active = self.tool_settings(None, tkey, {}, glob, role)
         save_path = c.writable_dir(f"{key}.save_path", raw["save_path"]) if raw.get("save_path") else glob["save_path"]
         strict = c.boolean(f"{key}.strict", raw["strict"]) if "strict" in raw else glob["strict"]
-        budget = (c.optional_integer(f"{key}.max_bytes_per_window", raw["max_bytes_per_window"], minimum=1)
-                  if "max_bytes_per_window" in raw else glob["max_bytes_per_window"])
-        relocate = c.boolean(f"{key}.relocate_results",
-                             raw["relocate_results"] if "relocate_results" in raw else glob["relocate_results"])
-        return RolePlan(role=role, enabled=enable and tool is not None, tool=tool, ranks=ranks, all_ranks=all_ranks,
-                        stages=stages, steps=steps, save_path=save_path, strict=strict, max_bytes_per_window=budget,
-                        finish_hook=self.finish_hook(key, raw, glob), relocate_results=relocate, **active)
+        budget = (
+            c.optional_integer(f"{key}.max_bytes_per_window", raw["max_bytes_per_window"], minimum=1)
+            if "max_bytes_per_window" in raw
+            else glob["max_bytes_per_window"]
+        )
+        relocate = c.boolean(
+            f"{key}.relocate_results",
+            raw["relocate_results"] if "relocate_results" in raw else glob["relocate_results"],
+        )
+        return RolePlan(
+            role=role,
+            enabled=enable and tool is not None,
+            tool=tool,
+            ranks=ranks,
+            all_ranks=all_ranks,
+            stages=stages,
+            steps=steps,
+            save_path=save_path,
+            strict=strict,
+            max_bytes_per_window=budget,
+            finish_hook=self.finish_hook(key, raw, glob),
+            relocate_results=relocate,
+            **active,
+        )
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -271,8 +321,10 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
     known = verl.GLOBAL_KEYS + RLPROF_GLOBAL_KEYS
     if isinstance(graw, dict) and "_target_" in graw:  # a whole trainer YAML: verl reads global_profiler key by key
         ignored = [k for k in graw if k not in known and k not in c.IGNORED_KEYS]
-        reader.warnings += [f"global_profiler.{k} is not a key verl reads; it ignores it (keys: "
-                            f"{', '.join(verl.GLOBAL_KEYS)})" for k in ignored]
+        reader.warnings += [
+            f"global_profiler.{k} is not a key verl reads; it ignores it (keys: {', '.join(verl.GLOBAL_KEYS)})"
+            for k in ignored
+        ]
         graw = {k: v for k, v in graw.items() if k not in ignored}
     g = c.mapping("global_profiler", graw, known)
     with c.framework_would(verl.RUNS_UNKNOWN_TOOL):
@@ -281,8 +333,9 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
         "tool": tool,
         "save_path": c.writable_dir("global_profiler.save_path", g.get("save_path") or DEFAULT_SAVE_PATH),
         "strict": c.boolean("global_profiler.strict", g.get("strict", False)),
-        "max_bytes_per_window": c.optional_integer("global_profiler.max_bytes_per_window",
-                                                   g.get("max_bytes_per_window"), minimum=1),
+        "max_bytes_per_window": c.optional_integer(
+            "global_profiler.max_bytes_per_window", g.get("max_bytes_per_window"), minimum=1
+        ),
         "relocate_results": c.boolean("global_profiler.relocate_results", g.get("relocate_results", False)),
         "finish_hook_cmd": g.get("finish_hook_cmd"),
         "finish_hook_all_ranks": g.get("finish_hook_all_ranks", False),
@@ -309,44 +362,64 @@ def parse(data: dict, *, version: str | None = None) -> ProfilePlan:
             del reader.warnings[said:]
         elif role == "rollout":  # what the rollout inherits from the actor's block was said for the actor
             earlier = set(reader.warnings[:said])
-            reader.warnings[said:] = [w for w in reader.warnings[said:]
-                                      if w.replace(ROLE_BLOCKS["rollout"], ROLE_BLOCKS["actor"]) not in earlier]
+            reader.warnings[said:] = [
+                w
+                for w in reader.warnings[said:]
+                if w.replace(ROLE_BLOCKS["rollout"], ROLE_BLOCKS["actor"]) not in earlier
+            ]
     own_schedule = get(data, f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule")
     if isinstance(own_schedule, dict) and "unit" not in own_schedule and (own_schedule.get("active") or 0) > 0:
-        reader.warnings.append(f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule samples update "
-                               f"mini-batches ({', '.join(verl.SCHEDULED_STAGES)}); the rollout has none, so verl "
-                               "ignores it (profile_token_start/end pick its decode steps)")
+        reader.warnings.append(
+            f"{ROLE_BLOCKS['rollout']}.tool_config.{roles['rollout'].tool}.schedule samples update "
+            f"mini-batches ({', '.join(verl.SCHEDULED_STAGES)}); the rollout has none, so verl "
+            "ignores it (profile_token_start/end pick its decode steps)"
+        )
     # a generated YAML's default (its block carries _target_) is no user's choice; a written block or override is
     written = "_target_" not in (get(data, ROLE_BLOCKS["ref"]) or {})
     if written and own_ref.get("enable") is False and roles["ref"].enabled and roles["ref"].stages:
-        reader.warnings.append(f"{ROLE_BLOCKS['ref']}.enable = False has no effect: the ref stage runs in verl's combined "
-                               "actor_rollout_ref worker, whose profiler follows the actor's; to leave it out, "
-                               f"{ROLE_BLOCKS['ref']}.stages=[] (rlprof's extension; verl itself cannot)")
+        reader.warnings.append(
+            f"{ROLE_BLOCKS['ref']}.enable = False has no effect: the ref stage runs in verl's combined "
+            "actor_rollout_ref worker, whose profiler follows the actor's; to leave it out, "
+            f"{ROLE_BLOCKS['ref']}.stages=[] (rlprof's extension; verl itself cannot)"
+        )
     if own_ref.get("enable"):  # the combined actor_rollout_ref worker builds its profiler from the actor's block
         written = reader.role("ref", ROLE_BLOCKS["ref"], _deep_merge(inherited, own_ref), glob, steps)
         if not _same_as_actor(roles["ref"], written):
-            reader.warnings.append(f"{ROLE_BLOCKS['ref']} differs from the actor's profiler and is not used: the ref "
-                                   "stages run in verl's combined actor_rollout_ref worker, which follows the actor's")
+            reader.warnings.append(
+                f"{ROLE_BLOCKS['ref']} differs from the actor's profiler and is not used: the ref "
+                "stages run in verl's combined actor_rollout_ref worker, which follows the actor's"
+            )
     for role, rp in roles.items():
         if rp.enabled and rp.tool in verl.ALL_RANKS_TOOLS and not rp.all_ranks:
-            reader.warnings.append(f"{ROLE_BLOCKS[role]}: tool {rp.tool} leaves rank selection to its own config; verl "
-                                   f"opens every rank for it, and so does this plan (ranks {list(rp.ranks)} not used)")
+            reader.warnings.append(
+                f"{ROLE_BLOCKS[role]}: tool {rp.tool} leaves rank selection to its own config; verl "
+                f"opens every rank for it, and so does this plan (ranks {list(rp.ranks)} not used)"
+            )
             roles[role] = msgspec.structs.replace(rp, all_ranks=True)
     roles["rollout"] = _as_rollout_servers_do(roles["rollout"], reader.warnings)
     driver = [s for s in verl.DRIVER_STAGES if any(rp.enabled and s in rp.stages for rp in roles.values())]
     if driver:
-        reader.warnings.append(f"note: {', '.join(driver)} runs on verl's driver, outside every worker's profiler: "
-                               "verl's traces never hold it (rlprof's own trainer records it in the actor's process)")
+        reader.warnings.append(
+            f"note: {', '.join(driver)} runs on verl's driver, outside every worker's profiler: "
+            "verl's traces never hold it (rlprof's own trainer records it in the actor's process)"
+        )
     for tool, what in verl.FOREIGN_TOOLS.items():
         users = [role for role, rp in roles.items() if rp.enabled and rp.tool == tool]
         if users:
-            reader.warnings.append(f"tool {tool} ({', '.join(users)}) is {what}; rlprof resolves the plan but has "
-                                   "nothing to record for it")
+            reader.warnings.append(
+                f"tool {tool} ({', '.join(users)}) is {what}; rlprof resolves the plan but has nothing to record for it"
+            )
     modules = get(data, verl.RUNTIME_ENV_VARS + "." + verl.EXTERNAL_MODULES_ENV)
     modules = tuple(m.strip() for m in modules.split(",") if m.strip()) if isinstance(modules, str) else ()
-    return ProfilePlan(dialect="global_role", roles=tuple(roles[r] for r in ROLES), continuous_steps=continuous,
-                       framework=f"verl {version}", warnings=tuple(dict.fromkeys(reader.warnings)),
-                       external_modules=modules, trigger=trigger)
+    return ProfilePlan(
+        dialect="global_role",
+        roles=tuple(roles[r] for r in ROLES),
+        continuous_steps=continuous,
+        framework=f"verl {version}",
+        warnings=tuple(dict.fromkeys(reader.warnings)),
+        external_modules=modules,
+        trigger=trigger,
+    )
 
 
 def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:
@@ -354,12 +427,16 @@ def _as_rollout_servers_do(rollout: RolePlan, warnings: list[str]) -> RolePlan:
     is kept: it is rlprof's extension), and never the finish hook (frameworks/verl.py)."""
     key = ROLE_BLOCKS["rollout"]
     if rollout.enabled and rollout.tool not in verl.ROLLOUT_SERVER_TOOLS + ("markers",):
-        warnings.append(f"{key}: tool {rollout.tool} is off for the rollout: verl's rollout servers profile with "
-                        f"{' or '.join(verl.ROLLOUT_SERVER_TOOLS)} only (set {key}.tool=torch to profile rollout)")
+        warnings.append(
+            f"{key}: tool {rollout.tool} is off for the rollout: verl's rollout servers profile with "
+            f"{' or '.join(verl.ROLLOUT_SERVER_TOOLS)} only (set {key}.tool=torch to profile rollout)"
+        )
         return msgspec.structs.replace(rollout, enabled=False)
     if rollout.enabled and rollout.finish_hook is not None and not verl.ROLLOUT_RUNS_FINISH_HOOK:
-        warnings.append(f"{key}: the finish hook does not run for the rollout: verl's rollout servers never run it, "
-                        "only the training workers do (their hook covers the shared save_path)")
+        warnings.append(
+            f"{key}: the finish hook does not run for the rollout: verl's rollout servers never run it, "
+            "only the training workers do (their hook covers the shared save_path)"
+        )
         return msgspec.structs.replace(rollout, finish_hook=None)
     return rollout
 
@@ -377,6 +454,8 @@ def rollout_replicas(plan: ProfilePlan, data: dict) -> tuple[RolePlan, str | Non
         value = get(data, key)
         size *= c.integer(key, value, minimum=1) if value is not None else 1
     replicas = tuple(sorted({r // size for r in rollout.ranks}))
-    note = (f"rollout ranks {list(rollout.ranks)} are global GPU ranks; with tp*dp*pp = {size} per replica they "
-            f"select replica(s) {', '.join(map(str, replicas))} ({plan.framework})")
+    note = (
+        f"rollout ranks {list(rollout.ranks)} are global GPU ranks; with tp*dp*pp = {size} per replica they "
+        f"select replica(s) {', '.join(map(str, replicas))} ({plan.framework})"
+    )
     return msgspec.structs.replace(rollout, ranks=replicas), note

@@ -55,44 +55,80 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
         start = c.integer(k("profile_step_start"), b.get("profile_step_start", 1), minimum=1)
         end = c.integer(k("profile_step_end"), b.get("profile_step_end", start + 1), minimum=1)
         if end <= start:
-            raise c.ConfigError(k("profile_step_end"), end, f"an integer > profile_step_start ({start}); "
-                                "the range [start, end) is collected")
+            raise c.ConfigError(
+                k("profile_step_end"),
+                end,
+                f"an integer > profile_step_start ({start}); the range [start, end) is collected",
+            )
     ranks_raw = b.get("profile_ranks", "all")
     all_ranks = ranks_raw == "all"
     warnings: list[str] = []
     if isinstance(ranks_raw, str) and not all_ranks:
-        raise c.ConfigError(k("profile_ranks"), ranks_raw, '"all" or a list of integer ranks',
-                            problem="is a string: MindSpeed-RL would run and profile no rank (it compares each "
-                                    "rank with the string's characters)")
+        raise c.ConfigError(
+            k("profile_ranks"),
+            ranks_raw,
+            '"all" or a list of integer ranks',
+            problem="is a string: MindSpeed-RL would run and profile no rank (it compares each "
+            "rank with the string's characters)",
+        )
     if isinstance(ranks_raw, int) and not isinstance(ranks_raw, bool):
         ranks = mindspeed.RANKS_FALLBACK
-        warnings.append(f"{k('profile_ranks')} = {ranks_raw} is not a list: MindSpeed-RL falls back to rank "
-                        f"{ranks[0]}, and so does this plan (write [{ranks_raw}] for rank {ranks_raw})")
+        warnings.append(
+            f"{k('profile_ranks')} = {ranks_raw} is not a list: MindSpeed-RL falls back to rank "
+            f"{ranks[0]}, and so does this plan (write [{ranks_raw}] for rank {ranks_raw})"
+        )
     else:
         ranks = () if all_ranks else c.rank_list(k("profile_ranks"), ranks_raw)
     save_path = c.writable_dir(k("profile_save_path"), b.get("profile_save_path") or DEFAULT_INTEGRATED_SAVE_PATH)
     level = c.choice(k("profile_level"), b.get("profile_level", "level0"), LEVELS)
     export_type = c.choice(k("profile_export_type"), b.get("profile_export_type", "text"), EXPORT_TYPES)
     tool = "npu" if device == "npu" else "torch"
-    switches = [("profile_with_cpu", True, "cpu"), ("profile_with_npu", True, "npu" if tool == "npu" else "cuda"),
-                ("profile_with_memory", False, "memory"), ("profile_record_shapes", False, "shapes"),
-                ("profile_with_module", False, "module")]
+    switches = [
+        ("profile_with_cpu", True, "cpu"),
+        ("profile_with_npu", True, "npu" if tool == "npu" else "cuda"),
+        ("profile_with_memory", False, "memory"),
+        ("profile_record_shapes", False, "shapes"),
+        ("profile_with_module", False, "module"),
+    ]
     contents = tuple(name for key, default, name in switches if flag(key, default))
     analysis = flag("profile_analysis", False)
     if mstx and profile:
-        warnings.append(f"{k('mstx')} = true adds MindSpeed-RL's mstx ranges (msprof_tx) to what the profile_with_* "
-                        "switches and profile_level record; rlprof's stage ranges are recorded with or without it")
-    warnings += [f"{PREFIX}.stage: {s} (MindSpeed-RL's vision-encoder pass) is a stage rlprof's own trainer "
-                 "does not run; its windows come only from a host that marks it" for s in picked or ()
-                 if s in mindspeed.EXTRA_STAGE_ROLE]
+        warnings.append(
+            f"{k('mstx')} = true adds MindSpeed-RL's mstx ranges (msprof_tx) to what the profile_with_* "
+            "switches and profile_level record; rlprof's stage ranges are recorded with or without it"
+        )
+    warnings += [
+        f"{PREFIX}.stage: {s} (MindSpeed-RL's vision-encoder pass) is a stage rlprof's own trainer "
+        "does not run; its windows come only from a host that marks it"
+        for s in picked or ()
+        if s in mindspeed.EXTRA_STAGE_ROLE
+    ]
     roles = []
     for role in ROLES:
         role_stages = _role_stages(role, picked)
-        roles.append(RolePlan(
-            role=role, enabled=profile and bool(role_stages), tool=tool if profile else None, ranks=ranks,
-            all_ranks=all_ranks, mode="e2e" if picked is None else "discrete", contents=contents, level=level,
-            export_type=export_type, analysis=analysis, schedule=None, stages=role_stages,
-            steps=tuple(range(start, end)), save_path=save_path))
-    return ProfilePlan(dialect="integrated", roles=tuple(roles), framework="MindSpeed-RL",
-                       continuous_steps=picked is None, warnings=tuple(warnings),
-                       trigger=parse_trigger(k("trigger"), b.get("trigger")))
+        roles.append(
+            RolePlan(
+                role=role,
+                enabled=profile and bool(role_stages),
+                tool=tool if profile else None,
+                ranks=ranks,
+                all_ranks=all_ranks,
+                mode="e2e" if picked is None else "discrete",
+                contents=contents,
+                level=level,
+                export_type=export_type,
+                analysis=analysis,
+                schedule=None,
+                stages=role_stages,
+                steps=tuple(range(start, end)),
+                save_path=save_path,
+            )
+        )
+    return ProfilePlan(
+        dialect="integrated",
+        roles=tuple(roles),
+        framework="MindSpeed-RL",
+        continuous_steps=picked is None,
+        warnings=tuple(warnings),
+        trigger=parse_trigger(k("trigger"), b.get("trigger")),
+    )

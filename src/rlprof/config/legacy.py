@@ -16,11 +16,27 @@ from ..vocab import DEFAULT_SAVE_PATH, LEVELS, ROLE_STAGES, ROLES, STAGES
 GROUP_BLOCKS = verl.LEGACY_GROUP_BLOCKS
 ROLE_BLOCKS = verl.LEGACY_ROLE_BLOCKS
 GROUP_KEYS = verl.LEGACY_BLOCK_KEYS
-NPU_KEYS = ("save_path", "level", "record_shapes", "with_memory", "with_npu", "with_cpu", "with_module",
-            "with_stack", "analysis", "roles")
+NPU_KEYS = (
+    "save_path",
+    "level",
+    "record_shapes",
+    "with_memory",
+    "with_npu",
+    "with_cpu",
+    "with_module",
+    "with_stack",
+    "analysis",
+    "roles",
+)
 # with_* switch -> content name, in the order contents are listed
-SWITCH_CONTENTS = (("with_npu", "npu"), ("with_cpu", "cpu"), ("with_memory", "memory"),
-                   ("record_shapes", "shapes"), ("with_stack", "stack"), ("with_module", "module"))
+SWITCH_CONTENTS = (
+    ("with_npu", "npu"),
+    ("with_cpu", "cpu"),
+    ("with_memory", "memory"),
+    ("record_shapes", "shapes"),
+    ("with_stack", "stack"),
+    ("with_module", "module"),
+)
 SWITCH_DEFAULTS = {"with_npu": True, "with_cpu": True}
 
 
@@ -57,8 +73,11 @@ def parse(data: dict, *, device: str = "cpu") -> ProfilePlan:
     npu = npu or {}
     save_path = c.writable_dir(f"{key}.save_path", npu.get("save_path") or DEFAULT_SAVE_PATH)
     level = c.choice(f"{key}.level", npu.get("level", "level0"), LEVELS) if tool == "npu" else None
-    contents = tuple(name for switch, name in SWITCH_CONTENTS
-                     if c.boolean(f"{key}.{switch}", npu.get(switch, SWITCH_DEFAULTS.get(switch, False))))
+    contents = tuple(
+        name
+        for switch, name in SWITCH_CONTENTS
+        if c.boolean(f"{key}.{switch}", npu.get(switch, SWITCH_DEFAULTS.get(switch, False)))
+    )
     if tool != "npu":
         contents = ()
     analysis = c.boolean(f"{key}.analysis", npu.get("analysis", False))
@@ -74,11 +93,28 @@ def parse(data: dict, *, device: str = "cpu") -> ProfilePlan:
         ranks = c.rank_list(f"{path}.ranks", raw_ranks)
         if raw_ranks is None and not all_ranks:
             ranks = (0,)  # unset: rank 0; an explicit [] profiles no rank
-        roles.append(RolePlan(
-            role=role, enabled=present, tool=tool, ranks=ranks if present else (), all_ranks=all_ranks,
-            mode="discrete" if discrete else "e2e", contents=contents, level=level,
-            export_type="text" if tool == "npu" else None, analysis=analysis, schedule=None,
-            stages=tuple(s for s in ROLE_STAGES[role] if s in stage_filter), steps=steps, save_path=save_path))
+        roles.append(
+            RolePlan(
+                role=role,
+                enabled=present,
+                tool=tool,
+                ranks=ranks if present else (),
+                all_ranks=all_ranks,
+                mode="discrete" if discrete else "e2e",
+                contents=contents,
+                level=level,
+                export_type="text" if tool == "npu" else None,
+                analysis=analysis,
+                schedule=None,
+                stages=tuple(s for s in ROLE_STAGES[role] if s in stage_filter),
+                steps=steps,
+                save_path=save_path,
+            )
+        )
     by_role = {r.role: r for r in roles}
-    return ProfilePlan(dialect="legacy", roles=tuple(by_role[r] for r in ROLES), continuous_steps=continuous,
-                       framework="verl (seed era: trainer.profile_steps)")
+    return ProfilePlan(
+        dialect="legacy",
+        roles=tuple(by_role[r] for r in ROLES),
+        continuous_steps=continuous,
+        framework="verl (seed era: trainer.profile_steps)",
+    )

@@ -40,7 +40,6 @@ class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return "active", cycle
 
 
-
 class MemoryOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_entries: int = 100_000
     stack_depth: int = 32
@@ -166,9 +165,22 @@ def disabled_plan(dialect: str = "none") -> ProfilePlan:
     return ProfilePlan(
         dialect=dialect,
         roles=tuple(
-            RolePlan(role=r, enabled=False, tool=None, ranks=(), all_ranks=False, mode="e2e",
-                     contents=(), level=None, export_type=None, analysis=False, schedule=None,
-                     stages=(), steps=(), save_path=DEFAULT_SAVE_PATH)
+            RolePlan(
+                role=r,
+                enabled=False,
+                tool=None,
+                ranks=(),
+                all_ranks=False,
+                mode="e2e",
+                contents=(),
+                level=None,
+                export_type=None,
+                analysis=False,
+                schedule=None,
+                stages=(),
+                steps=(),
+                save_path=DEFAULT_SAVE_PATH,
+            )
             for r in ROLES
         ),
     )

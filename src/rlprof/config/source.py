@@ -31,19 +31,29 @@ def _parsed_overrides(overrides: Sequence[str]) -> list[tuple[str, str, Any, boo
     out = []
     for raw in overrides:
         if not isinstance(raw, str) or "=" not in raw or raw.startswith("~"):
-            raise ConfigError("override", raw, "key=value, +key=value or ++key=value (Hydra style)",
-                              problem="is not an override")
+            raise ConfigError(
+                "override", raw, "key=value, +key=value or ++key=value (Hydra style)", problem="is not an override"
+            )
         try:
             parsed = parser.parse_override(raw)
         except Exception as exc:  # Hydra's grammar error (OverrideParseException and its kin)
-            raise ConfigError("override", raw, "key=value with a value in Hydra's override grammar (quote a value "
-                              "that holds spaces or quotes: 'key=\"a b\"')",
-                              problem=f"does not parse as Hydra parses it ({_first_line(exc)})") from None
+            raise ConfigError(
+                "override",
+                raw,
+                "key=value with a value in Hydra's override grammar (quote a value "
+                "that holds spaces or quotes: 'key=\"a b\"')",
+                problem=f"does not parse as Hydra parses it ({_first_line(exc)})",
+            ) from None
         if parsed.is_sweep_override():
-            raise ConfigError("override", raw, "one value; a list is written [a,b]",
-                              problem="is a sweep (a,b): Hydra refuses it outside --multirun (Ambiguous value)")
-        out.append((raw, parsed.key_or_group, parsed.value(),
-                    parsed.type in (OverrideType.ADD, OverrideType.FORCE_ADD)))
+            raise ConfigError(
+                "override",
+                raw,
+                "one value; a list is written [a,b]",
+                problem="is a sweep (a,b): Hydra refuses it outside --multirun (Ambiguous value)",
+            )
+        out.append(
+            (raw, parsed.key_or_group, parsed.value(), parsed.type in (OverrideType.ADD, OverrideType.FORCE_ADD))
+        )
     return out
 
 
@@ -74,26 +84,33 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         try:
             layers.append(OmegaConf.load(path))
         except yaml.YAMLError as exc:
-            raise ConfigError("config", str(path), "a YAML mapping",
-                              problem=f"does not parse: {_yaml_problem(exc)}") from None
+            raise ConfigError(
+                "config", str(path), "a YAML mapping", problem=f"does not parse: {_yaml_problem(exc)}"
+            ) from None
         except (OmegaConfBaseException, ValueError, OSError) as exc:
-            raise ConfigError("config", str(path), "a YAML mapping",
-                              problem=f"could not be read ({_first_line(exc)})") from None
+            raise ConfigError(
+                "config", str(path), "a YAML mapping", problem=f"could not be read ({_first_line(exc)})"
+            ) from None
     closed = _closed(path, layers[0]) if layers else None
     added: set[str] = set()
     for raw, key, value, adds in _parsed_overrides(overrides):
         if closed is not None and not adds and key not in added and not _holds(closed, key):
-            raise ConfigError("override", raw, f"+{raw} to add it (verl then ignores a key its dataclasses lack)",
-                              problem=f"names a key {os.path.basename(path)} does not hold: Hydra refuses it in a "
-                                      "whole verl config (Key not in struct)")
+            raise ConfigError(
+                "override",
+                raw,
+                f"+{raw} to add it (verl then ignores a key its dataclasses lack)",
+                problem=f"names a key {os.path.basename(path)} does not hold: Hydra refuses it in a "
+                "whole verl config (Key not in struct)",
+            )
         if adds:
             added.add(key)
         layer = OmegaConf.create()
         try:
             OmegaConf.update(layer, key, value, force_add=True)
         except (OmegaConfBaseException, ValueError, TypeError) as exc:
-            raise ConfigError("override", raw, "key=value with a dotted key",
-                              problem=f"could not be set ({_first_line(exc)})") from None
+            raise ConfigError(
+                "override", raw, "key=value with a dotted key", problem=f"could not be set ({_first_line(exc)})"
+            ) from None
         layers.append(layer)
     if not layers:
         return {}
@@ -101,8 +118,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         merged = OmegaConf.merge(*layers)
         data = OmegaConf.to_container(merged, resolve=True)
     except (OmegaConfBaseException, ValueError) as exc:
-        raise ConfigError("config", str(path or "overrides"), "a consistent YAML mapping",
-                          problem=f"could not be merged ({_first_line(exc)})") from None
+        raise ConfigError(
+            "config",
+            str(path or "overrides"),
+            "a consistent YAML mapping",
+            problem=f"could not be merged ({_first_line(exc)})",
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError("config", data, "a YAML mapping at the top level", problem="is not a mapping")
     return data

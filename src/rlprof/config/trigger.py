@@ -10,8 +10,18 @@ from .plan import SlowRule, TriggerPlan
 from ..errors import ConfigError
 from ..vocab import STAGES
 
-KEYS = ("slow", "straggler", "request", "max_captures", "cooldown", "keep", "warmup_steps", "window", "stages",
-        "baseline")
+KEYS = (
+    "slow",
+    "straggler",
+    "request",
+    "max_captures",
+    "cooldown",
+    "keep",
+    "warmup_steps",
+    "window",
+    "stages",
+    "baseline",
+)
 RULE_KEYS = ("factor", "min_seconds")
 KEEP = ("next", "slow_only")
 
@@ -57,9 +67,16 @@ def parse_trigger(key: str, raw: Any) -> TriggerPlan | None:
         baseline=c.boolean(f"{key}.baseline", b.get("baseline", False)),
     )
     if trigger.slow is None and trigger.straggler is None and not trigger.request:
-        raise ConfigError(key, raw, "at least one of slow: {factor: ...}, straggler: {factor: ...}, request: true",
-                          problem="arms nothing")
+        raise ConfigError(
+            key,
+            raw,
+            "at least one of slow: {factor: ...}, straggler: {factor: ...}, request: true",
+            problem="arms nothing",
+        )
     if trigger.keep == "slow_only" and trigger.slow is None and trigger.straggler is None:
-        raise ConfigError(f"{key}.keep", "slow_only", "next, or slow_only beside a slow or straggler rule (it keeps "
-                          "the windows those rules find slow)")
+        raise ConfigError(
+            f"{key}.keep",
+            "slow_only",
+            "next, or slow_only beside a slow or straggler rule (it keeps the windows those rules find slow)",
+        )
     return trigger

@@ -27,13 +27,18 @@ _TRACE = r"\.json(?:\.gz)?$"
 # `{host}_{pid}.async_llm.{ns}...`; vLLM 0.1x `{instance}-rank-{r}.{ns}...`.
 TRACE_NAMES = (
     ("vllm", "frontend", re.compile(r"^(?:.+[._])?async_llm\.\d+\.pt\.trace" + _TRACE)),
-    ("vllm", "worker", re.compile(r"^(?:.+_)?dp\d+_pp\d+_tp(?P<tp>\d+)_dcp\d+_ep\d+_rank\d+\.\d+\.pt\.trace"
-                                  + _TRACE)),
+    ("vllm", "worker", re.compile(r"^(?:.+_)?dp\d+_pp\d+_tp(?P<tp>\d+)_dcp\d+_ep\d+_rank\d+\.\d+\.pt\.trace" + _TRACE)),
     ("vllm", "worker", re.compile(r"^(?:.+_)?rank(?P<tp>\d+)\.\d+\.pt\.trace" + _TRACE)),
     ("vllm", "worker", re.compile(r"^(?:.+_)?.+-rank-(?P<tp>\d+)\.\d+\.pt\.trace" + _TRACE)),
     ("sglang", "merged", re.compile(r"^merged-.+\.trace" + _TRACE)),
-    ("sglang", "worker", re.compile(r"^(?:.+-)?[\w.]+-TP-(?P<tp>\d+)(?:-DP-\d+)?(?:-PP-\d+)?(?:-EP-\d+)?"
-                                    r"(?:-(?P<phase>EXTEND|DECODE))?\.trace" + _TRACE)),
+    (
+        "sglang",
+        "worker",
+        re.compile(
+            r"^(?:.+-)?[\w.]+-TP-(?P<tp>\d+)(?:-DP-\d+)?(?:-PP-\d+)?(?:-EP-\d+)?"
+            r"(?:-(?P<phase>EXTEND|DECODE))?\.trace" + _TRACE
+        ),
+    ),
     ("vllm", "worker", re.compile(r"^.+\.\d+\.pt\.trace" + _TRACE)),  # torch's default worker name
 )
 
@@ -57,7 +62,8 @@ def recognise(name: str) -> EngineFile | None:
 # A context request is one still in its prefill (chunked prefill included); sampling runs outside the range.
 EXECUTE_ANNOTATION = re.compile(
     r"^execute_(?:\d+_)?context_(?P<ctx>\d+)\((?:sq)?(?P<ctx_tokens>\d+)[^)]*\)"
-    r"_generation_(?P<gen>\d+)\((?:sq)?(?P<gen_tokens>\d+)[^)]*\)$")
+    r"_generation_(?P<gen>\d+)\((?:sq)?(?P<gen_tokens>\d+)[^)]*\)$"
+)
 
 
 def execute_counts(name: str) -> dict[str, int] | None:

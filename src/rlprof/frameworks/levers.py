@@ -43,107 +43,256 @@ VA = "actor_rollout_ref."
 
 LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
     "rollout_tail": {
-        "verl": (Lever("data.max_response_length", "lower", "caps the longest response the batch waits for",
-                       value="max_new_tokens"),),
-        "mindspeed": (Lever("generate_config.sampling_config.max_tokens", "lower",
-                            "caps the longest response the batch waits for", value="max_new_tokens"),
-                      Lever("rl_config.partial_rollout_max_split", "raise",
-                            "partial rollout: a long response is continued in the next step instead of held for")),
-        "rlprof": (Lever("rollout.max_new_tokens", "lower", "caps the longest response the batch waits for",
-                          value="max_new_tokens"),),
+        "verl": (
+            Lever(
+                "data.max_response_length",
+                "lower",
+                "caps the longest response the batch waits for",
+                value="max_new_tokens",
+            ),
+        ),
+        "mindspeed": (
+            Lever(
+                "generate_config.sampling_config.max_tokens",
+                "lower",
+                "caps the longest response the batch waits for",
+                value="max_new_tokens",
+            ),
+            Lever(
+                "rl_config.partial_rollout_max_split",
+                "raise",
+                "partial rollout: a long response is continued in the next step instead of held for",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "rollout.max_new_tokens",
+                "lower",
+                "caps the longest response the batch waits for",
+                value="max_new_tokens",
+            ),
+        ),
     },
     "padding": {
-        "verl": (Lever(VA + "model.use_remove_padding", "True", "packs the real tokens, no pad computed"),
-                 Lever(VA + "actor.use_dynamic_bsz", "True",
-                       "micro-batches by token budget (ppo_max_token_len_per_gpu), rows of like length together")),
-        "mindspeed": (Lever("rl_config.use_remove_padding", "true", "packs the real tokens, no pad computed"),
-                      Lever("rl_config.use_dynamic_bsz", "true",
-                            "micro-batches by token budget (max_packing_token_size)")),
-        "rlprof": (Lever("actor.use_dynamic_bsz", "true",
-                         "micro-batches by token budget (actor.max_token_len), rows of like length together",
-                         also=(("actor.max_token_len", "{max_token_len}"),)),),
+        "verl": (
+            Lever(VA + "model.use_remove_padding", "True", "packs the real tokens, no pad computed"),
+            Lever(
+                VA + "actor.use_dynamic_bsz",
+                "True",
+                "micro-batches by token budget (ppo_max_token_len_per_gpu), rows of like length together",
+            ),
+        ),
+        "mindspeed": (
+            Lever("rl_config.use_remove_padding", "true", "packs the real tokens, no pad computed"),
+            Lever("rl_config.use_dynamic_bsz", "true", "micro-batches by token budget (max_packing_token_size)"),
+        ),
+        "rlprof": (
+            Lever(
+                "actor.use_dynamic_bsz",
+                "true",
+                "micro-batches by token budget (actor.max_token_len), rows of like length together",
+                also=(("actor.max_token_len", "{max_token_len}"),),
+            ),
+        ),
     },
     "small_units": {
-        "verl": (Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "fewer, fuller update passes",
-                       UPDATE, value="micro_batch_size"),
-                 Lever(VA + "rollout.log_prob_micro_batch_size_per_gpu", "raise",
-                       "fewer, fuller old-log-prob passes", OLD_LOG_PROB, value="micro_batch_size"),
-                 Lever(VA + "ref.log_prob_micro_batch_size_per_gpu", "raise", "fewer, fuller reference passes",
-                       REF_LOG_PROB, value="micro_batch_size"),
-                 Lever(VA + "actor.use_dynamic_bsz", "True", "micro-batches filled to a token budget instead")),
-        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE,
-                            value="micro_batch_size"),
-                      Lever("rl_config.actor_forward_micro_batch_size", "raise", "fewer, fuller old-log-prob passes",
-                            OLD_LOG_PROB, value="micro_batch_size"),
-                      Lever("rl_config.ref_forward_micro_batch_size", "raise", "fewer, fuller reference passes",
-                            REF_LOG_PROB, value="micro_batch_size"),
-                      Lever("rl_config.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
-        "rlprof": (Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE,
-                         value="micro_batch_size"),
-                   Lever("actor.log_prob_micro_batch_size", "raise", "fewer, fuller log-prob passes",
-                         OLD_LOG_PROB + REF_LOG_PROB, value="micro_batch_size"),
-                   Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead")),
+        "verl": (
+            Lever(
+                VA + "actor.ppo_micro_batch_size_per_gpu",
+                "raise",
+                "fewer, fuller update passes",
+                UPDATE,
+                value="micro_batch_size",
+            ),
+            Lever(
+                VA + "rollout.log_prob_micro_batch_size_per_gpu",
+                "raise",
+                "fewer, fuller old-log-prob passes",
+                OLD_LOG_PROB,
+                value="micro_batch_size",
+            ),
+            Lever(
+                VA + "ref.log_prob_micro_batch_size_per_gpu",
+                "raise",
+                "fewer, fuller reference passes",
+                REF_LOG_PROB,
+                value="micro_batch_size",
+            ),
+            Lever(VA + "actor.use_dynamic_bsz", "True", "micro-batches filled to a token budget instead"),
+        ),
+        "mindspeed": (
+            Lever(
+                "actor_config.micro_batch_size",
+                "raise",
+                "fewer, fuller update passes",
+                UPDATE,
+                value="micro_batch_size",
+            ),
+            Lever(
+                "rl_config.actor_forward_micro_batch_size",
+                "raise",
+                "fewer, fuller old-log-prob passes",
+                OLD_LOG_PROB,
+                value="micro_batch_size",
+            ),
+            Lever(
+                "rl_config.ref_forward_micro_batch_size",
+                "raise",
+                "fewer, fuller reference passes",
+                REF_LOG_PROB,
+                value="micro_batch_size",
+            ),
+            Lever("rl_config.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead"),
+        ),
+        "rlprof": (
+            Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE, value="micro_batch_size"),
+            Lever(
+                "actor.log_prob_micro_batch_size",
+                "raise",
+                "fewer, fuller log-prob passes",
+                OLD_LOG_PROB + REF_LOG_PROB,
+                value="micro_batch_size",
+            ),
+            Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead"),
+        ),
     },
     "unused_reference": {
         # verl's need_reference_policy: use_kl_in_reward or actor.use_kl_loss (verl/trainer/ppo/utils.py)
-        "verl": (Lever(VA + "actor.use_kl_loss", "False",
-                       "with algorithm.use_kl_in_reward=False verl builds no reference policy and skips the pass"),),
+        "verl": (
+            Lever(
+                VA + "actor.use_kl_loss",
+                "False",
+                "with algorithm.use_kl_in_reward=False verl builds no reference policy and skips the pass",
+            ),
+        ),
         "rlprof": (Lever("actor.use_kl_loss", "false", "the reference pass is skipped"),),
     },
     "slow_reward": {
-        "verl": (Lever("reward.num_workers", "raise", "scores the batch in that many reward-loop workers at once",
-                       value="workers"),),
-        "mindspeed": (Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel",
-                            value="workers"),),
+        "verl": (
+            Lever(
+                "reward.num_workers",
+                "raise",
+                "scores the batch in that many reward-loop workers at once",
+                value="workers",
+            ),
+        ),
+        "mindspeed": (
+            Lever("rl_config.verifier_parallel", "raise", "runs the rule verifiers in parallel", value="workers"),
+        ),
         "rlprof": (Lever("reward.workers", "raise", "scores the batch in that many threads at once", value="workers"),),
     },
     "weight_sync": {
-        "verl": (Lever(VA + "rollout.checkpoint_engine.update_weights_bucket_megabytes", "raise",
-                       "fewer, larger transfers to the rollout engine"),),
-        "rlprof": (Lever("rollout.share_actor_weights", "true",
-                         "rollout reads the actor's shards: no full copy (each decode step gathers them instead)"),),
+        "verl": (
+            Lever(
+                VA + "rollout.checkpoint_engine.update_weights_bucket_megabytes",
+                "raise",
+                "fewer, larger transfers to the rollout engine",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "rollout.share_actor_weights",
+                "true",
+                "rollout reads the actor's shards: no full copy (each decode step gathers them instead)",
+            ),
+        ),
     },
     "exposed_comm": {
-        "verl": (Lever(VA + "actor.fsdp_config.forward_prefetch", "True",
-                       "issues the next layer's all-gather before the current forward ends"),
-                 Lever(VA + "actor.fsdp_config.reshard_after_forward", "False",
-                       "keeps gathered weights from forward to backward: no second all-gather (more memory)")),
-        "mindspeed": (Lever("megatron_training.overlap_param_gather", "true",
-                            "overlaps the parameter all-gather with the forward"),
-                      Lever("megatron_training.overlap_grad_reduce", "true",
-                            "overlaps the gradient reduce with the backward")),
-        "rlprof": (Lever("actor.reshard_after_forward", "false",
-                         "keeps gathered weights from forward to backward: no second all-gather (more memory)"),),
+        "verl": (
+            Lever(
+                VA + "actor.fsdp_config.forward_prefetch",
+                "True",
+                "issues the next layer's all-gather before the current forward ends",
+            ),
+            Lever(
+                VA + "actor.fsdp_config.reshard_after_forward",
+                "False",
+                "keeps gathered weights from forward to backward: no second all-gather (more memory)",
+            ),
+        ),
+        "mindspeed": (
+            Lever(
+                "megatron_training.overlap_param_gather", "true", "overlaps the parameter all-gather with the forward"
+            ),
+            Lever("megatron_training.overlap_grad_reduce", "true", "overlaps the gradient reduce with the backward"),
+        ),
+        "rlprof": (
+            Lever(
+                "actor.reshard_after_forward",
+                "false",
+                "keeps gathered weights from forward to backward: no second all-gather (more memory)",
+            ),
+        ),
     },
     "slow_rank": {
-        "verl": (Lever("trainer.balance_batch", "True",
-                       "balances tokens across data-parallel ranks (a rank with longer sequences is slower)"),),
-        "rlprof": (Lever("trainer.debug.slow_rank", "null",
-                         "the reference trainer's only source of a slow rank is this injected slowdown"),),
+        "verl": (
+            Lever(
+                "trainer.balance_batch",
+                "True",
+                "balances tokens across data-parallel ranks (a rank with longer sequences is slower)",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "trainer.debug.slow_rank",
+                "null",
+                "the reference trainer's only source of a slow rank is this injected slowdown",
+            ),
+        ),
     },
     "launch_bound": {
-        "verl": (Lever(VA + "rollout.enforce_eager", "False", "CUDA graphs replay decode kernels without launches",
-                       ("rollout_generate",)),
-                 Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE),
-                 Lever(VA + "actor.use_torch_compile", "True", "fused kernels: fewer launches")),
-        "mindspeed": (Lever("generate_config.enforce_eager", "false", "graph mode replays decode without launches",
-                            ("rollout_generate",)),),
-        "rlprof": (Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
-                   Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch",
-                         OLD_LOG_PROB + REF_LOG_PROB)),
+        "verl": (
+            Lever(
+                VA + "rollout.enforce_eager",
+                "False",
+                "CUDA graphs replay decode kernels without launches",
+                ("rollout_generate",),
+            ),
+            Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE),
+            Lever(VA + "actor.use_torch_compile", "True", "fused kernels: fewer launches"),
+        ),
+        "mindspeed": (
+            Lever(
+                "generate_config.enforce_eager",
+                "false",
+                "graph mode replays decode without launches",
+                ("rollout_generate",),
+            ),
+        ),
+        "rlprof": (
+            Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
+            Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch", OLD_LOG_PROB + REF_LOG_PROB),
+        ),
     },
     "memory_headroom": {
-        "verl": (Lever(VA + "actor.ppo_max_token_len_per_gpu", "raise",
-                       "with use_dynamic_bsz: more tokens per micro-batch in the memory left", UPDATE),
-                 Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "larger micro-batches fit", UPDATE),
-                 Lever(VA + "rollout.gpu_memory_utilization", "raise", "a larger KV cache for the engine",
-                       ("rollout_generate",))),
-        "mindspeed": (Lever("actor_config.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
-                      Lever("generate_config.gpu_memory_utilization", "raise", "a larger KV cache for the engine",
-                            ("rollout_generate",))),
-        "rlprof": (Lever("actor.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
-                   Lever("actor.log_prob_micro_batch_size", "raise", "larger micro-batches fit",
-                         OLD_LOG_PROB + REF_LOG_PROB)),
+        "verl": (
+            Lever(
+                VA + "actor.ppo_max_token_len_per_gpu",
+                "raise",
+                "with use_dynamic_bsz: more tokens per micro-batch in the memory left",
+                UPDATE,
+            ),
+            Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "larger micro-batches fit", UPDATE),
+            Lever(
+                VA + "rollout.gpu_memory_utilization",
+                "raise",
+                "a larger KV cache for the engine",
+                ("rollout_generate",),
+            ),
+        ),
+        "mindspeed": (
+            Lever("actor_config.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
+            Lever(
+                "generate_config.gpu_memory_utilization",
+                "raise",
+                "a larger KV cache for the engine",
+                ("rollout_generate",),
+            ),
+        ),
+        "rlprof": (
+            Lever("actor.micro_batch_size", "raise", "larger micro-batches fit", UPDATE),
+            Lever("actor.log_prob_micro_batch_size", "raise", "larger micro-batches fit", OLD_LOG_PROB + REF_LOG_PROB),
+        ),
     },
 }
 

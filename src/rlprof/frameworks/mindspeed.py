@@ -13,9 +13,23 @@ import re
 # ---- config (profiler_config.integrated) --------------------------------------------------------
 # The fields of its ProfilerConfig (Ascend/MindSpeed-RL @05a90d7, mindspeed_rl/config_cls/mindstudio_config.py
 # ~40-54); BaseConfig.update refuses any other key (base_config.py ~29-33: "The key ... is missing").
-KEYS = ("profile", "mstx", "stage", "profile_save_path", "profile_export_type", "profile_step_start",
-        "profile_step_end", "profile_level", "profile_with_memory", "profile_record_shapes", "profile_with_cpu",
-        "profile_with_npu", "profile_with_module", "profile_analysis", "profile_ranks")
+KEYS = (
+    "profile",
+    "mstx",
+    "stage",
+    "profile_save_path",
+    "profile_export_type",
+    "profile_step_start",
+    "profile_step_end",
+    "profile_level",
+    "profile_with_memory",
+    "profile_record_shapes",
+    "profile_with_cpu",
+    "profile_with_npu",
+    "profile_with_module",
+    "profile_analysis",
+    "profile_ranks",
+)
 # get_grpo_profiler (mindspeed_rl/utils/utils.py ~518-589 @05a90d7): `profile_ranks` is "all" or anything
 # list() takes; what list() refuses (an int) falls back to [0]; ranks are compared with torch's int rank, so a
 # string other than "all" (a list of its characters) selects no rank. `mstx` only sets msprof_tx (its mstx
@@ -100,14 +114,54 @@ CANN_API = re.compile(r"^(AscendCL|Node|Hccl|HCCL|Runtime|Model|Acl|ACL|Opapi|GE
 # communication stream's own tasks (Notify Wait, SDMA, Write Value): neither is computing. Older CANN versions
 # type every task "Other"; there the task's name tells the runtime's tasks from operators. Checked against
 # step_trace_time.csv on every real collection in tests/data/ascend (the KERNEL_* names are the db's TASK types).
-COMPUTE_TASK_TYPES = frozenset({"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "FFTS_PLUS",
-                                "DSA_SQE", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC",
-                                "KERNEL_MIX_AIV"})
-RUNTIME_TASK_TYPES = frozenset({"EVENT_RECORD_SQE", "EVENT_WAIT_SQE", "PCIE_DMA_SQE", "SDMA_SQE", "PLACE_HOLDER_SQE",
-                                "Notify Wait", "Notify Record", "SDMA", "Write Value", "MEMCPY_ASYNC",
-                                "EVENT_RECORD", "EVENT_WAIT", "STARS_COMMON"})
-RUNTIME_TASK_NAMES = frozenset({"MEMCPY_ASYNC", "EVENT_RECORD", "EVENT_WAIT", "PROFILING_ENABLE", "PROFILING_DISABLE",
-                                "Notify Wait", "Notify Record", "SDMA", "Write Value", "Notify_Wait", "Notify_Record"})
+COMPUTE_TASK_TYPES = frozenset(
+    {
+        "AI_CORE",
+        "AI_VECTOR_CORE",
+        "AI_CPU",
+        "MIX_AIC",
+        "MIX_AIV",
+        "FFTS_PLUS",
+        "DSA_SQE",
+        "KERNEL_AICORE",
+        "KERNEL_AIVEC",
+        "KERNEL_AICPU",
+        "KERNEL_MIX_AIC",
+        "KERNEL_MIX_AIV",
+    }
+)
+RUNTIME_TASK_TYPES = frozenset(
+    {
+        "EVENT_RECORD_SQE",
+        "EVENT_WAIT_SQE",
+        "PCIE_DMA_SQE",
+        "SDMA_SQE",
+        "PLACE_HOLDER_SQE",
+        "Notify Wait",
+        "Notify Record",
+        "SDMA",
+        "Write Value",
+        "MEMCPY_ASYNC",
+        "EVENT_RECORD",
+        "EVENT_WAIT",
+        "STARS_COMMON",
+    }
+)
+RUNTIME_TASK_NAMES = frozenset(
+    {
+        "MEMCPY_ASYNC",
+        "EVENT_RECORD",
+        "EVENT_WAIT",
+        "PROFILING_ENABLE",
+        "PROFILING_DISABLE",
+        "Notify Wait",
+        "Notify Record",
+        "SDMA",
+        "Write Value",
+        "Notify_Wait",
+        "Notify_Record",
+    }
+)
 
 
 # Tasks the profiler itself puts on the device when it starts and stops: no part of the run's timeline.

@@ -46,8 +46,9 @@ class HttpEngineClient:
 
     def _post(self, path: str, body: dict | None = None) -> int:
         data = json.dumps(body or {}).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
             return resp.status
 
@@ -74,9 +75,12 @@ def check_rollout_schedule(rp: RolePlan) -> None:
     """A schedule no inference engine can follow (micro- or mini-batches), refused in one line naming the key."""
     s = rp.schedule
     if rp.enabled and s is not None and s.unit not in ENGINE_UNITS:
-        raise ConfigError(f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.unit", s.unit,
-                          "decode_step (engine iterations), or no schedule for the whole generate call",
-                          problem="has no meaning inside an inference engine")
+        raise ConfigError(
+            f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.unit",
+            s.unit,
+            "decode_step (engine iterations), or no schedule for the whole generate call",
+            problem="has no meaning inside an inference engine",
+        )
 
 
 def engine_window(rp: RolePlan, engine: str) -> Window:
@@ -86,17 +90,23 @@ def engine_window(rp: RolePlan, engine: str) -> Window:
     if s is None or s.unit != "decode_step":
         return Window()
     if s.repeat not in (0, 1):
-        raise ConfigError(f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.repeat", s.repeat,
-                          f"0 or 1: {engine}'s own profiler records one window per start_profile (rlprof's vLLM "
-                          "plugin follows repeat)")
+        raise ConfigError(
+            f"{ROLLOUT_KEY}.tool_config.{rp.tool}.schedule.repeat",
+            s.repeat,
+            f"0 or 1: {engine}'s own profiler records one window per start_profile (rlprof's vLLM "
+            "plugin follows repeat)",
+        )
     return Window(delay=s.skip_first + s.wait + s.warmup, active=s.active or None)
 
 
 def rollout_plan(plan: ProfilePlan) -> RolePlan:
     rp = plan.role("rollout")
     if rp.enabled and rp.steps and rp.mode != "discrete":
-        raise ConfigError(f"{ROLLOUT_KEY}.tool_config.{rp.tool}.discrete", False,
-                          "true: an inference engine profiles its own processes, one window per (step, replica)")
+        raise ConfigError(
+            f"{ROLLOUT_KEY}.tool_config.{rp.tool}.discrete",
+            False,
+            "true: an inference engine profiles its own processes, one window per (step, replica)",
+        )
     if rp.enabled and rp.steps and rp.tool not in ("torch", "markers"):
         raise ConfigError(f"{ROLLOUT_KEY}.tool", rp.tool, "torch for vLLM / SGLang engines (their torch profiler)")
     check_rollout_schedule(rp)
@@ -126,8 +136,10 @@ def vllm_settings(plan: ProfilePlan, trace_dir: str | Path, version: str) -> tup
     if rp.analysis:
         notes.append("vLLM: does not run an analysis step itself; `rlprof analyze` reads its traces")
     if rp.level not in (None, "level_none") or not {"cpu", "cuda"} <= contents or "module" in contents:
-        notes.append("vLLM: collects at a fixed level (CPU and CUDA activities, no module hierarchy); "
-                     f"contents {sorted(contents)} and level {rp.level} are not applied as such")
+        notes.append(
+            "vLLM: collects at a fixed level (CPU and CUDA activities, no module hierarchy); "
+            f"contents {sorted(contents)} and level {rp.level} are not applied as such"
+        )
     v = _version_tuple(version)
     stack, shapes, memory = "stack" in contents, "shapes" in contents, "memory" in contents
     # vLLM's WorkerProfiler starts on the delay-th iteration it counts (`_active_iteration_count == delay`, counting
@@ -135,29 +147,48 @@ def vllm_settings(plan: ProfilePlan, trace_dir: str | Path, version: str) -> tup
     # max_iterations then records exactly that many).
     delay = win.delay + 1 if win.delay else 0
     if v >= VLLM_CONFIG_SINCE:
-        cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir), "torch_profiler_with_stack": stack,
-               "torch_profiler_record_shapes": shapes, "torch_profiler_with_memory": memory,
-               "torch_profiler_with_flops": False, "torch_profiler_use_gzip": True,
-               "delay_iterations": delay, "max_iterations": win.active or 0,
-               # the front-end (AsyncLLM) trace ignores delay/limit and would span the whole call
-               "ignore_frontend": bool(win.delay or win.active)}
+        cfg = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(trace_dir),
+            "torch_profiler_with_stack": stack,
+            "torch_profiler_record_shapes": shapes,
+            "torch_profiler_with_memory": memory,
+            "torch_profiler_with_flops": False,
+            "torch_profiler_use_gzip": True,
+            "delay_iterations": delay,
+            "max_iterations": win.active or 0,
+            # the front-end (AsyncLLM) trace ignores delay/limit and would span the whole call
+            "ignore_frontend": bool(win.delay or win.active),
+        }
         return {"profiler_config": cfg}, notes
-    env = {"VLLM_TORCH_PROFILER_DIR": str(trace_dir), "VLLM_TORCH_PROFILER_WITH_STACK": str(int(stack)),
-           "VLLM_TORCH_PROFILER_RECORD_SHAPES": str(int(shapes)),
-           "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory))}
+    env = {
+        "VLLM_TORCH_PROFILER_DIR": str(trace_dir),
+        "VLLM_TORCH_PROFILER_WITH_STACK": str(int(stack)),
+        "VLLM_TORCH_PROFILER_RECORD_SHAPES": str(int(shapes)),
+        "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": str(int(memory)),
+    }
     if v >= VLLM_ITERS_SINCE:
-        env.update({"VLLM_PROFILER_DELAY_ITERS": str(delay), "VLLM_PROFILER_MAX_ITERS": str(win.active or 0),
-                    "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": str(int(bool(win.delay or win.active)))})
+        env.update(
+            {
+                "VLLM_PROFILER_DELAY_ITERS": str(delay),
+                "VLLM_PROFILER_MAX_ITERS": str(win.active or 0),
+                "VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM": str(int(bool(win.delay or win.active))),
+            }
+        )
     elif win.delay or win.active:
-        notes.append(f"vLLM {version}: cannot delay or limit profiled iterations (needs >= 0.12); the whole "
-                     "generate call is profiled")
+        notes.append(
+            f"vLLM {version}: cannot delay or limit profiled iterations (needs >= 0.12); the whole "
+            "generate call is profiled"
+        )
     return {"env": env}, notes
 
 
 # ---- SGLang -----------------------------------------------------------------------------------------
 
-def sglang_start_args(plan: ProfilePlan, output_dir: str | Path, forward_count: int | None = None
-                      ) -> tuple[dict, list[str]]:
+
+def sglang_start_args(
+    plan: ProfilePlan, output_dir: str | Path, forward_count: int | None = None
+) -> tuple[dict, list[str]]:
     """Keyword arguments of SGLang's start_profile (Engine method or POST /start_profile body).
 
     SGLang's start_step counts the server's forward passes since launch, so a delay needs the engine's
@@ -174,16 +205,22 @@ def sglang_start_args(plan: ProfilePlan, output_dir: str | Path, forward_count: 
     activities = ["CPU"] if "cpu" in contents else []
     if "cuda" in contents or not activities:
         activities.append("GPU")
-    args: dict[str, Any] = {"output_dir": str(output_dir), "activities": activities,
-                            "with_stack": "stack" in contents, "record_shapes": "shapes" in contents}
+    args: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "activities": activities,
+        "with_stack": "stack" in contents,
+        "record_shapes": "shapes" in contents,
+    }
     if win.delay and forward_count is not None:
         args["start_step"] = forward_count + 1 + win.delay
         if win.active:
             args["num_steps"] = win.active
     elif win.delay:
-        notes.append(f"SGLang: start_step counts forward passes since the server started and the current count "
-                     f"is unknown; recording {win.delay + (win.active or 0)} steps from now instead of skipping "
-                     f"{win.delay}")
+        notes.append(
+            f"SGLang: start_step counts forward passes since the server started and the current count "
+            f"is unknown; recording {win.delay + (win.active or 0)} steps from now instead of skipping "
+            f"{win.delay}"
+        )
         if win.active:
             args["num_steps"] = win.delay + win.active
     elif win.active:
@@ -192,6 +229,7 @@ def sglang_start_args(plan: ProfilePlan, output_dir: str | Path, forward_count: 
 
 
 # ---- engine output files ----------------------------------------------------------------------------
+
 
 def _settled(paths: list[Path], wait_s: float) -> None:
     """Engines write traces after stop returns: wait until sizes stop changing (bounded)."""
@@ -205,8 +243,17 @@ def _settled(paths: list[Path], wait_s: float) -> None:
         time.sleep(0.2)
 
 
-def register_outputs(run_dir: Path, out_dir: Path, *, step: int, replica: int, replicas: int, before: set[str],
-                     tool: str = "torch", wait_s: float = 5.0) -> list[dict]:
+def register_outputs(
+    run_dir: Path,
+    out_dir: Path,
+    *,
+    step: int,
+    replica: int,
+    replicas: int,
+    before: set[str],
+    tool: str = "torch",
+    wait_s: float = 5.0,
+) -> list[dict]:
     """Manifest rows for the engine traces that appeared in `out_dir` since `before`."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -218,17 +265,34 @@ def register_outputs(run_dir: Path, out_dir: Path, *, step: int, replica: int, r
     rows = []
     for k, path in enumerate(new):
         kind = recognise(path.name)
-        row = {"step": step, "role": "rollout", "stage": "rollout_generate", "rank": replica,
-               "world_size": replicas, "replica": replica, "tool": tool, "mode": "discrete", "unit": "decode_step",
-               "window": k, "path": str(path.relative_to(run_dir)), "bytes": path.stat().st_size,
-               "start_ns": None, "end_ns": None, "status": "complete", "engine": kind.engine,
-               "engine_part": kind.part, "engine_tp_rank": kind.tp_rank, "engine_phase": kind.phase}
+        row = {
+            "step": step,
+            "role": "rollout",
+            "stage": "rollout_generate",
+            "rank": replica,
+            "world_size": replicas,
+            "replica": replica,
+            "tool": tool,
+            "mode": "discrete",
+            "unit": "decode_step",
+            "window": k,
+            "path": str(path.relative_to(run_dir)),
+            "bytes": path.stat().st_size,
+            "start_ns": None,
+            "end_ns": None,
+            "status": "complete",
+            "engine": kind.engine,
+            "engine_part": kind.part,
+            "engine_tp_rank": kind.tp_rank,
+            "engine_phase": kind.phase,
+        }
         append_row(run_dir, row)
         rows.append(row)
     return rows
 
 
 # ---- adapters ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class EngineAdapter:
@@ -276,8 +340,14 @@ class EngineAdapter:
             return []
         if not self.auto_stops():
             self.client.stop_profile()
-        return register_outputs(self.run_dir, self.out_dir(step), step=step, replica=self.replica,
-                                replicas=self.replicas, before=self._before)
+        return register_outputs(
+            self.run_dir,
+            self.out_dir(step),
+            step=step,
+            replica=self.replica,
+            replicas=self.replicas,
+            before=self._before,
+        )
 
     def warn(self) -> None:
         for note in self.notes:

@@ -44,12 +44,18 @@ def check_version(version: str | None = None) -> str:
 
             version = installed("trl")
         except Exception:
-            raise IntegrationError("trl is not installed; allowed: trl "
-                                   + " or ".join(f"{v}.x" for v in SUPPORTED) + " (pip install 'trl==1.16.*')") from None
+            raise IntegrationError(
+                "trl is not installed; allowed: trl "
+                + " or ".join(f"{v}.x" for v in SUPPORTED)
+                + " (pip install 'trl==1.16.*')"
+            ) from None
     minor = ".".join(version.split(".")[:2])
     if minor not in SUPPORTED:
-        raise IntegrationError(f"trl {version} is not supported by rlprof.integrations.trl; allowed: trl "
-                               + " or ".join(f"{v}.x" for v in SUPPORTED) + " (pip install 'trl==1.16.*')")
+        raise IntegrationError(
+            f"trl {version} is not supported by rlprof.integrations.trl; allowed: trl "
+            + " or ".join(f"{v}.x" for v in SUPPORTED)
+            + " (pip install 'trl==1.16.*')"
+        )
     return version
 
 
@@ -63,15 +69,23 @@ def _plan(plan_or_config) -> ProfilePlan:
         return load_plan(path, list(overrides))
     if isinstance(plan_or_config, Sequence):  # overrides only
         return load_plan(None, list(plan_or_config))
-    raise IntegrationError(f"plan_or_config {type(plan_or_config).__name__} is not allowed; allowed: a ProfilePlan, "
-                           "a YAML path, (path, [overrides]) or a list of overrides")
+    raise IntegrationError(
+        f"plan_or_config {type(plan_or_config).__name__} is not allowed; allowed: a ProfilePlan, "
+        "a YAML path, (path, [overrides]) or a list of overrides"
+    )
 
 
 class TrlHooks:
     """The wrappers and step bookkeeping for one GRPOTrainer instance."""
 
-    WRAPPED = ("_generate", "_calculate_rewards", "_get_per_token_logps_and_entropies",
-               "_generate_and_score_completions", "compute_loss", "training_step")
+    WRAPPED = (
+        "_generate",
+        "_calculate_rewards",
+        "_get_per_token_logps_and_entropies",
+        "_generate_and_score_completions",
+        "compute_loss",
+        "training_step",
+    )
 
     def __init__(self, trainer, prof: Profiler):
         self.trainer, self.prof = trainer, prof
@@ -83,8 +97,10 @@ class TrlHooks:
     def install(self) -> "TrlHooks":
         missing = [name for name in self.WRAPPED if not hasattr(self.trainer, name)]
         if missing:
-            raise IntegrationError(f"{type(self.trainer).__name__} has no {', '.join(missing)}; allowed: "
-                                   "trl.GRPOTrainer (or a subclass) of a supported TRL version")
+            raise IntegrationError(
+                f"{type(self.trainer).__name__} has no {', '.join(missing)}; allowed: "
+                "trl.GRPOTrainer (or a subclass) of a supported TRL version"
+            )
         for name in self.WRAPPED:
             original = getattr(self.trainer, name)
             self._originals[name] = original

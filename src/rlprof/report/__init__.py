@@ -17,8 +17,10 @@ class Report:
         self.page, self.height = page, height
 
     def _repr_html_(self) -> str:
-        return (f'<iframe srcdoc="{html.escape(self.page, quote=True)}" sandbox="allow-scripts" '
-                f'style="width:100%;height:{self.height}px;border:1px solid #ddd"></iframe>')
+        return (
+            f'<iframe srcdoc="{html.escape(self.page, quote=True)}" sandbox="allow-scripts" '
+            f'style="width:100%;height:{self.height}px;border:1px solid #ddd"></iframe>'
+        )
 
     def save(self, path: str | Path) -> Path:
         Path(path).write_text(self.page, encoding="utf-8")

@@ -11,11 +11,24 @@ from collections import defaultdict
 
 from ..analyze.breakdown import BUCKETS, order_key
 
-STAGE_COLORS = {"rollout_generate": "#4c78a8", "reward_compute": "#72b7b2", "ref_compute_log_prob": "#54a24b",
-                "actor_compute_log_prob": "#eeca3b", "advantage_compute": "#b279a2", "actor_update": "#e45756",
-                "weight_sync": "#9d755d", "critic_update": "#ff9da6", "values_compute": "#bab0ac"}
-PARTS = (("compute only", "#4c78a8"), ("comm overlapped", "#9ecae9"), ("comm exposed", "#e45756"),
-         ("memcpy", "#f58518"), ("idle", "#d3d3d3"))
+STAGE_COLORS = {
+    "rollout_generate": "#4c78a8",
+    "reward_compute": "#72b7b2",
+    "ref_compute_log_prob": "#54a24b",
+    "actor_compute_log_prob": "#eeca3b",
+    "advantage_compute": "#b279a2",
+    "actor_update": "#e45756",
+    "weight_sync": "#9d755d",
+    "critic_update": "#ff9da6",
+    "values_compute": "#bab0ac",
+}
+PARTS = (
+    ("compute only", "#4c78a8"),
+    ("comm overlapped", "#9ecae9"),
+    ("comm exposed", "#e45756"),
+    ("memcpy", "#f58518"),
+    ("idle", "#d3d3d3"),
+)
 
 
 def esc(value) -> str:
@@ -24,8 +37,13 @@ def esc(value) -> str:
 
 def _layout(title: str, **extra) -> dict:
     margin = {"l": 160, "r": 30, "t": 90, "b": 60} | extra.pop("margin", {})
-    return {"title": {"text": title, "y": 0.98, "yanchor": "top"}, "margin": margin, "hovermode": "closest",
-            "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0}, **extra}
+    return {
+        "title": {"text": title, "y": 0.98, "yanchor": "top"},
+        "margin": margin,
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
+        **extra,
+    }
 
 
 def _stage_rows(doc: dict) -> list[dict]:
@@ -54,39 +72,69 @@ def timeline(doc: dict) -> dict | None:
     t0 = min([r["start_us"] for r in rows] + [r["host_start_us"] for r in hosts])
     traces = []
     if hosts:
-        traces.append({
-            "type": "bar", "orientation": "h", "name": "host range", "y": [f"{_lane(r)} host" for r in hosts],
-            "base": [(r["host_start_us"] - t0) / 1e3 for r in hosts], "x": [r["host_wall_ms"] for r in hosts],
-            "marker": {"color": [STAGE_COLORS.get(str(r.get("stage")), "#888888") for r in hosts], "opacity": 0.5},
-            "customdata": [[esc(r.get("step")), esc(r.get("role")), esc(r.get("stage"))] for r in hosts],
-            "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]} on the host<br>%{base:.2f} ms"
-                             " + %{x:.2f} ms<extra>%{y}</extra>"})
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": "host range",
+                "y": [f"{_lane(r)} host" for r in hosts],
+                "base": [(r["host_start_us"] - t0) / 1e3 for r in hosts],
+                "x": [r["host_wall_ms"] for r in hosts],
+                "marker": {"color": [STAGE_COLORS.get(str(r.get("stage")), "#888888") for r in hosts], "opacity": 0.5},
+                "customdata": [[esc(r.get("step")), esc(r.get("role")), esc(r.get("stage"))] for r in hosts],
+                "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]} on the host<br>%{base:.2f} ms"
+                " + %{x:.2f} ms<extra>%{y}</extra>",
+            }
+        )
     by_stage: dict[str, list[dict]] = defaultdict(list)
     units = []
     for r in rows:
         (by_stage[str(r.get("stage") or "window")] if r.get("unit") is None else units).append(r)
     for stage, rs in by_stage.items():
-        traces.append({
-            "type": "bar", "orientation": "h", "name": esc(stage), "y": [_device_lane(r) for r in rs],
-            "base": [(r["start_us"] - t0) / 1e3 for r in rs], "x": [r["wall_ms"] for r in rs],
-            "marker": {"color": STAGE_COLORS.get(stage, "#888888")},
-            "customdata": [[esc(r.get("step")), esc(r.get("role")), esc(stage), r["compute_ms"], r["comm_ms"],
-                            r["idle_ms"]] for r in rs],
-            "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]}<br>%{base:.2f} ms +"
-                             " %{x:.2f} ms<br>compute %{customdata[3]:.2f}, comm %{customdata[4]:.2f}, idle "
-                             "%{customdata[5]:.2f} ms<extra>%{y}</extra>"})
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": esc(stage),
+                "y": [_device_lane(r) for r in rs],
+                "base": [(r["start_us"] - t0) / 1e3 for r in rs],
+                "x": [r["wall_ms"] for r in rs],
+                "marker": {"color": STAGE_COLORS.get(stage, "#888888")},
+                "customdata": [
+                    [esc(r.get("step")), esc(r.get("role")), esc(stage), r["compute_ms"], r["comm_ms"], r["idle_ms"]]
+                    for r in rs
+                ],
+                "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]}<br>%{base:.2f} ms +"
+                " %{x:.2f} ms<br>compute %{customdata[3]:.2f}, comm %{customdata[4]:.2f}, idle "
+                "%{customdata[5]:.2f} ms<extra>%{y}</extra>",
+            }
+        )
     if units:
-        traces.append({
-            "type": "bar", "orientation": "h", "name": "micro-batch / decode step", "width": 0.25,
-            "y": [_device_lane(r) for r in units], "base": [(r["start_us"] - t0) / 1e3 for r in units],
-            "x": [r["wall_ms"] for r in units], "marker": {"color": "#222222", "opacity": 0.55},
-            "customdata": [[esc(r["unit"]), esc(r["index"]), esc(r.get("stage"))] for r in units],
-            "hovertemplate": "%{customdata[0]} %{customdata[1]} in %{customdata[2]}<br>%{x:.3f} ms<extra>%{y}</extra>"})
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": "micro-batch / decode step",
+                "width": 0.25,
+                "y": [_device_lane(r) for r in units],
+                "base": [(r["start_us"] - t0) / 1e3 for r in units],
+                "x": [r["wall_ms"] for r in units],
+                "marker": {"color": "#222222", "opacity": 0.55},
+                "customdata": [[esc(r["unit"]), esc(r["index"]), esc(r.get("stage"))] for r in units],
+                "hovertemplate": "%{customdata[0]} %{customdata[1]} in %{customdata[2]}<br>%{x:.3f} ms<extra>%{y}</extra>",
+            }
+        )
     lanes = sorted({_device_lane(r) for r in rows} | {f"{_lane(r)} host" for r in hosts})
-    return {"data": traces, "layout": _layout("Stage timeline per rank (ms from the first window)", barmode="overlay",
-                                              xaxis={"title": {"text": "ms"}},
-                                              yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]},
-                                              height=max(260, 60 * len(lanes) + 160))}
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Stage timeline per rank (ms from the first window)",
+            barmode="overlay",
+            xaxis={"title": {"text": "ms"}},
+            yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]},
+            height=max(260, 60 * len(lanes) + 160),
+        ),
+    }
 
 
 def stage_means(doc: dict) -> list[dict]:
@@ -94,8 +142,16 @@ def stage_means(doc: dict) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in _stage_rows(doc):
         groups.setdefault((r.get("step"), r.get("role"), r.get("stage")), []).append(r)
-    return [{"step": k[0], "role": k[1], "stage": k[2], "ranks": len(rs),
-             **{b: sum(r[b] for r in rs) / len(rs) for b in BUCKETS}} for k, rs in groups.items()]
+    return [
+        {
+            "step": k[0],
+            "role": k[1],
+            "stage": k[2],
+            "ranks": len(rs),
+            **{b: sum(r[b] for r in rs) / len(rs) for b in BUCKETS},
+        }
+        for k, rs in groups.items()
+    ]
 
 
 def breakdown(doc: dict) -> dict | None:
@@ -103,8 +159,9 @@ def breakdown(doc: dict) -> dict | None:
     means = stage_means(doc)
     if not means:
         return None
-    labels = [esc(f"s{m['step']} {m['stage']}" if m["step"] is not None else (m["stage"] or "whole trace"))
-              for m in means]
+    labels = [
+        esc(f"s{m['step']} {m['stage']}" if m["step"] is not None else (m["stage"] or "whole trace")) for m in means
+    ]
     values = {
         "compute only": [m["compute_ms"] - m["overlap_ms"] for m in means],
         "comm overlapped": [m["overlap_ms"] for m in means],
@@ -112,20 +169,38 @@ def breakdown(doc: dict) -> dict | None:
         "memcpy": [m["memcpy_ms"] for m in means],
         "idle": [m["idle_ms"] for m in means],
     }
-    traces = [{"type": "bar", "name": name, "x": labels, "y": values[name], "marker": {"color": color},
-               "hovertemplate": f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>"} for name, color in PARTS]
-    return {"data": traces, "layout": _layout("Where the time went, per stage (ms, mean over ranks)",
-                                              barmode="stack", yaxis={"title": {"text": "ms"}},
-                                              xaxis={"automargin": True}, height=420,
-                                              margin={"l": 60, "b": 40})}
+    traces = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": labels,
+            "y": values[name],
+            "marker": {"color": color},
+            "hovertemplate": f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>",
+        }
+        for name, color in PARTS
+    ]
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Where the time went, per stage (ms, mean over ranks)",
+            barmode="stack",
+            yaxis={"title": {"text": "ms"}},
+            xaxis={"automargin": True},
+            height=420,
+            margin={"l": 60, "b": 40},
+        ),
+    }
 
 
 def op_totals(doc: dict) -> list[dict]:
     """Operators and kernels summed over every window, ranked by self time."""
     totals: dict[tuple, dict] = {}
     for op in doc["ops"]:
-        t = totals.setdefault((op["kind"], op["name"]), {"kind": op["kind"], "name": op["name"], "count": 0,
-                                                         "total_ms": 0.0, "self_ms": 0.0, "max_ms": 0.0})
+        t = totals.setdefault(
+            (op["kind"], op["name"]),
+            {"kind": op["kind"], "name": op["name"], "count": 0, "total_ms": 0.0, "self_ms": 0.0, "max_ms": 0.0},
+        )
         t["count"] += op["count"]
         t["total_ms"] += op["total_ms"]
         t["self_ms"] += op["self_ms"]
@@ -145,13 +220,25 @@ def top_ops(doc: dict, n: int = 15) -> dict | None:
     for kind, color in (("cpu_op", "#4c78a8"), ("kernel", "#e45756")):
         top = [t for t in ranked if t["kind"] == kind][:n][::-1]
         if top:
-            traces.append({"type": "bar", "orientation": "h", "name": "CPU operators (self)" if kind == "cpu_op"
-                           else "kernels", "y": [esc(t["name"][:90]) for t in top], "x": [t["self_ms"] for t in top],
-                           "marker": {"color": color}, "customdata": [[t["count"]] for t in top],
-                           "hovertemplate": "%{y}<br>%{x:.2f} ms in %{customdata[0]} calls<extra></extra>"})
+            traces.append(
+                {
+                    "type": "bar",
+                    "orientation": "h",
+                    "name": "CPU operators (self)" if kind == "cpu_op" else "kernels",
+                    "y": [esc(t["name"][:90]) for t in top],
+                    "x": [t["self_ms"] for t in top],
+                    "marker": {"color": color},
+                    "customdata": [[t["count"]] for t in top],
+                    "hovertemplate": "%{y}<br>%{x:.2f} ms in %{customdata[0]} calls<extra></extra>",
+                }
+            )
     height = 120 + 22 * sum(len(t["y"]) for t in traces)
-    return {"data": traces, "layout": _layout("Top operators and kernels (self time, ms, all windows)",
-                                              height=max(300, height), margin={"l": 380})}
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Top operators and kernels (self time, ms, all windows)", height=max(300, height), margin={"l": 380}
+        ),
+    }
 
 
 def memory(doc: dict) -> dict | None:
@@ -159,12 +246,26 @@ def memory(doc: dict) -> dict | None:
     if not series:
         return None
     t0 = min(m["timeline"][0][0] for m in series)
-    traces = [{"type": "scatter", "mode": "lines", "name": esc(f"rank {m.get('rank')} {m.get('file') or ''}")[:80],
-               "x": [(ts - t0) / 1e3 for ts, _ in m["timeline"]], "y": [b / 2**20 for _, b in m["timeline"]],
-               "hovertemplate": "%{x:.1f} ms: %{y:.1f} MiB<extra></extra>"} for m in series]
-    return {"data": traces, "layout": _layout("Allocated memory over time (MiB)", xaxis={"title": {"text": "ms"}},
-                                              yaxis={"title": {"text": "MiB"}},
-                                              margin={"l": 60})}
+    traces = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": esc(f"rank {m.get('rank')} {m.get('file') or ''}")[:80],
+            "x": [(ts - t0) / 1e3 for ts, _ in m["timeline"]],
+            "y": [b / 2**20 for _, b in m["timeline"]],
+            "hovertemplate": "%{x:.1f} ms: %{y:.1f} MiB<extra></extra>",
+        }
+        for m in series
+    ]
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Allocated memory over time (MiB)",
+            xaxis={"title": {"text": "ms"}},
+            yaxis={"title": {"text": "MiB"}},
+            margin={"l": 60},
+        ),
+    }
 
 
 def cluster_spread(result: dict) -> dict | None:
@@ -178,18 +279,38 @@ def cluster_spread(result: dict) -> dict | None:
     for i, rank in enumerate(sorted({r["rank"] for r in ranks}, key=order_key)):
         color = palette[i % len(palette)]
         mine = {esc(f"{r['role']}/{r['stage']}"): r for r in ranks if r["rank"] == rank}
-        traces.append({"type": "bar", "name": f"rank {rank} compute", "x": stages,
-                       "y": [mine[s]["compute_ms"] if s in mine else None for s in stages],
-                       "offsetgroup": str(rank), "marker": {"color": color},
-                       "hovertemplate": "%{x}<br>compute %{y:.2f} ms<extra>rank "
-                                                                  f"{rank}</extra>"})
-        traces.append({"type": "bar", "name": f"rank {rank} comm wait", "x": stages,
-                       "y": [mine[s]["comm_ms"] if s in mine else None for s in stages], "offsetgroup": str(rank),
-                       "base": [mine[s]["compute_ms"] if s in mine else None for s in stages],
-                       "marker": {"color": color, "opacity": 0.45, "pattern": {"shape": "/"}},
-                       "hovertemplate": "%{x}<br>comm wait %{y:.2f} ms<extra>rank " + f"{rank}</extra>"})
-    return {"data": traces, "layout": _layout("Per rank: compute and exposed comm per stage (ms per step)",
-                                              barmode="group", height=480, margin={"l": 60, "b": 160})}
+        traces.append(
+            {
+                "type": "bar",
+                "name": f"rank {rank} compute",
+                "x": stages,
+                "y": [mine[s]["compute_ms"] if s in mine else None for s in stages],
+                "offsetgroup": str(rank),
+                "marker": {"color": color},
+                "hovertemplate": f"%{{x}}<br>compute %{{y:.2f}} ms<extra>rank {rank}</extra>",
+            }
+        )
+        traces.append(
+            {
+                "type": "bar",
+                "name": f"rank {rank} comm wait",
+                "x": stages,
+                "y": [mine[s]["comm_ms"] if s in mine else None for s in stages],
+                "offsetgroup": str(rank),
+                "base": [mine[s]["compute_ms"] if s in mine else None for s in stages],
+                "marker": {"color": color, "opacity": 0.45, "pattern": {"shape": "/"}},
+                "hovertemplate": "%{x}<br>comm wait %{y:.2f} ms<extra>rank " + f"{rank}</extra>",
+            }
+        )
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Per rank: compute and exposed comm per stage (ms per step)",
+            barmode="group",
+            height=480,
+            margin={"l": 60, "b": 160},
+        ),
+    }
 
 
 def compare_stages(cmp: dict) -> dict | None:
@@ -197,9 +318,19 @@ def compare_stages(cmp: dict) -> dict | None:
     if not walls:
         return None
     labels = [esc(f"s{s['step']} {s['role']}/{s['stage']}" if s["stage"] else "whole trace") for s in walls]
-    traces = [{"type": "bar", "name": "baseline", "x": labels, "y": [s["baseline_ms"] for s in walls],
-               "marker": {"color": "#9ecae9"}},
-              {"type": "bar", "name": "new", "x": labels, "y": [s["new_ms"] for s in walls],
-               "marker": {"color": "#4c78a8"}}]
-    return {"data": traces, "layout": _layout("Wall time per stage: baseline vs new (ms)", barmode="group",
-                                              height=480, margin={"l": 60, "b": 160})}
+    traces = [
+        {
+            "type": "bar",
+            "name": "baseline",
+            "x": labels,
+            "y": [s["baseline_ms"] for s in walls],
+            "marker": {"color": "#9ecae9"},
+        },
+        {"type": "bar", "name": "new", "x": labels, "y": [s["new_ms"] for s in walls], "marker": {"color": "#4c78a8"}},
+    ]
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Wall time per stage: baseline vs new (ms)", barmode="group", height=480, margin={"l": 60, "b": 160}
+        ),
+    }

@@ -9,10 +9,12 @@ from .charts import esc
 from .shape import OP_COLUMNS, PIVOT_COLUMNS, SIGNED, fmt, ops_by_stage, stage_pivot, where
 
 # The operator table's stage selector: 'all stages' shows the top overall, a stage its own rows.
-STAGE_SELECT_JS = ("(function(){var s=document.getElementById('stage-select');if(!s)return;"
-                   "s.addEventListener('change',function(e){var v=e.target.value;"
-                   "document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
-                   "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});})();")
+STAGE_SELECT_JS = (
+    "(function(){var s=document.getElementById('stage-select');if(!s)return;"
+    "s.addEventListener('change',function(e){var v=e.target.value;"
+    "document.querySelectorAll('#ops-table tbody tr').forEach(function(r){"
+    "var show=v?r.dataset.stage===v:r.dataset.top==='1';r.style.display=show?'':'none';});});})();"
+)
 
 
 def table(records: list[dict], columns: list[tuple[str, str]], limit: int = 30) -> str:
@@ -54,17 +56,22 @@ def compare_html(doc: dict, top: int = 50) -> str:
     ]
     lines = partial_lines(doc)
     if lines:  # per side: partial, and each damaged file's own warning
-        parts.append('<ul class="partial">' + "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines)
-                     + "</ul>")
+        parts.append(
+            '<ul class="partial">' + "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines) + "</ul>"
+        )
     parts += [
         "<h3>Per stage (ms; bucket columns are the change)</h3>",
         signed_table(stage_pivot(doc), PIVOT_COLUMNS, SIGNED),
         "<h3>Operators and kernels that moved (ms per window)</h3>",
-        signed_table([o for o in doc["ops"] if o["status"] != "same"][:top],
-                     OP_COLUMNS + (("shape",) if doc["by_shape"] else ()), SIGNED),
+        signed_table(
+            [o for o in doc["ops"] if o["status"] != "same"][:top],
+            OP_COLUMNS + (("shape",) if doc["by_shape"] else ()),
+            SIGNED,
+        ),
         "<h3>Collectives</h3>",
-        signed_table(doc["collectives"][:top], ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"),
-                     SIGNED),
+        signed_table(
+            doc["collectives"][:top], ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"), SIGNED
+        ),
         "<h3>Memory peak</h3>",
         signed_table(doc["memory"], ("role", "stage", "baseline_peak_mb", "new_peak_mb", "diff_mb"), SIGNED),
     ]
@@ -95,22 +102,33 @@ def findings_html(found: list[dict]) -> str:
         return '<div class="ok">no finding above its threshold (see docs/analysis_schema.md)</div>'
     out = []
     for k, f in enumerate(found, 1):
-        body = f'<b>{k}.</b> {esc(f["text"])}'
+        body = f"<b>{k}.</b> {esc(f['text'])}"
         if f.get("cause"):
-            body += (f'<div class="cause"><b>cause:</b> {esc(f["cause"])}</div>'
-                     f'<div class="evidence"><b>evidence:</b> {esc(_evidence_text(f.get("evidence") or {}))}</div>')
+            body += (
+                f'<div class="cause"><b>cause:</b> {esc(f["cause"])}</div>'
+                f'<div class="evidence"><b>evidence:</b> {esc(_evidence_text(f.get("evidence") or {}))}</div>'
+            )
             if f.get("saving_text"):
                 ms = f.get("saving_ms")
-                body += (f'<div class="saving" data-saving-ms="{"" if ms is None else f"{ms:.3f}"}"><b>saving:</b> '
-                         f'{esc(f["saving_text"])} (the fix with its values: <code>rlprof advise RUN --fix '
-                         '[--dialect verl|mindspeed|rlprof]</code>)</div>')
-            rows = "".join(f'<tr><td>{esc(DIALECT_NAMES.get(d, d))}</td><td><code>{esc(lv["key"])}</code></td>'
-                           f'<td>{esc(lv["set"])}</td><td>{esc(lv["why"])}</td></tr>'
-                           for d, levers in f.get("levers", {}).items() for lv in levers)
-            body += ('<table class="levers"><tr><th>framework</th><th>config key</th><th>turn</th><th>why</th></tr>'
-                     f"{rows}</table>")
-        out.append(f'<div class="finding{" cause-finding" if f.get("cause") else ""}" data-kind="{esc(f["kind"])}">'
-                   f"{body}</div>")
+                body += (
+                    f'<div class="saving" data-saving-ms="{"" if ms is None else f"{ms:.3f}"}"><b>saving:</b> '
+                    f"{esc(f['saving_text'])} (the fix with its values: <code>rlprof advise RUN --fix "
+                    "[--dialect verl|mindspeed|rlprof]</code>)</div>"
+                )
+            rows = "".join(
+                f"<tr><td>{esc(DIALECT_NAMES.get(d, d))}</td><td><code>{esc(lv['key'])}</code></td>"
+                f"<td>{esc(lv['set'])}</td><td>{esc(lv['why'])}</td></tr>"
+                for d, levers in f.get("levers", {}).items()
+                for lv in levers
+            )
+            body += (
+                '<table class="levers"><tr><th>framework</th><th>config key</th><th>turn</th><th>why</th></tr>'
+                f"{rows}</table>"
+            )
+        out.append(
+            f'<div class="finding{" cause-finding" if f.get("cause") else ""}" data-kind="{esc(f["kind"])}">'
+            f"{body}</div>"
+        )
     return "".join(out)
 
 
@@ -127,11 +145,13 @@ def next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) -> 
         return f'<p class="note">next step: {esc(str(exc))}</p>'
     text = OmegaConf.to_yaml(OmegaConf.create(advice["config"]))
     why = "".join(f"<li>{esc(r)}</li>" for r in advice["reasons"])
-    return (f'<div class="next"><b>Next step</b>: profile {esc(advice["target"]["stage"])} at step '
-            f'{esc(advice["target"]["step"])} on rank(s) {esc(advice["target"]["ranks"])}, predicted '
-            f'{advice["predicted_bytes"] / 1e6:.2f} MB a rank (budget 2 MB; other dialects and budgets: '
-            f'<code>rlprof advise RUN --budget SIZE --dialect verl|mindspeed|rlprof</code>)<ul>{why}</ul>'
-            f'<pre id="next-config">{esc(text)}</pre></div>')
+    return (
+        f'<div class="next"><b>Next step</b>: profile {esc(advice["target"]["stage"])} at step '
+        f"{esc(advice['target']['step'])} on rank(s) {esc(advice['target']['ranks'])}, predicted "
+        f"{advice['predicted_bytes'] / 1e6:.2f} MB a rank (budget 2 MB; other dialects and budgets: "
+        f"<code>rlprof advise RUN --budget SIZE --dialect verl|mindspeed|rlprof</code>)<ul>{why}</ul>"
+        f'<pre id="next-config">{esc(text)}</pre></div>'
+    )
 
 
 def ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
@@ -139,7 +159,8 @@ def ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
     ranked = ops_by_stage(ops)
     stages = sorted({where(o["role"], o["stage"]) for o in ranked})
     options = '<option value="">all stages</option>' + "".join(
-        f'<option value="{esc(s)}">{esc(s)}</option>' for s in stages)
+        f'<option value="{esc(s)}">{esc(s)}</option>' for s in stages
+    )
     seen: dict[str, int] = {}
     body = []
     for k, o in enumerate(ranked):
@@ -149,11 +170,16 @@ def ops_by_stage_html(ops: list[dict], per_stage: int = 25) -> str:
             continue
         shown = "" if k < per_stage else ' style="display:none"'
         cells = (at, o["kind"], o["name"], str(o["count"]), f"{o['self_ms']:.3f}", f"{o['total_ms']:.3f}")
-        body.append(f'<tr data-stage="{esc(at)}" data-top="{int(k < per_stage)}"{shown}>'
-                    + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+        body.append(
+            f'<tr data-stage="{esc(at)}" data-top="{int(k < per_stage)}"{shown}>'
+            + "".join(f"<td>{esc(c)}</td>" for c in cells)
+            + "</tr>"
+        )
     head = "".join(f"<th>{t}</th>" for t in ("stage", "kind", "name", "count", "self ms", "total ms"))
-    return (f'<label class="note">stage <select id="stage-select">{options}</select></label>'
-            f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    return (
+        f'<label class="note">stage <select id="stage-select">{options}</select></label>'
+        f'<table id="ops-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
 
 
 def cluster_parts(result: dict) -> list[str]:
@@ -162,13 +188,33 @@ def cluster_parts(result: dict) -> list[str]:
     if len(ranks) < 2:  # the breakdown above already holds its one rank's numbers
         return ['<p class="note">one rank in this input: nothing to spread across</p>']
     if result["slow_ranks"]:
-        parts += [f'<div class="finding"><b>slow rank {esc(f["rank"])}</b> ({esc(f["role"])}/{esc(f["stage"])}): '
-                  f'{esc(f["evidence"]["summary"])}</div>' for f in result["slow_ranks"]]
+        parts += [
+            f'<div class="finding"><b>slow rank {esc(f["rank"])}</b> ({esc(f["role"])}/{esc(f["stage"])}): '
+            f"{esc(f['evidence']['summary'])}</div>"
+            for f in result["slow_ranks"]
+        ]
     else:
-        parts.append(f'<div class="ok">no slow rank: no rank computes {result["threshold"]:.0%} more than the '
-                     "others in a stage while they wait for it in collectives</div>")
+        parts.append(
+            f'<div class="ok">no slow rank: no rank computes {result["threshold"]:.0%} more than the '
+            "others in a stage while they wait for it in collectives</div>"
+        )
     wide = [s for s in result["stages"] if s["bucket"] in ("wall", "compute", "comm")]
-    parts.append(table(wide, [("role", "role"), ("stage", "stage"), ("bucket", "bucket"), ("ranks", "ranks"),
-                               ("mean_ms", "mean"), ("min_ms", "min"), ("max_ms", "max"), ("spread_ms", "spread"),
-                               ("cv", "cv"), ("max_rank", "slowest rank")], limit=60))
+    parts.append(
+        table(
+            wide,
+            [
+                ("role", "role"),
+                ("stage", "stage"),
+                ("bucket", "bucket"),
+                ("ranks", "ranks"),
+                ("mean_ms", "mean"),
+                ("min_ms", "min"),
+                ("max_ms", "max"),
+                ("spread_ms", "spread"),
+                ("cv", "cv"),
+                ("max_rank", "slowest rank"),
+            ],
+            limit=60,
+        )
+    )
     return parts

@@ -14,10 +14,21 @@ def stage_time_chart(timeline: dict) -> dict | None:
     traces = []
     kind = "scattergl" if len(steps) * len(timeline["per_step"]) > 50_000 else "scatter"  # WebGL only when large
     for name, series in timeline["per_step"].items():
-        traces.append({"type": kind, "mode": "lines", "name": esc(name), "x": steps, "y": series["max"],
-                       "line": {"color": STAGE_COLORS.get(name, "#444444"), "width": 1.5,
-                                **({"dash": "dot"} if name == "step" else {})},
-                       "hovertemplate": f"step %{{x}} {esc(name)}: %{{y:.3f}} s (slowest rank)<extra></extra>"})
+        traces.append(
+            {
+                "type": kind,
+                "mode": "lines",
+                "name": esc(name),
+                "x": steps,
+                "y": series["max"],
+                "line": {
+                    "color": STAGE_COLORS.get(name, "#444444"),
+                    "width": 1.5,
+                    **({"dash": "dot"} if name == "step" else {}),
+                },
+                "hovertemplate": f"step %{{x}} {esc(name)}: %{{y:.3f}} s (slowest rank)<extra></extra>",
+            }
+        )
     at = {s: i for i, s in enumerate(steps)}
 
     def y_of(step, stage):
@@ -27,68 +38,120 @@ def stage_time_chart(timeline: dict) -> dict | None:
 
     caps = timeline.get("captures") or []
     if caps:
-        traces.append({"type": "scatter", "mode": "markers", "name": "captured",
-                       "x": [c["step"] for c in caps],
-                       "y": [y_of(c["step"], c["trigger"].get("stage") if c["stage"] == "e2e" else c["stage"])
-                             for c in caps],
-                       "marker": {"symbol": "star", "size": 14, "color": "#000000"},
-                       "text": [esc(f"rank {c['rank']} {c['role']}/{c['stage']}: {c['trigger'].get('reason')} "
-                                    f"(seen at step {c['trigger'].get('step')} in {c['trigger'].get('stage')})")
-                                for c in caps],
-                       "hovertemplate": "step %{x}: %{text}<extra></extra>"})
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "captured",
+                "x": [c["step"] for c in caps],
+                "y": [y_of(c["step"], c["trigger"].get("stage") if c["stage"] == "e2e" else c["stage"]) for c in caps],
+                "marker": {"symbol": "star", "size": 14, "color": "#000000"},
+                "text": [
+                    esc(
+                        f"rank {c['rank']} {c['role']}/{c['stage']}: {c['trigger'].get('reason')} "
+                        f"(seen at step {c['trigger'].get('step')} in {c['trigger'].get('stage')})"
+                    )
+                    for c in caps
+                ],
+                "hovertemplate": "step %{x}: %{text}<extra></extra>",
+            }
+        )
     spikes = timeline.get("spikes") or []
     if spikes:
-        traces.append({"type": "scatter", "mode": "markers", "name": "spike",
-                       "x": [s["step"] for s in spikes], "y": [s["seconds"] for s in spikes],
-                       "marker": {"symbol": "circle-open", "size": 11, "color": "#e45756"},
-                       "text": [esc(f"{s['stage']} {s['seconds']:.3f} s vs {s['baseline_seconds']:.3f} s")
-                                for s in spikes],
-                       "hovertemplate": "step %{x}: %{text}<extra></extra>"})
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "spike",
+                "x": [s["step"] for s in spikes],
+                "y": [s["seconds"] for s in spikes],
+                "marker": {"symbol": "circle-open", "size": 11, "color": "#e45756"},
+                "text": [esc(f"{s['stage']} {s['seconds']:.3f} s vs {s['baseline_seconds']:.3f} s") for s in spikes],
+                "hovertemplate": "step %{x}: %{text}<extra></extra>",
+            }
+        )
     busy = timeline.get("busy_steps") or []
-    shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": s - 0.5, "x1": s + 0.5, "y0": 0, "y1": 1,
-               "fillcolor": "#cccccc", "opacity": 0.3, "line": {"width": 0}} for s in busy[:500]]
-    return {"data": traces, "layout": _layout("Stage time per step (slowest rank); stars: captures, circles: "
-                                              "spikes, grey: busy machine", shapes=shapes,
-                                              xaxis={"title": {"text": "step"}},
-                                              yaxis={"title": {"text": "seconds"}}, margin={"l": 70}, height=460)}
+    shapes = [
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "x0": s - 0.5,
+            "x1": s + 0.5,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": "#cccccc",
+            "opacity": 0.3,
+            "line": {"width": 0},
+        }
+        for s in busy[:500]
+    ]
+    return {
+        "data": traces,
+        "layout": _layout(
+            "Stage time per step (slowest rank); stars: captures, circles: spikes, grey: busy machine",
+            shapes=shapes,
+            xaxis={"title": {"text": "step"}},
+            yaxis={"title": {"text": "seconds"}},
+            margin={"l": 70},
+            height=460,
+        ),
+    }
 
 
 def flagged_lines(timeline: dict) -> list[str]:
     """One sentence per flagged spike, drift, straggler and capture (plain text; the caller escapes)."""
     out = []
     for s in timeline.get("stragglers", []):
-        out.append(f"straggler: rank {s['rank']} in {s['stage']} at {s['steps']} steps from step {s['first_step']} "
-                   f"(x{s['median_ratio']:.2f} the other ranks' median)")
+        out.append(
+            f"straggler: rank {s['rank']} in {s['stage']} at {s['steps']} steps from step {s['first_step']} "
+            f"(x{s['median_ratio']:.2f} the other ranks' median)"
+        )
     for d in timeline.get("drift", []):
-        out.append(f"drift: {d['stage']} went from {d['first_seconds']:.3f} s to {d['last_seconds']:.3f} s "
-                   "(first quarter vs last quarter of the judged steps)")
+        out.append(
+            f"drift: {d['stage']} went from {d['first_seconds']:.3f} s to {d['last_seconds']:.3f} s "
+            "(first quarter vs last quarter of the judged steps)"
+        )
     spikes = timeline.get("spikes", [])
     for s in spikes[:10]:
-        out.append(f"spike: step {s['step']} {s['stage']} {s['seconds']:.3f} s vs a median of "
-                   f"{s['baseline_seconds']:.3f} s (slowest rank {s['rank']})")
+        out.append(
+            f"spike: step {s['step']} {s['stage']} {s['seconds']:.3f} s vs a median of "
+            f"{s['baseline_seconds']:.3f} s (slowest rank {s['rank']})"
+        )
     if len(spikes) > 10:
         out.append(f"... and {len(spikes) - 10} more spikes")
     for c in timeline.get("captures", []):
         t = c["trigger"]
-        out.append(f"captured: step {c['step']} rank {c['rank']} {c['role']}/{c['stage']} ({c['path']}): "
-                   f"{t.get('reason')} at step {t.get('step')} in {t.get('stage')}"
-                   + (f", {t['seconds']:.3f} s vs {t['baseline_seconds']:.3f} s"
-                      if t.get("seconds") is not None and t.get("baseline_seconds") is not None else ""))
+        out.append(
+            f"captured: step {c['step']} rank {c['rank']} {c['role']}/{c['stage']} ({c['path']}): "
+            f"{t.get('reason')} at step {t.get('step')} in {t.get('stage')}"
+            + (
+                f", {t['seconds']:.3f} s vs {t['baseline_seconds']:.3f} s"
+                if t.get("seconds") is not None and t.get("baseline_seconds") is not None
+                else ""
+            )
+        )
     return out
 
 
 def summary_line(timeline: dict) -> str:
-    return (f"run over time: {len(timeline['steps'])} watched steps x {len(timeline['ranks'])} rank(s), "
-            f"{len(timeline['busy_steps'])} busy, {len(timeline['captures'])} captured window(s)")
+    return (
+        f"run over time: {len(timeline['steps'])} watched steps x {len(timeline['ranks'])} rank(s), "
+        f"{len(timeline['busy_steps'])} busy, {len(timeline['captures'])} captured window(s)"
+    )
 
 
 def over_time_html(doc: dict) -> str:
     timeline = doc["timeline"]
-    lines = flagged_lines(timeline) or ["nothing flagged: no spike, drift or straggler by the rules in "
-                                        "docs/analysis_schema.md"]
+    lines = flagged_lines(timeline) or [
+        "nothing flagged: no spike, drift or straggler by the rules in docs/analysis_schema.md"
+    ]
     lines += beside_lines(captures_beside(doc))
-    return (f'<p class="note">{esc(summary_line(timeline))}</p><ul>'
-            + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+    return (
+        f'<p class="note">{esc(summary_line(timeline))}</p><ul>'
+        + "".join(f"<li>{esc(line)}</li>" for line in lines)
+        + "</ul>"
+    )
 
 
 def print_over_time(console, doc: dict) -> None:
@@ -118,11 +181,13 @@ def beside_lines(items: list[dict]) -> list[str]:
         else:
             b = it["buckets"]
             grew = ", ".join(f"{g['name'][:40]} +{g['diff_ms']:.1f} ms" for g in it["grew"][:3]) or "no operator grew"
-            out.append(f"{it['capture']} ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
-                       f"{b['wall_ms']['normal_ms']:.1f} -> {b['wall_ms']['captured_ms']:.1f} ms, compute "
-                       f"{b['compute_ms']['normal_ms']:.1f} -> {b['compute_ms']['captured_ms']:.1f}, comm "
-                       f"{b['comm_ms']['normal_ms']:.1f} -> {b['comm_ms']['captured_ms']:.1f}, idle "
-                       f"{b['idle_ms']['normal_ms']:.1f} -> {b['idle_ms']['captured_ms']:.1f}; grew: {grew}")
+            out.append(
+                f"{it['capture']} ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
+                f"{b['wall_ms']['normal_ms']:.1f} -> {b['wall_ms']['captured_ms']:.1f} ms, compute "
+                f"{b['compute_ms']['normal_ms']:.1f} -> {b['compute_ms']['captured_ms']:.1f}, comm "
+                f"{b['comm_ms']['normal_ms']:.1f} -> {b['comm_ms']['captured_ms']:.1f}, idle "
+                f"{b['idle_ms']['normal_ms']:.1f} -> {b['idle_ms']['captured_ms']:.1f}; grew: {grew}"
+            )
         out += cause_lines(it.get("cause"))
     return out
 
@@ -147,7 +212,11 @@ def _short(c: dict) -> str:
     if s.get("status") != "predicted":
         return c["saving_text"]
     share = f" ({s['saving_share']:.0%} of the captured step)" if s.get("saving_share") is not None else ""
-    setting = ", ".join(f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}"
-                        for k, v in (s.get("setting") or {}).items())
-    return (f"predicted saving {s['saving_ms']:.1f} ms in this step{share}" + (f" with {setting}" if setting else "")
-            + f" [{s.get('dialect')}'s first lever; assumes: {s['assumption'].split('; ')[0]}]")
+    setting = ", ".join(
+        f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in (s.get("setting") or {}).items()
+    )
+    return (
+        f"predicted saving {s['saving_ms']:.1f} ms in this step{share}"
+        + (f" with {setting}" if setting else "")
+        + f" [{s.get('dialect')}'s first lever; assumes: {s['assumption'].split('; ')[0]}]"
+    )

@@ -31,8 +31,9 @@ table.levers td{text-align:left}table.levers code{font-size:12px}
 
 def _script_json(value) -> str:
     """JSON safe inside <script>: no '<', '>' or '&' can close the element or open a comment."""
-    return (json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
-            .replace("&", "\\u0026"))
+    return (
+        json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    )
 
 
 class Page:
@@ -58,7 +59,7 @@ class Page:
         sections = "".join(f'<section id="{k}"><h2>{esc(t)}</h2>{body}</section>' for k, t, body in self.sections)
         config = {"displaylogo": False, "responsive": True, "showLink": False}
         return (
-            "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
             "style-src 'unsafe-inline'; img-src data: blob:; font-src data:\">"
             f"<title>{esc(self.title)}</title><style>{STYLE}</style></head><body>"
@@ -68,56 +69,113 @@ class Page:
             f"<script>(function(){{var figs={_script_json(self.figures)};var cfg={_script_json(config)};"
             "for(var id in figs){var f=figs[id];Plotly.newPlot(id,f.data,f.layout,cfg);}})();"
             f"{''.join(self.scripts)}</script>"
-            "</body></html>")
+            "</body></html>"
+        )
 
 
-def build_page(doc: dict, source: str, cluster_result: dict | None = None, compare_doc: dict | None = None,
-               run_dir: Path | None = None) -> str:
+def build_page(
+    doc: dict,
+    source: str,
+    cluster_result: dict | None = None,
+    compare_doc: dict | None = None,
+    run_dir: Path | None = None,
+) -> str:
     from ..cluster import cluster
 
     cluster_result = cluster_result or cluster(doc)
     n_ranks = len({(r.get("rank"), r.get("replica")) for r in doc["rows"]})
     steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None}, key=order_key)
-    page = Page(f"rlprof report: {source}", f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
-                f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""))
-    page.section("findings", "Findings", fragments.findings_html(doc.get("findings", [])),
-                 fragments.next_step_html(doc, run_dir))
+    page = Page(
+        f"rlprof report: {source}",
+        f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
+        f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""),
+    )
+    page.section(
+        "findings", "Findings", fragments.findings_html(doc.get("findings", [])), fragments.next_step_html(doc, run_dir)
+    )
     if doc.get("warnings"):
-        page.section("warnings", "Warnings", "<ul>" + "".join(f'<li class="warn">{esc(w)}</li>'
-                                                              for w in doc["warnings"]) + "</ul>")
+        page.section(
+            "warnings",
+            "Warnings",
+            "<ul>" + "".join(f'<li class="warn">{esc(w)}</li>' for w in doc["warnings"]) + "</ul>",
+        )
     if doc.get("timeline"):  # the watch's run over time (report/over_time.py)
         from .over_time import over_time_html, stage_time_chart
 
-        page.section("over_time", "The run over time", over_time_html(doc),
-                     figure=stage_time_chart(doc["timeline"]))
-    page.section("timeline", "Stage timeline per rank", figure=charts.timeline(doc),
-                 empty="no window in this input carries a start time")
-    page.section("breakdown", "Breakdown per stage", fragments.table(charts.stage_means(doc), [
-        ("step", "step"), ("role", "role"), ("stage", "stage"), ("ranks", "ranks"), ("wall_ms", "wall ms"),
-        ("compute_ms", "compute"), ("comm_ms", "comm"), ("overlap_ms", "overlap"), ("memcpy_ms", "memcpy"),
-        ("idle_ms", "idle")], limit=60), figure=charts.breakdown(doc), empty="no stage windows")
-    page.section("ops", "Top operators and kernels", fragments.ops_by_stage_html(doc["ops"]), figure=charts.top_ops(doc),
-                 empty="no operators")
+        page.section("over_time", "The run over time", over_time_html(doc), figure=stage_time_chart(doc["timeline"]))
+    page.section(
+        "timeline",
+        "Stage timeline per rank",
+        figure=charts.timeline(doc),
+        empty="no window in this input carries a start time",
+    )
+    page.section(
+        "breakdown",
+        "Breakdown per stage",
+        fragments.table(
+            charts.stage_means(doc),
+            [
+                ("step", "step"),
+                ("role", "role"),
+                ("stage", "stage"),
+                ("ranks", "ranks"),
+                ("wall_ms", "wall ms"),
+                ("compute_ms", "compute"),
+                ("comm_ms", "comm"),
+                ("overlap_ms", "overlap"),
+                ("memcpy_ms", "memcpy"),
+                ("idle_ms", "idle"),
+            ],
+            limit=60,
+        ),
+        figure=charts.breakdown(doc),
+        empty="no stage windows",
+    )
+    page.section(
+        "ops",
+        "Top operators and kernels",
+        fragments.ops_by_stage_html(doc["ops"]),
+        figure=charts.top_ops(doc),
+        empty="no operators",
+    )
     page.scripts.append(fragments.STAGE_SELECT_JS)
-    page.section("memory", "Memory", figure=charts.memory(doc),
-                 empty="no memory was recorded (collect with contents [memory] or the torch_memory tool)")
-    page.section("cluster", "Cluster: spread across ranks", *fragments.cluster_parts(cluster_result),
-                 figure=charts.cluster_spread(cluster_result), empty="no per-rank data")
+    page.section(
+        "memory",
+        "Memory",
+        figure=charts.memory(doc),
+        empty="no memory was recorded (collect with contents [memory] or the torch_memory tool)",
+    )
+    page.section(
+        "cluster",
+        "Cluster: spread across ranks",
+        *fragments.cluster_parts(cluster_result),
+        figure=charts.cluster_spread(cluster_result),
+        empty="no per-rank data",
+    )
     if compare_doc is not None:
-        page.section("compare", "Compare with the baseline", fragments.compare_html(compare_doc),
-                     figure=charts.compare_stages(compare_doc), empty="no stage in common")
+        page.section(
+            "compare",
+            "Compare with the baseline",
+            fragments.compare_html(compare_doc),
+            figure=charts.compare_stages(compare_doc),
+            empty="no stage in common",
+        )
     return page.render()
 
 
-def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = None,
-             workers: int | None = None, use_ray: bool = False) -> str:
+def page_for(
+    path: str | Path,
+    baseline: str | None = None,
+    doc: dict | None = None,
+    workers: int | None = None,
+    use_ray: bool = False,
+) -> str:
     """The report page of PATH (analysed here unless `doc` is given), with a compare section for BASELINE."""
     from ..analyze.pipeline import load_analysis
 
     src = Path(path)
     # compare needs every operator of NEW, so with a baseline it is read once with all of them kept
-    doc = doc if doc is not None else load_analysis(src, workers=workers, top=None if baseline else 50,
-                                                        use_ray=use_ray)
+    doc = doc if doc is not None else load_analysis(src, workers=workers, top=None if baseline else 50, use_ray=use_ray)
     compare_doc = None
     if baseline:
         from ..compare import compare
@@ -126,8 +184,14 @@ def page_for(path: str | Path, baseline: str | None = None, doc: dict | None = N
     return build_page(doc, src.name or str(src), compare_doc=compare_doc, run_dir=src if src.is_dir() else None)
 
 
-def write_report(path: str | Path, out: str | Path | None = None, baseline: str | None = None,
-                 doc: dict | None = None, workers: int | None = None, use_ray: bool = False) -> Path:
+def write_report(
+    path: str | Path,
+    out: str | Path | None = None,
+    baseline: str | None = None,
+    doc: dict | None = None,
+    workers: int | None = None,
+    use_ray: bool = False,
+) -> Path:
     src = Path(path)
     target = Path(out) if out else (src / "report.html" if src.is_dir() else src.with_name("report.html"))
     page = page_for(src, baseline, doc, workers, use_ray)

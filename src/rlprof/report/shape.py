@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-PIVOT_COLUMNS = ("step", "role", "stage", "baseline_ms", "new_ms", "diff_ms", "ratio", "compute", "comm", "overlap",
-                 "memcpy", "idle")
+PIVOT_COLUMNS = (
+    "step",
+    "role",
+    "stage",
+    "baseline_ms",
+    "new_ms",
+    "diff_ms",
+    "ratio",
+    "compute",
+    "comm",
+    "overlap",
+    "memcpy",
+    "idle",
+)
 OP_COLUMNS = ("status", "role", "stage", "kind", "name", "baseline_ms", "new_ms", "diff_ms")
 SIGNED = ("diff_ms", "compute", "comm", "overlap", "memcpy", "idle", "diff_mb")
 
@@ -22,8 +34,9 @@ def stage_pivot(doc: dict) -> list[dict]:
     """A compare document, one line per matched window: wall before/after and the change of every bucket."""
     lines: dict[tuple, dict] = {}
     for r in doc["stages"]:
-        line = lines.setdefault((r["step"], r["role"], r["stage"]),
-                                {"step": r["step"], "role": r["role"], "stage": r["stage"]})
+        line = lines.setdefault(
+            (r["step"], r["role"], r["stage"]), {"step": r["step"], "role": r["role"], "stage": r["stage"]}
+        )
         if r["bucket"] == "wall":
             line.update(baseline_ms=r["baseline_ms"], new_ms=r["new_ms"], diff_ms=r["diff_ms"], ratio=r["ratio"])
         else:
@@ -40,8 +53,10 @@ def ops_by_stage(ops: list[dict]) -> list[dict]:
         agg["count"] += op["count"]
         agg["self_ms"] += op["self_ms"]
         agg["total_ms"] += op["total_ms"]
-    return sorted(({"role": k[0], "stage": k[1], "kind": k[2], "name": k[3], **v} for k, v in total.items()),
-                  key=lambda o: -o["self_ms"])
+    return sorted(
+        ({"role": k[0], "stage": k[1], "kind": k[2], "name": k[3], **v} for k, v in total.items()),
+        key=lambda o: -o["self_ms"],
+    )
 
 
 def where(role, stage) -> str:

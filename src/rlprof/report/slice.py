@@ -106,9 +106,11 @@ def candidate_files(path: Path, sel: Selection) -> list[Path]:
             continue
         found.append((meta.get("stage") != sel.stage, meta.get("rank") or 0, file))
     if not found:
-        raise SliceError(f"no window of step {sel.step} holds {sel.stage}"
-                         + (f" on rank {sel.rank}" if sel.rank is not None else "")
-                         + f" in {path}; allowed: a step/stage that `rlprof analyze {path}` lists")
+        raise SliceError(
+            f"no window of step {sel.step} holds {sel.stage}"
+            + (f" on rank {sel.rank}" if sel.rank is not None else "")
+            + f" in {path}; allowed: a step/stage that `rlprof analyze {path}` lists"
+        )
     return [f for *_, f in sorted(found, key=lambda t: (t[0], t[1]))]
 
 
@@ -127,8 +129,10 @@ def _ranges(stamps: list[Stamp]) -> list[tuple[str, str, float, float]]:
 def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, float]:
     stages = [r for r in ranges if r[0] == "stage" and r[1] == sel.stage]
     if not stages:
-        raise SliceError(f"{file.name} has no {sel.stage} range; allowed stages there: "
-                         + (", ".join(sorted({r[1] for r in ranges if r[0] == 'stage'})) or "none"))
+        raise SliceError(
+            f"{file.name} has no {sel.stage} range; allowed stages there: "
+            + (", ".join(sorted({r[1] for r in ranges if r[0] == "stage"})) or "none")
+        )
     k = steps.index(sel.step) if sel.step in steps else 0
     _, _, lo, hi = stages[min(k, len(stages) - 1)]
     inside = [r for r in ranges if lo <= (r[2] + r[3]) / 2 <= hi]
@@ -136,8 +140,10 @@ def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, floa
         mb = [r for r in inside if r[0] == "micro_batch" and r[1] == str(sel.micro_batch)]
         if not mb:
             marked = sorted(int(r[1]) for r in inside if r[0] == "micro_batch" and r[1].isdigit())
-            raise SliceError(f"micro-batch {sel.micro_batch} is not marked in step {sel.step} {sel.stage}; "
-                             f"allowed: {marked or 'none (collect with micro-batch ranges)'}")
+            raise SliceError(
+                f"micro-batch {sel.micro_batch} is not marked in step {sel.step} {sel.stage}; "
+                f"allowed: {marked or 'none (collect with micro-batch ranges)'}"
+            )
         return mb[0][2], mb[0][3]
     if sel.decode_steps is not None:
         a, b = sel.decode_steps
@@ -145,8 +151,9 @@ def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, floa
         if not ds:
             marked = sorted(int(r[1]) for r in inside if r[0] == "decode_step" and r[1].isdigit())
             span = f"{marked[0]}..{marked[-1]}" if marked else "none"
-            raise SliceError(f"no decode step in {a}:{b} is marked in step {sel.step} {sel.stage}; "
-                             f"allowed: within {span}")
+            raise SliceError(
+                f"no decode step in {a}:{b} is marked in step {sel.step} {sel.stage}; allowed: within {span}"
+            )
         return min(r[2] for r in ds), max(r[3] for r in ds)
     if sel.window_ms is not None:
         a, b = sel.window_ms
@@ -160,8 +167,10 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
     from ..vocab import STAGE_ROLE
 
     if STAGE_ROLE.get(sel.stage, sel.role) != sel.role:
-        raise SliceError(f"--stage {sel.stage} belongs to role {STAGE_ROLE[sel.stage]}, not {sel.role}; allowed: "
-                         + ", ".join(s for s, r in STAGE_ROLE.items() if r == sel.role))
+        raise SliceError(
+            f"--stage {sel.stage} belongs to role {STAGE_ROLE[sel.stage]}, not {sel.role}; allowed: "
+            + ", ".join(s for s, r in STAGE_ROLE.items() if r == sel.role)
+        )
     files = candidate_files(Path(path), sel)
     file = files[0]
     opener = gzip.open if file.read_bytes()[:2] == b"\x1f\x8b" else open
@@ -195,11 +204,18 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
             inside = lo <= ts <= hi
         if inside:
             keep.append(r)
-    meta["slice"] = {"source": file.name, "start_us": lo, "end_us": hi, "device_end_us": device_end,
-                     "step": sel.step, "role": sel.role,
-                     "stage": sel.stage, "micro_batch": sel.micro_batch,
-                     "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
-                     "window_ms": list(sel.window_ms) if sel.window_ms else None}
+    meta["slice"] = {
+        "source": file.name,
+        "start_us": lo,
+        "end_us": hi,
+        "device_end_us": device_end,
+        "step": sel.step,
+        "role": sel.role,
+        "stage": sel.stage,
+        "micro_batch": sel.micro_batch,
+        "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
+        "window_ms": list(sel.window_ms) if sel.window_ms else None,
+    }
     top["rlprof"] = msgspec.Raw(json.dumps(meta).encode())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -209,5 +225,12 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
         for key, value in top.items():
             f.write(json.dumps(key).encode() + b": " + bytes(value) + b",\n")
         f.write(b'"traceEvents": [\n' + b",\n".join(bytes(r) for r in keep) + b"\n]}\n")
-    return {"source": str(file), "out": str(out), "events": len(keep), "of": len(raw), "start_us": lo, "end_us": hi,
-            "bytes": out.stat().st_size}
+    return {
+        "source": str(file),
+        "out": str(out),
+        "events": len(keep),
+        "of": len(raw),
+        "start_us": lo,
+        "end_us": hi,
+        "bytes": out.stat().st_size,
+    }

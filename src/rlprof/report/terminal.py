@@ -15,10 +15,16 @@ def _console(width: int = 120) -> Console:
     return Console(width=max(width, Console().width))
 
 
-MEASURE_WORDS = {"rollout_tail": "rollout tail", "padding": "padding", "fixed_cost": "fixed cost per micro-batch",
-                 "recompute": "log-prob recompute / update", "reward_share": "reward share of step",
-                 "weight_sync_share": "weight sync share of step", "launch_bound": "launch-bound",
-                 "memory_use": "memory use / capacity"}
+MEASURE_WORDS = {
+    "rollout_tail": "rollout tail",
+    "padding": "padding",
+    "fixed_cost": "fixed cost per micro-batch",
+    "recompute": "log-prob recompute / update",
+    "reward_share": "reward share of step",
+    "weight_sync_share": "weight sync share of step",
+    "launch_bound": "launch-bound",
+    "memory_use": "memory use / capacity",
+}
 
 
 def measures_line(measures: list[dict]) -> str:
@@ -38,16 +44,25 @@ def measures_line(measures: list[dict]) -> str:
 
 def print_findings(console: Console, found: list[dict], limit: int = 6, measures: list[dict] | None = None) -> None:
     if measures:
-        console.print(f"[bold]RL measures[/] (largest per measure; formulas in docs/analysis_schema.md): "
-                      f"{measures_line(measures)}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]RL measures[/] (largest per measure; formulas in docs/analysis_schema.md): "
+            f"{measures_line(measures)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not any(f.get("actionable") for f in found):
-        console.print("[bold]causes:[/] none above its threshold (tail, padding, micro-batch size, reference, reward, "
-                      "weight sync, communication, launches, memory)", highlight=False)
+        console.print(
+            "[bold]causes:[/] none above its threshold (tail, padding, micro-batch size, reference, reward, "
+            "weight sync, communication, launches, memory)",
+            highlight=False,
+        )
     if not found:
         console.print("[bold]findings:[/] none above their thresholds (docs/analysis_schema.md)")
         return
-    console.print("[bold]findings[/] (causes first, ranked by predicted saving per step; thresholds and formulas in "
-                  "docs/analysis_schema.md):")
+    console.print(
+        "[bold]findings[/] (causes first, ranked by predicted saving per step; thresholds and formulas in "
+        "docs/analysis_schema.md):"
+    )
     for k, f in enumerate(found[:limit], 1):
         console.print(f"  {k}. {f['text']}", highlight=False, soft_wrap=True, markup=False)
         if f.get("cause"):
@@ -56,8 +71,9 @@ def print_findings(console: Console, found: list[dict], limit: int = 6, measures
                 console.print(f"     saving: {_short_saving(f)}", highlight=False, soft_wrap=True, markup=False)
             for dialect in ("rlprof", "verl", "mindspeed"):
                 for lv in f.get("levers", {}).get(dialect, []):
-                    console.print(f"     lever ({dialect}): {lv['text']}", highlight=False, soft_wrap=True,
-                                  markup=False)
+                    console.print(
+                        f"     lever ({dialect}): {lv['text']}", highlight=False, soft_wrap=True, markup=False
+                    )
     if len(found) > limit:
         console.print(f"  ... and {len(found) - limit} more in analysis.json (findings)")
 
@@ -68,9 +84,14 @@ def _short_saving(f: dict) -> str:
     if s["status"] != "predicted":
         return f"not predictable from this data: {s['why']}"
     share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
-    setting = ", ".join(f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in s["setting"].items())
-    return (f"{s['saving_ms']:.1f} ms per step{share}" + (f" with {setting}" if setting else "")
-            + f" [{s['dialect']}'s first lever; assumes: {s['assumption'].split('; ')[0]}]")
+    setting = ", ".join(
+        f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in s["setting"].items()
+    )
+    return (
+        f"{s['saving_ms']:.1f} ms per step{share}"
+        + (f" with {setting}" if setting else "")
+        + f" [{s['dialect']}'s first lever; assumes: {s['assumption'].split('; ')[0]}]"
+    )
 
 
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
@@ -85,8 +106,10 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
     for col in ("step", "role", "stage", "rank") + BUCKETS:
         table.add_column(col.replace("_ms", ""), justify="right")
     for r in rows:
-        table.add_row(*(str(r[c]) if r[c] is not None else "-" for c in ("step", "role", "stage", "rank")),
-                      *(f"{r[b]:.2f}" for b in BUCKETS))
+        table.add_row(
+            *(str(r[c]) if r[c] is not None else "-" for c in ("step", "role", "stage", "rank")),
+            *(f"{r[b]:.2f}" for b in BUCKETS),
+        )
     console.print(table)
     if not doc["ops"]:
         console.print("no operators in these windows (ranges only, e.g. the markers tool)")
@@ -95,8 +118,14 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
     for col in ("stage", "kind", "name", "count", "self ms", "total ms"):
         ops.add_column(col)
     for op in ops_by_stage(doc["ops"])[:15]:
-        ops.add_row(where(op["role"], op["stage"]), op["kind"], op["name"][:70], str(op["count"]),
-                    f"{op['self_ms']:.2f}", f"{op['total_ms']:.2f}")
+        ops.add_row(
+            where(op["role"], op["stage"]),
+            op["kind"],
+            op["name"][:70],
+            str(op["count"]),
+            f"{op['self_ms']:.2f}",
+            f"{op['total_ms']:.2f}",
+        )
     console.print(ops)
 
 
@@ -107,13 +136,24 @@ def print_cluster(result: dict) -> None:
         table.add_column(col, justify="right")
     for s in result["stages"]:
         if s["bucket"] in ("wall", "compute", "comm"):
-            table.add_row(str(s["role"]), str(s["stage"]), str(s["ranks"]), s["bucket"], f"{s['mean_ms']:.2f}",
-                          f"{s['min_ms']:.2f}", f"{s['max_ms']:.2f}", f"{s['spread_ms']:.2f}", f"{s['cv']:.2f}",
-                          str(s["max_rank"]))
+            table.add_row(
+                str(s["role"]),
+                str(s["stage"]),
+                str(s["ranks"]),
+                s["bucket"],
+                f"{s['mean_ms']:.2f}",
+                f"{s['min_ms']:.2f}",
+                f"{s['max_ms']:.2f}",
+                f"{s['spread_ms']:.2f}",
+                f"{s['cv']:.2f}",
+                str(s["max_rank"]),
+            )
     console.print(table)
     if not result["slow_ranks"]:
-        console.print(f"no slow rank: no rank's compute exceeds the others' by {result['threshold']:.0%} "
-                      "with them waiting for it in collectives")
+        console.print(
+            f"no slow rank: no rank's compute exceeds the others' by {result['threshold']:.0%} "
+            "with them waiting for it in collectives"
+        )
     for f in result["slow_ranks"]:
         console.print(f"[bold red]slow rank {f['rank']}[/] ({f['role']}/{f['stage']}): {f['evidence']['summary']}")
 
@@ -125,17 +165,28 @@ def print_compare(doc: dict, top: int = 20) -> None:
     for line in partial_lines(doc):  # first: a damaged side's numbers are lower bounds
         console.print(line, highlight=False, markup=False)
     marks = {side: " (partial)" if doc[side].get("partial") else "" for side in ("baseline", "new")}
-    table = Table(title=f"per stage: baseline {doc['baseline']['path']}{marks['baseline']} -> new "
-                        f"{doc['new']['path']}{marks['new']} (ms; bucket columns are the change)")
+    table = Table(
+        title=f"per stage: baseline {doc['baseline']['path']}{marks['baseline']} -> new "
+        f"{doc['new']['path']}{marks['new']} (ms; bucket columns are the change)"
+    )
     for col in PIVOT_COLUMNS:
         table.add_column(col.replace("_ms", ""), justify="right")
     for line in stage_pivot(doc):
-        table.add_row(*(fmt(line.get(c), signed=c not in ("baseline_ms", "new_ms", "ratio")
-                            and c not in ("step", "role", "stage")) for c in PIVOT_COLUMNS))
+        table.add_row(
+            *(
+                fmt(
+                    line.get(c),
+                    signed=c not in ("baseline_ms", "new_ms", "ratio") and c not in ("step", "role", "stage"),
+                )
+                for c in PIVOT_COLUMNS
+            )
+        )
     console.print(table)
     changed = [o for o in doc["ops"] if o["status"] != "same"][:top]
-    ops = Table(title=f"operators and kernels that moved (top {len(changed)} of "
-                      f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)")
+    ops = Table(
+        title=f"operators and kernels that moved (top {len(changed)} of "
+        f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)"
+    )
     columns = OP_COLUMNS + (("shape",) if doc["by_shape"] else ())
     for col in columns:
         ops.add_column(col.replace("_ms", ""))
@@ -152,8 +203,10 @@ def print_compare(doc: dict, top: int = 20) -> None:
             t.add_row(*(fmt(c[k], signed=k == "diff_ms") for k in keys))
         console.print(t)
     for m in doc["memory"]:
-        console.print(f"memory peak {m['role']}/{m['stage']}: {fmt(m['baseline_peak_mb'])} MB -> "
-                      f"{fmt(m['new_peak_mb'])} MB ({fmt(m['diff_mb'], True)} MB)")
+        console.print(
+            f"memory peak {m['role']}/{m['stage']}: {fmt(m['baseline_peak_mb'])} MB -> "
+            f"{fmt(m['new_peak_mb'])} MB ({fmt(m['diff_mb'], True)} MB)"
+        )
     for u in doc["unmatched"]:
         console.print(f"only in {u['side']}: {window_label(u['step'], u['role'], u['stage'])}")
 
@@ -162,43 +215,77 @@ def print_advice(result: dict, plan_text: str) -> None:
     console = _console()
     metrics = result.get("metrics")
     if metrics:  # advice from step metrics alone: what they say first
-        console.print(f"step metrics ({metrics['format']}), steps {metrics['steps'][0]}-{metrics['steps'][-1]}, mean "
-                      f"step {metrics['mean_step_s']:.3f} s:", highlight=False, markup=False)
+        console.print(
+            f"step metrics ({metrics['format']}), steps {metrics['steps'][0]}-{metrics['steps'][-1]}, mean "
+            f"step {metrics['mean_step_s']:.3f} s:",
+            highlight=False,
+            markup=False,
+        )
         for s in metrics["stages"][:6]:
             console.print(f"  {s['stage']:<24} {s['mean_s']:9.3f} s  {s['share']:5.0%}", highlight=False, markup=False)
         if metrics.get("busy"):
-            console.print("  busy machine: step(s) " + ", ".join(
-                f"{b['step']} (other processes used {b['external_share']:.0%} of the CPUs; {b['wait_share']:.0%} of "
-                "runnable time waiting for a core)" for b in metrics["busy"]) + " left out of the means and outliers",
-                highlight=False, markup=False)
+            console.print(
+                "  busy machine: step(s) "
+                + ", ".join(
+                    f"{b['step']} (other processes used {b['external_share']:.0%} of the CPUs; {b['wait_share']:.0%} of "
+                    "runnable time waiting for a core)"
+                    for b in metrics["busy"]
+                )
+                + " left out of the means and outliers",
+                highlight=False,
+                markup=False,
+            )
         for o in metrics["outliers"]:
-            where = (f"{o['stage']} +{o['stage_extra_s']:.3f} s" if o["stage"] else
-                     "most of the extra time is outside the timed stages")
-            console.print(f"  outlier: step {o['step']} took {o['step_s']:.3f} s (median {o['median_step_s']:.3f} s); "
-                          f"{where}", highlight=False, markup=False)
+            where = (
+                f"{o['stage']} +{o['stage_extra_s']:.3f} s"
+                if o["stage"]
+                else "most of the extra time is outside the timed stages"
+            )
+            console.print(
+                f"  outlier: step {o['step']} took {o['step_s']:.3f} s (median {o['median_step_s']:.3f} s); {where}",
+                highlight=False,
+                markup=False,
+            )
         for t in metrics["trends"]:
-            console.print(f"  trend: {t['stage']} grows with {t['with'].replace('_', ' ')} (r = {t['r']:.2f})",
-                          highlight=False, markup=False)
+            console.print(
+                f"  trend: {t['stage']} grows with {t['with'].replace('_', ' ')} (r = {t['r']:.2f})",
+                highlight=False,
+                markup=False,
+            )
     console.print("why:", highlight=False, markup=False)
     for reason in result["reasons"]:
         console.print(f"  - {reason}", highlight=False, soft_wrap=True, markup=False)
     console.print(f"sizes from: {'; '.join(result['size_sources'])}", highlight=False, soft_wrap=True, markup=False)
     console.print(plan_text, highlight=False, soft_wrap=True, markup=False)
     for w in result["windows"]:
-        console.print(f"predicted: {w['role']}/{w['stage']} step {w['steps']}: {w['bytes'] / 1e6:.3f} MB per rank "
-                      f"({w['how']})", highlight=False, soft_wrap=True, markup=False)
-    console.print(f"predicted total: {result['predicted_bytes'] / 1e6:.3f} MB over {len(result['target']['ranks'])} "
-                  "rank(s)", highlight=False, markup=False)
+        console.print(
+            f"predicted: {w['role']}/{w['stage']} step {w['steps']}: {w['bytes'] / 1e6:.3f} MB per rank ({w['how']})",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+    console.print(
+        f"predicted total: {result['predicted_bytes'] / 1e6:.3f} MB over {len(result['target']['ranks'])} rank(s)",
+        highlight=False,
+        markup=False,
+    )
 
 
 def print_check(result: dict) -> None:
     console = _console()
     ratio = f"{result['ratio']:.2f}x" if result["ratio"] is not None else "-"
-    console.print(f"predicted {result['predicted_bytes'] / 1e6:.3f} MB, actual {result['actual_bytes'] / 1e6:.3f} MB "
-                  f"({ratio} of the prediction) over {len(result['windows'])} window(s)", highlight=False, markup=False)
+    console.print(
+        f"predicted {result['predicted_bytes'] / 1e6:.3f} MB, actual {result['actual_bytes'] / 1e6:.3f} MB "
+        f"({ratio} of the prediction) over {len(result['windows'])} window(s)",
+        highlight=False,
+        markup=False,
+    )
     for w in result["windows"]:
-        console.print(f"  step {w['step']} {w['role']}/{w['stage']} rank {w['rank']}: {w['bytes'] / 1e6:.3f} MB "
-                      f"({w['status']})", highlight=False, markup=False)
+        console.print(
+            f"  step {w['step']} {w['role']}/{w['stage']} rank {w['rank']}: {w['bytes'] / 1e6:.3f} MB ({w['status']})",
+            highlight=False,
+            markup=False,
+        )
     for note in result["notes"]:
         console.print(f"-> {note}", highlight=False, soft_wrap=True, markup=False)
 
@@ -214,8 +301,12 @@ def print_fix(result: dict) -> None:
         return
     from ..analyze.sentences import saving_text
 
-    console.print(f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
-                  highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
     for text in fx["levers"]:
         console.print(f"lever ({fx['dialect']}): {text}", highlight=False, soft_wrap=True, markup=False)
     from ..advise import overrides_line

@@ -33,7 +33,7 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/files", "/files/"):
             return self._send_listing()
         if path.startswith("/files/"):
-            target = (self.root / path[len("/files/"):]).resolve()
+            target = (self.root / path[len("/files/") :]).resolve()
             if not target.is_relative_to(self.root):
                 return self._error(403, "outside the run directory")
             if not target.is_file():
@@ -47,7 +47,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(size))
         if download:
-            self.send_header("Content-Disposition", f"attachment; filename=\"{quote(path.name)}\"")
+            self.send_header("Content-Disposition", f'attachment; filename="{quote(path.name)}"')
         self.end_headers()
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
@@ -55,11 +55,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_listing(self):
         files = sorted(p for p in self.root.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
-        items = "".join(f'<li><a href="/files/{quote(str(p.relative_to(self.root)))}">'
-                        f"{html.escape(str(p.relative_to(self.root)))}</a> ({p.stat().st_size / 1e6:.2f} MB)</li>"
-                        for p in files)
-        body = (f"<!DOCTYPE html><meta charset=utf-8><title>rlprof files</title><h1>{html.escape(self.root.name)}"
-                f'</h1><p><a href="/">report</a></p><ul>{items}</ul>').encode()
+        items = "".join(
+            f'<li><a href="/files/{quote(str(p.relative_to(self.root)))}">'
+            f"{html.escape(str(p.relative_to(self.root)))}</a> ({p.stat().st_size / 1e6:.2f} MB)</li>"
+            for p in files
+        )
+        body = (
+            f"<!DOCTYPE html><meta charset=utf-8><title>rlprof files</title><h1>{html.escape(self.root.name)}"
+            f'</h1><p><a href="/">report</a></p><ul>{items}</ul>'
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -84,6 +88,5 @@ def make_server(run_dir: Path, report: Path, host: str = "127.0.0.1", port: int 
 def tunnel_hint(host: str, port: int) -> str:
     local = socket.gethostname()
     if host in ("127.0.0.1", "::1", "localhost"):
-        return (f"from a laptop: ssh -N -L {port}:127.0.0.1:{port} <you>@{local}  then open "
-                f"http://127.0.0.1:{port}/")
+        return f"from a laptop: ssh -N -L {port}:127.0.0.1:{port} <you>@{local}  then open http://127.0.0.1:{port}/"
     return f"listening on {host}: anyone who can reach {local}:{port} can read these traces"

@@ -21,8 +21,12 @@ def trim(batch: Rollout) -> Rollout:
     p_keep = int(batch.prompt_mask.any(0).nonzero().min()) if batch.prompt_mask.any() else 0
     r_real = batch.response_mask.any(0).nonzero()
     r_keep = int(r_real.max()) + 1 if len(r_real) else 1
-    return Rollout(batch.prompt_ids[:, p_keep:], batch.prompt_mask[:, p_keep:], batch.response_ids[:, :r_keep],
-                   batch.response_mask[:, :r_keep])
+    return Rollout(
+        batch.prompt_ids[:, p_keep:],
+        batch.prompt_mask[:, p_keep:],
+        batch.response_ids[:, :r_keep],
+        batch.response_mask[:, :r_keep],
+    )
 
 
 def unit_args(mb: Rollout) -> dict:
@@ -55,15 +59,23 @@ def response_log_probs(model, batch: Rollout, temperature: float, with_entropy: 
     ids, attn = batch.input_ids, batch.attention_mask
     logits = model(input_ids=ids, attention_mask=attn, position_ids=positions(attn), use_cache=False).logits
     t = batch.response_ids.shape[1]
-    logits = logits[:, -t - 1:-1].float() / temperature
+    logits = logits[:, -t - 1 : -1].float() / temperature
     log_probs = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids[..., None]).squeeze(-1)
     pad = lambda x: torch.nn.functional.pad(x, (0, width - t))  # noqa: E731
     return pad(log_probs), (pad(entropy_from_logits(logits)) if with_entropy else None)
 
 
 @torch.no_grad()
-def batched_log_probs(model, batch: Rollout, micro_batch_size: int, temperature: float, unit=_no_unit, *,
-                      dynamic: bool = False, max_tokens: int = 0):
+def batched_log_probs(
+    model,
+    batch: Rollout,
+    micro_batch_size: int,
+    temperature: float,
+    unit=_no_unit,
+    *,
+    dynamic: bool = False,
+    max_tokens: int = 0,
+):
     """Inference log-probs in micro-batches (old policy, reference), one micro_batch unit each."""
     n = batch.response_ids.shape[0]
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)
@@ -89,8 +101,20 @@ def busy_compute(ms: float, device) -> None:
             torch.cuda.synchronize(device)
 
 
-def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs, advantages, *, cfg, generator,
-                  mini_batch=_no_unit, micro_batch=_no_unit, slow_ms: float = 0.0) -> dict:
+def policy_update(
+    model,
+    optimizer,
+    batch: Rollout,
+    old_log_probs,
+    ref_log_probs,
+    advantages,
+    *,
+    cfg,
+    generator,
+    mini_batch=_no_unit,
+    micro_batch=_no_unit,
+    slow_ms: float = 0.0,
+) -> dict:
     """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW."""
     a = cfg.actor
     clip_high, kl_coef, agg = cfg.clip_high(), cfg.kl_coef(), cfg.loss_agg()
@@ -102,7 +126,7 @@ def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs
         order = torch.randperm(n, generator=generator)
         for start in range(0, n, a.mini_batch_size):
             with mini_batch():
-                idx = order[start:start + a.mini_batch_size]
+                idx = order[start : start + a.mini_batch_size]
                 mask_all = batch.response_mask[idx]
                 total_tokens, total_seqs = float(mask_all.sum()), float(len(idx))
                 optimizer.zero_grad(set_to_none=True)
@@ -113,8 +137,9 @@ def policy_update(model, optimizer, batch: Rollout, old_log_probs, ref_log_probs
                         _set_grad_sync(model, k == len(chunks) - 1)
                         mask = mb.response_mask.float()
                         log_probs, entropy = response_log_probs(model, mb, cfg.rollout.temperature, True)
-                        pg, clipped = clipped_surrogate(log_probs, old_log_probs[j], advantages[j],
-                                                        a.clip_ratio_low, clip_high)
+                        pg, clipped = clipped_surrogate(
+                            log_probs, old_log_probs[j], advantages[j], a.clip_ratio_low, clip_high
+                        )
                         per_token = pg
                         kl = kl_k3(log_probs, ref_log_probs[j]) if ref_log_probs is not None else None
                         if kl is not None and kl_coef:

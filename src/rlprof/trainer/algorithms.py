@@ -21,8 +21,9 @@ def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
-def clipped_surrogate(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                      clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped objective as a per-token loss, with DAPO's asymmetric range [1 - low, 1 + high].
 
     advantages: (B,) per sequence or (B, T) per token. Returns (loss per token, clipped per token).
@@ -36,8 +37,14 @@ def clipped_surrogate(log_probs: torch.Tensor, old_log_probs: torch.Tensor, adva
     return loss, was_clipped
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, *, total_tokens: float | None = None,
-              total_seqs: float | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    total_tokens: float | None = None,
+    total_seqs: float | None = None,
+) -> torch.Tensor:
     """Reduce a per-token loss to a scalar.
 
     token-mean: every token of the (mini-)batch weighs the same (DAPO's token-level loss).

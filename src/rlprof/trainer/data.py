@@ -62,6 +62,6 @@ def left_pad(seqs: list[list[int]], pad_id: int, answers: list[str]) -> PromptBa
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s)
-        mask[i, width - len(s):] = 1
+        ids[i, width - len(s) :] = torch.tensor(s)
+        mask[i, width - len(s) :] = 1
     return PromptBatch(ids, mask, answers)

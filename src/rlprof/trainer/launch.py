@@ -18,8 +18,11 @@ def prepare(config: str | None, overrides: list[str]) -> tuple[TrainConfig, obje
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     validate(cfg, world_size)
     if cfg.rollout.mode == "async" and world_size > 1:
-        raise ConfigError("rollout.mode", "async", "sync under torchrun; async rollout runs from one driver process "
-                          "with rollout.replicas Ray actors")
+        raise ConfigError(
+            "rollout.mode",
+            "async",
+            "sync under torchrun; async rollout runs from one driver process with rollout.replicas Ray actors",
+        )
     if cfg.rollout.mode == "async":
         import importlib.util
 

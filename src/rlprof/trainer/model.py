@@ -15,10 +15,19 @@ def build_model(cfg: ModelConfig, vocab_size: int, seed: int) -> torch.nn.Module
         return AutoModelForCausalLM.from_pretrained(cfg.path, local_files_only=True, torch_dtype=torch.float32)
     torch.manual_seed(seed)
     config_cls = Qwen2Config if cfg.arch == "qwen2" else LlamaConfig
-    config = config_cls(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-                        num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
-                        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = config_cls(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return AutoModelForCausalLM.from_config(config)
 
 
@@ -71,10 +80,19 @@ def build_char_checkpoint(path, chars: list[str], seed: int = 0):
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(chars), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         pad_token_id=vocab["<pad>"], bos_token_id=vocab["<bos>"], eos_token_id=vocab["<eos>"],
-                         tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=len(chars),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=vocab["<pad>"],
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<eos>"],
+        tie_word_embeddings=True,
+    )
     Qwen2ForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path

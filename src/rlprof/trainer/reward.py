@@ -41,8 +41,15 @@ def close_pools() -> None:
         _POOLS.popitem()[1].shutdown(wait=True)
 
 
-def verify(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer, *,
-           cost_ms: float = 0.0, workers: int = 1) -> torch.Tensor:
+def verify(
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    answers: list[str],
+    tokenizer,
+    *,
+    cost_ms: float = 0.0,
+    workers: int = 1,
+) -> torch.Tensor:
     """Rewards of a batch, scored by `workers` threads at once."""
     samples = [(response_ids[i][response_mask[i].bool()].tolist(), a) for i, a in enumerate(answers)]
     if workers > 1:

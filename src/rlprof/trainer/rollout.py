@@ -27,8 +27,13 @@ class Rollout:
 
     def select(self, idx: torch.Tensor) -> "Rollout":
         lp = self.engine_log_probs
-        return Rollout(self.prompt_ids[idx], self.prompt_mask[idx], self.response_ids[idx], self.response_mask[idx],
-                       None if lp is None else lp[idx])
+        return Rollout(
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.response_ids[idx],
+            self.response_mask[idx],
+            None if lp is None else lp[idx],
+        )
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -54,10 +59,21 @@ def kv_cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
-def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int, eos_id: int,
-             pad_id: int, temperature: float = 1.0, top_p: float = 1.0, ignore_eos: bool = False,
-             generator: torch.Generator | None = None, decode_step=lambda **_: nullcontext(), use_cache: bool = True
-             ) -> Rollout:
+def generate(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    ignore_eos: bool = False,
+    generator: torch.Generator | None = None,
+    decode_step=lambda **_: nullcontext(),
+    use_cache: bool = True,
+) -> Rollout:
     """Sample up to max_new_tokens per row. `decode_step(active=, seqs=)` wraps each token (rlprof's unit range +
     tick), told how many rows are still generating."""
     device = prompt_ids.device
@@ -74,8 +90,9 @@ def generate(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_
             if use_cache:
                 step_ids = seqs if cache is None else seqs[:, -1:]
                 pos = positions(attn) if cache is None else positions(attn)[:, -1:]
-                out = model(input_ids=step_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                            **{cache_keyword: cache})
+                out = model(
+                    input_ids=step_ids, attention_mask=attn, position_ids=pos, use_cache=True, **{cache_keyword: cache}
+                )
                 cache = getattr(out, cache_keyword)
             else:  # the reference path: recompute the whole sequence every token
                 out = model(input_ids=seqs, attention_mask=attn, position_ids=positions(attn), use_cache=False)

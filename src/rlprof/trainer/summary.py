@@ -8,14 +8,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-STAGE_ORDER = ("weight_sync", "rollout_generate", "reward_compute", "ref_compute_log_prob",
-               "actor_compute_log_prob", "advantage_compute", "actor_update")
+STAGE_ORDER = (
+    "weight_sync",
+    "rollout_generate",
+    "reward_compute",
+    "ref_compute_log_prob",
+    "actor_compute_log_prob",
+    "advantage_compute",
+    "actor_update",
+)
 
 
 def metrics_line(m: dict) -> str:
-    line = (f"step {m['step']:>3}  reward {m['reward_mean']:.3f}  acc {m['accuracy']:.2f}  kl {m['kl']:.4f}  "
-            f"clip {m['clip_frac']:.3f}  ent {m['entropy']:.2f}  len {m['response_length']:.1f}  "
-            f"{m['step_ms']:.0f} ms")
+    line = (
+        f"step {m['step']:>3}  reward {m['reward_mean']:.3f}  acc {m['accuracy']:.2f}  kl {m['kl']:.4f}  "
+        f"clip {m['clip_frac']:.3f}  ent {m['entropy']:.2f}  len {m['response_length']:.1f}  "
+        f"{m['step_ms']:.0f} ms"
+    )
     if "informative_groups" in m:
         line += f"  groups {m['informative_groups']}"
     return line
@@ -25,8 +34,15 @@ class ProgressPrinter:
     def __init__(self, steps: int, enabled: bool = True):
         self.enabled = enabled
         self.console = Console(width=max(110, Console().width))
-        self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=self.console, disable=not enabled, transient=True)
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=not enabled,
+            transient=True,
+        )
         self.task = self.progress.add_task("train", total=steps)
 
     def __enter__(self):
@@ -57,17 +73,20 @@ def stage_table(history: list[dict]) -> Table:
     return table
 
 
-def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[Path], seconds: float,
-                  quiet: bool = False) -> None:
+def print_summary(
+    cfg, history: list[dict], metrics_path: Path, run_dirs: list[Path], seconds: float, quiet: bool = False
+) -> None:
     from ..collect.manifest import read_rows
 
     console = Console(width=max(120, Console().width))
     first = history[: min(5, len(history))]
-    last = history[-min(5, len(history)):]
+    last = history[-min(5, len(history)) :]
     mean = lambda ms, k: sum(m[k] for m in ms) / len(ms)  # noqa: E731
-    console.print(f"{cfg.trainer.algorithm.upper()}: {len(history)} steps in {seconds:.1f} s; mean reward "
-                  f"first 5 steps {mean(first, 'reward_mean'):.3f} -> last 5 steps {mean(last, 'reward_mean'):.3f}; "
-                  f"accuracy {mean(first, 'accuracy'):.2f} -> {mean(last, 'accuracy'):.2f}")
+    console.print(
+        f"{cfg.trainer.algorithm.upper()}: {len(history)} steps in {seconds:.1f} s; mean reward "
+        f"first 5 steps {mean(first, 'reward_mean'):.3f} -> last 5 steps {mean(last, 'reward_mean'):.3f}; "
+        f"accuracy {mean(first, 'accuracy'):.2f} -> {mean(last, 'accuracy'):.2f}"
+    )
     if quiet:
         return
     console.print(stage_table(history))
@@ -81,8 +100,16 @@ def print_summary(cfg, history: list[dict], metrics_path: Path, run_dirs: list[P
         for col in ("step", "role", "stage", "rank", "tool", "status", "MB", "file"):
             table.add_column(col)
         for r in rows:
-            table.add_row(str(r["step"]), r["role"], r["stage"], str(r["rank"]), r["tool"], r["status"],
-                          f"{r['bytes'] / 1e6:.2f}", str(r["path"]))
+            table.add_row(
+                str(r["step"]),
+                r["role"],
+                r["stage"],
+                str(r["rank"]),
+                r["tool"],
+                r["status"],
+                f"{r['bytes'] / 1e6:.2f}",
+                str(r["path"]),
+            )
         console.print(table)
         from ..analyze.pipeline import analyze
         from ..errors import AnalyzeError

@@ -61,5 +61,6 @@ def choose_threads(local_ranks: int = 1, requested: int | None = None) -> tuple[
     if free is None:
         return share, f"{len(cpus)} cores in affinity / {local_ranks} local rank(s) (no /proc/stat)"
     threads = max(1, min(share, int(free / max(1, local_ranks) + 0.5)))
-    return threads, (f"{free:.1f} of {len(cpus)} cores in affinity free over {SAMPLE_S:.2f} s / {local_ranks} local "
-                     "rank(s)")
+    return threads, (
+        f"{free:.1f} of {len(cpus)} cores in affinity free over {SAMPLE_S:.2f} s / {local_ranks} local rank(s)"
+    )

@@ -31,8 +31,11 @@ ASYNC_DRIVER_ROLES = ("actor", "ref", "reward")  # rollout profiles itself in th
 
 def _repeat(batch: PromptBatch, n: int) -> PromptBatch:
     """Each prompt n times, consecutively: the n samples of a group sit next to each other."""
-    return PromptBatch(batch.input_ids.repeat_interleave(n, 0), batch.attention_mask.repeat_interleave(n, 0),
-                       [a for a in batch.answers for _ in range(n)])
+    return PromptBatch(
+        batch.input_ids.repeat_interleave(n, 0),
+        batch.attention_mask.repeat_interleave(n, 0),
+        [a for a in batch.answers for _ in range(n)],
+    )
 
 
 def _shard(model, reshard_after_forward: bool = True) -> None:
@@ -60,8 +63,9 @@ class Trainer:
                 self.rollout_model = copy.deepcopy(self.actor).eval()
             _shard(self.actor, cfg.actor.reshard_after_forward)
             _shard(self.ref)
-        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=cfg.actor.lr,
-                                           weight_decay=cfg.actor.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.actor.parameters(), lr=cfg.actor.lr, weight_decay=cfg.actor.weight_decay
+        )
         self.sample_gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         self.shuffle_gen = torch.Generator().manual_seed(seed + rank)
         roles = ASYNC_DRIVER_ROLES if self.is_async else SYNC_ROLES
@@ -96,8 +100,14 @@ class Trainer:
 
     def _gen_params(self) -> dict:
         r = self.cfg.rollout
-        return dict(max_new_tokens=r.max_new_tokens, eos_id=self.tok.eos_id, pad_id=self.tok.pad_id,
-                    temperature=r.temperature, top_p=r.top_p, ignore_eos=r.ignore_eos)
+        return dict(
+            max_new_tokens=r.max_new_tokens,
+            eos_id=self.tok.eos_id,
+            pad_id=self.tok.pad_id,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            ignore_eos=r.ignore_eos,
+        )
 
     def _mean_across_ranks(self, values: list[float]) -> list[float]:
         if not self.distributed:
@@ -141,20 +151,33 @@ class Trainer:
         chosen = chosen[:want]
         self.kept_groups = sum(1 for p, g in chosen if pools[p][4][g])
         rows = lambda g: torch.arange(g * n, (g + 1) * n)  # noqa: E731
-        parts = [(pools[p][0].select(rows(g)), pools[p][1][rows(g)], pools[p][2][rows(g)],
-                  pools[p][3][g * n:(g + 1) * n]) for p, g in chosen]
+        parts = [
+            (pools[p][0].select(rows(g)), pools[p][1][rows(g)], pools[p][2][rows(g)], pools[p][3][g * n : (g + 1) * n])
+            for p, g in chosen
+        ]
         width = max(x[0].response_ids.shape[1] for x in parts)
         pad = self.tok.pad_id
         f = torch.nn.functional.pad
-        engine_lp = None if any(x[0].engine_log_probs is None for x in parts) else torch.cat(
-            [f(x[0].engine_log_probs, (0, width - x[0].engine_log_probs.shape[1]), value=0.0) for x in parts])
-        rollout = Rollout(torch.cat([x[0].prompt_ids for x in parts]), torch.cat([x[0].prompt_mask for x in parts]),
-                          torch.cat([f(x[0].response_ids, (0, width - x[0].response_ids.shape[1]), value=pad)
-                                     for x in parts]),
-                          torch.cat([f(x[0].response_mask, (0, width - x[0].response_mask.shape[1]), value=0)
-                                     for x in parts]), engine_lp)
-        return (rollout, torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts]),
-                [a for x in parts for a in x[3]])
+        engine_lp = (
+            None
+            if any(x[0].engine_log_probs is None for x in parts)
+            else torch.cat(
+                [f(x[0].engine_log_probs, (0, width - x[0].engine_log_probs.shape[1]), value=0.0) for x in parts]
+            )
+        )
+        rollout = Rollout(
+            torch.cat([x[0].prompt_ids for x in parts]),
+            torch.cat([x[0].prompt_mask for x in parts]),
+            torch.cat([f(x[0].response_ids, (0, width - x[0].response_ids.shape[1]), value=pad) for x in parts]),
+            torch.cat([f(x[0].response_mask, (0, width - x[0].response_mask.shape[1]), value=0) for x in parts]),
+            engine_lp,
+        )
+        return (
+            rollout,
+            torch.cat([x[1] for x in parts]),
+            torch.cat([x[2] for x in parts]),
+            [a for x in parts for a in x[3]],
+        )
 
     def _generate_and_score(self, step: int, batch: PromptBatch):
         cfg = self.cfg
@@ -162,21 +185,43 @@ class Trainer:
         with self.stage("rollout_generate"):
             if self.engine is not None:
                 rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params())
-                rollout = Rollout(*(t if t is None else t.to(self.device) for t in (
-                    rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, rollout.response_mask,
-                    rollout.engine_log_probs)))
+                rollout = Rollout(
+                    *(
+                        t if t is None else t.to(self.device)
+                        for t in (
+                            rollout.prompt_ids,
+                            rollout.prompt_mask,
+                            rollout.response_ids,
+                            rollout.response_mask,
+                            rollout.engine_log_probs,
+                        )
+                    )
+                )
             else:
                 model = self.rollout_model or self.actor
-                rollout = generate(model, ids, mask, generator=self.sample_gen, decode_step=self.unit("decode_step"),
-                                   **self._gen_params())
+                rollout = generate(
+                    model,
+                    ids,
+                    mask,
+                    generator=self.sample_gen,
+                    decode_step=self.unit("decode_step"),
+                    **self._gen_params(),
+                )
         with self.stage("reward_compute"):
-            rewards = verify(rollout.response_ids.cpu(), rollout.response_mask.cpu(), batch.answers, self.tok,
-                             cost_ms=cfg.reward.cost_ms, workers=cfg.reward.workers)
+            rewards = verify(
+                rollout.response_ids.cpu(),
+                rollout.response_mask.cpu(),
+                batch.answers,
+                self.tok,
+                cost_ms=cfg.reward.cost_ms,
+                workers=cfg.reward.workers,
+            )
             scores = rewards.clone()
             if cfg.trainer.algorithm == "dapo":
                 lengths = rollout.response_mask.sum(1).cpu()
-                scores = scores + overlong_penalty(lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer,
-                                                   cfg.dapo.overlong_penalty)
+                scores = scores + overlong_penalty(
+                    lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer, cfg.dapo.overlong_penalty
+                )
         return rollout, rewards, scores
 
     def train_step(self, step: int) -> dict:
@@ -196,30 +241,61 @@ class Trainer:
             ref_lp = None
             if cfg.uses_reference():
                 with self.stage("ref_compute_log_prob"):
-                    ref_lp = batched_log_probs(self.ref, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"),
-                                               **packing)
+                    ref_lp = batched_log_probs(
+                        self.ref, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"), **packing
+                    )
             with self.stage("actor_compute_log_prob"):
-                old_lp = batched_log_probs(self.actor, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"),
-                                           **packing)
+                old_lp = batched_log_probs(
+                    self.actor, rollout, mb, cfg.rollout.temperature, self.unit("micro_batch"), **packing
+                )
             with self.stage("advantage_compute"):
                 advantages = group_advantages(scores, cfg.rollout.n).to(self.device)
             with self.stage("actor_update"):
-                stats = policy_update(self.actor, self.optimizer, rollout, old_lp, ref_lp, advantages, cfg=cfg,
-                                      generator=self.shuffle_gen, mini_batch=self.unit("mini_batch"),
-                                      micro_batch=self.unit("micro_batch"), slow_ms=self.slow_ms)
+                stats = policy_update(
+                    self.actor,
+                    self.optimizer,
+                    rollout,
+                    old_lp,
+                    ref_lp,
+                    advantages,
+                    cfg=cfg,
+                    generator=self.shuffle_gen,
+                    mini_batch=self.unit("mini_batch"),
+                    micro_batch=self.unit("micro_batch"),
+                    slow_ms=self.slow_ms,
+                )
         lengths = rollout.response_mask.sum(1).float()
         acc = exact_match(rollout.response_ids.cpu(), rollout.response_mask.cpu(), answers, self.tok)
         waits = since(threads_at_start)
         own_wait = current_thread_wait_ms() - own_wait_at_start if own_wait_at_start is not None else None
         reward, acc, length, kl, clip, ent, wait_mean = self._mean_across_ranks(
-            [float(rewards.mean()), acc, float(lengths.mean()), stats["kl"], stats["clip_frac"], stats["entropy"],
-             own_wait or 0.0])
-        metrics = {"step": step, "reward_mean": reward, "accuracy": acc, "response_length": length, "kl": kl,
-                   "clip_frac": clip, "entropy": ent, "grad_norm": stats["grad_norm"], "pg_loss": stats["pg_loss"],
-                   "micro_batches": stats["micro_batches"], "step_ms": (time.perf_counter() - t0) * 1e3,
-                   "stage_ms": dict(self.timings), **waits,
-                   # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
-                   "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles)}
+            [
+                float(rewards.mean()),
+                acc,
+                float(lengths.mean()),
+                stats["kl"],
+                stats["clip_frac"],
+                stats["entropy"],
+                own_wait or 0.0,
+            ]
+        )
+        metrics = {
+            "step": step,
+            "reward_mean": reward,
+            "accuracy": acc,
+            "response_length": length,
+            "kl": kl,
+            "clip_frac": clip,
+            "entropy": ent,
+            "grad_norm": stats["grad_norm"],
+            "pg_loss": stats["pg_loss"],
+            "micro_batches": stats["micro_batches"],
+            "step_ms": (time.perf_counter() - t0) * 1e3,
+            "stage_ms": dict(self.timings),
+            **waits,
+            # a profiled step pays the profiler's collection and export: metrics-first advice leaves it out
+            "profiled": any(r.enabled and step in (r.steps or ()) for r in self.plan.roles),
+        }
         if own_wait is not None:  # the training thread's wait, summed over the ranks: each holds the others up
             metrics["run_wait_train_ms"] = wait_mean * self.world_size
         if self.kept_groups is not None:
@@ -237,8 +313,9 @@ class Trainer:
         return replica_steps
 
 
-def run_training(cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None,
-                 run_id: str | None = None) -> tuple[list[dict], Trainer]:
+def run_training(
+    cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None, run_id: str | None = None
+) -> tuple[list[dict], Trainer]:
     trainer = Trainer(cfg, plan, rank=rank, world_size=world_size, run_id=run_id)
     history = []
     try:
@@ -267,9 +344,16 @@ def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None) -> Non
     implies."""
     import dataclasses
 
-    text = json.dumps({"framework": "rlprof", "config": dataclasses.asdict(cfg),
-                       "reference_pass": cfg.uses_reference(), "kl_coef": cfg.kl_coef(),
-                       "threads": threads}, indent=1)
+    text = json.dumps(
+        {
+            "framework": "rlprof",
+            "config": dataclasses.asdict(cfg),
+            "reference_pass": cfg.uses_reference(),
+            "kl_coef": cfg.kl_coef(),
+            "threads": threads,
+        },
+        indent=1,
+    )
     for d in dirs:
         if Path(d).is_dir():
             (Path(d) / "trainer_config.json").write_text(text)

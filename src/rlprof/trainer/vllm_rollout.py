@@ -31,9 +31,15 @@ class VllmRollout:
         self.cfg, self.tok = cfg, tokenizer
         self._dir = tempfile.TemporaryDirectory(prefix="rlprof-vllm-policy-")
         actor.save_pretrained(self._dir.name)
-        self.llm = LLM(model=self._dir.name, skip_tokenizer_init=True, dtype="float32", seed=cfg.trainer.seed,
-                       max_model_len=cfg.model.max_position_embeddings, enforce_eager=True,
-                       kv_cache_memory_bytes=64 << 20)
+        self.llm = LLM(
+            model=self._dir.name,
+            skip_tokenizer_init=True,
+            dtype="float32",
+            seed=cfg.trainer.seed,
+            max_model_len=cfg.model.max_position_embeddings,
+            enforce_eager=True,
+            kv_cache_memory_bytes=64 << 20,
+        )
         (self.session,) = self.llm.collective_rpc(attach_host, args=(profiler,))
 
     def push_weights(self, model) -> None:
@@ -48,10 +54,15 @@ class VllmRollout:
         if self.session is not None:
             self.session.new_round()
         prompts = [TokensPrompt(prompt_token_ids=ids[m.bool()].tolist()) for ids, m in zip(prompt_ids, prompt_mask)]
-        sampling = SamplingParams(max_tokens=params["max_new_tokens"], temperature=params["temperature"],
-                                  top_p=params["top_p"], ignore_eos=params["ignore_eos"], logprobs=0,
-                                  stop_token_ids=[] if params["ignore_eos"] else [params["eos_id"]],
-                                  detokenize=False)
+        sampling = SamplingParams(
+            max_tokens=params["max_new_tokens"],
+            temperature=params["temperature"],
+            top_p=params["top_p"],
+            ignore_eos=params["ignore_eos"],
+            logprobs=0,
+            stop_token_ids=[] if params["ignore_eos"] else [params["eos_id"]],
+            detokenize=False,
+        )
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         width = max(len(o.outputs[0].token_ids) for o in outputs)
         ids = torch.full((len(outputs), width), params["pad_id"], dtype=torch.long)

@@ -33,8 +33,9 @@ def find_ascend_files(path: Path) -> dict[str, Path]:
         hits = sorted(path.rglob(name))
         if hits:
             found[name] = hits[0]
-    dbs = sorted(p for p in path.rglob("*.db") if mindspeed.PYTORCH_DB.match(p.name)) or \
-        sorted(p for p in path.rglob("*.db") if mindspeed.MSPROF_DB.match(p.name))
+    dbs = sorted(p for p in path.rglob("*.db") if mindspeed.PYTORCH_DB.match(p.name)) or sorted(
+        p for p in path.rglob("*.db") if mindspeed.MSPROF_DB.match(p.name)
+    )
     if dbs:
         found["db"] = dbs[0]
     return found
@@ -47,16 +48,22 @@ def is_ascend_file(name: str) -> bool:
 def is_ascend(path: Path) -> bool:
     if path.is_file():
         return is_ascend_file(path.name)
-    return path.name.endswith(mindspeed.ASCEND_DIR_SUFFIX) or path.name == mindspeed.OUTPUT_DIR or bool(
-        find_ascend_files(path)) and not any(path.glob("*.pt.trace.json*"))
+    return (
+        path.name.endswith(mindspeed.ASCEND_DIR_SUFFIX)
+        or path.name == mindspeed.OUTPUT_DIR
+        or bool(find_ascend_files(path))
+        and not any(path.glob("*.pt.trace.json*"))
+    )
 
 
 def is_unparsed(path: Path) -> bool:
     """A torch_npu collection not parsed yet (profile_analysis: false): raw PROF_* / FRAMEWORK data only."""
     if not path.is_dir() or find_ascend_files(path):
         return False
-    return any(p.is_dir() and (p.name in mindspeed.RAW_DIRS or p.name.startswith(mindspeed.RAW_DIR_PREFIX))
-               for p in path.iterdir())
+    return any(
+        p.is_dir() and (p.name in mindspeed.RAW_DIRS or p.name.startswith(mindspeed.RAW_DIR_PREFIX))
+        for p in path.iterdir()
+    )
 
 
 def rank_of(path: Path, files: dict[str, Path]) -> int | None:
@@ -84,8 +91,10 @@ def read_ascend(path: Path, export: str | None = None) -> AscendTrace:
     """One Ascend output directory (or file). Both exports present: the db, unless export="text"."""
     path = Path(path)
     if is_unparsed(path):
-        raise NotATrace(f"{path} is a torch_npu collection that was not parsed (profile_analysis: false); parse "
-                        f"it with: {mindspeed.offline_parse_command(str(path))}")
+        raise NotATrace(
+            f"{path} is a torch_npu collection that was not parsed (profile_analysis: false); parse "
+            f"it with: {mindspeed.offline_parse_command(str(path))}"
+        )
     files = find_ascend_files(path)
     if path.is_file():  # one named file: that export only
         files = {k: v for k, v in files.items() if v == path or (k == "analysis.db" and path.suffix == ".db")}
@@ -95,7 +104,9 @@ def read_ascend(path: Path, export: str | None = None) -> AscendTrace:
     elif has_text and export != "db":
         trace = read_text(path, files)
     else:
-        raise NotATrace(f"{path}: no Ascend output found; allowed: trace_view.json, kernel_details.csv, "
-                        "step_trace_time.csv, ascend_pytorch_profiler*.db or msprof_*.db")
+        raise NotATrace(
+            f"{path}: no Ascend output found; allowed: trace_view.json, kernel_details.csv, "
+            "step_trace_time.csv, ascend_pytorch_profiler*.db or msprof_*.db"
+        )
     trace.rank = rank_of(path, files)
     return trace

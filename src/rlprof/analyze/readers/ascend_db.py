@@ -78,8 +78,10 @@ class _Reader:
     def __init__(self, db: _Db):
         missing = [t for t in mindspeed.REQUIRED_TABLES if t not in db.tables]
         if missing:
-            raise NotATrace(f"{db.path}: no {' or '.join(missing)} table; a torch_npu / msprof db export has "
-                            f"{', '.join(mindspeed.REQUIRED_TABLES)} (found: {', '.join(sorted(db.tables)) or 'none'})")
+            raise NotATrace(
+                f"{db.path}: no {' or '.join(missing)} table; a torch_npu / msprof db export has "
+                f"{', '.join(mindspeed.REQUIRED_TABLES)} (found: {', '.join(sorted(db.tables)) or 'none'})"
+            )
         self.db, self.cols = db, ColumnBuilder()
         self.launch_parts: list[np.ndarray] = []  # per add(), in table order: each event's host launch (µs, NaN)
         self.linked: tuple[np.ndarray, np.ndarray] | None = None  # connection ids (sorted) -> launch ns
@@ -89,27 +91,48 @@ class _Reader:
 
     def read(self, analysis: Path | None) -> AscendTrace:
         db, warnings = self.db, []
-        backwards = {t: db.rows(f"SELECT count(*) FROM {t} WHERE endNs < startNs")[0][0]
-                     for t in ("TASK", "COMMUNICATION_OP") if t in db.tables}
+        backwards = {
+            t: db.rows(f"SELECT count(*) FROM {t} WHERE endNs < startNs")[0][0]
+            for t in ("TASK", "COMMUNICATION_OP")
+            if t in db.tables
+        }
         if any(backwards.values()):
-            warnings.append(f"{db.path}: " + ", ".join(f"{n} {t} rows" for t, n in backwards.items() if n) +
-                            " end before they start (damaged times), dropped; the others were read")
+            warnings.append(
+                f"{db.path}: "
+                + ", ".join(f"{n} {t} rows" for t, n in backwards.items() if n)
+                + " end before they start (damaged times), dropped; the others were read"
+            )
         compute, comm = self.compute_tasks(), self.communication()
         if not len(compute.s) and not len(comm.s):
             warnings.append(f"{db.path.name}: no compute task or communication op (a host-only export)")
         self.host()
         self.mstx()
         self.memory()
-        spans = [(int(i), float(self.us(s)), float(self.us(e))) for i, s, e in db.rows(
-            "SELECT id, startNs, endNs FROM STEP_TIME ORDER BY startNs")] if "STEP_TIME" in db.tables else []
+        spans = (
+            [
+                (int(i), float(self.us(s)), float(self.us(e)))
+                for i, s, e in db.rows("SELECT id, startNs, endNs FROM STEP_TIME ORDER BY startNs")
+            ]
+            if "STEP_TIME" in db.tables
+            else []
+        )
         steps = _step_trace(analysis) if analysis is not None else []
         table = self.cols.build()
         launch = np.concatenate(self.launch_parts) if self.launch_parts else np.zeros(0)
         table.launch = launch if np.isfinite(launch).any() else None
-        return AscendTrace(db.path, table, lanes_of(compute, comm), steps, warnings,
-                           partial=any(backwards.values()), step_spans=spans,
-                           export="db", files=[str(db.path)] + ([str(analysis)] if analysis is not None else []),
-                           origin_us=self.origin * NS, task_span=self.task_span(compute, comm))
+        return AscendTrace(
+            db.path,
+            table,
+            lanes_of(compute, comm),
+            steps,
+            warnings,
+            partial=any(backwards.values()),
+            step_spans=spans,
+            export="db",
+            files=[str(db.path)] + ([str(analysis)] if analysis is not None else []),
+            origin_us=self.origin * NS,
+            task_span=self.task_span(compute, comm),
+        )
 
     def task_span(self, compute: Coverage, comm: Coverage) -> tuple[float, float] | None:
         """First to last device task of any kind but the profiler's start/stop markers, and every op."""
@@ -144,17 +167,29 @@ class _Reader:
         if "COMPUTE_TASK_INFO" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
         name = self.op_type("COMPUTE_TASK_INFO", "c.", "name")
-        return self.add(self.db.rows(f"SELECT t.startNs, t.endNs, {name}, t.streamId, t.connectionId "
-                                     "FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId "
-                                     "WHERE t.endNs >= t.startNs"), KERNEL, "stream/")
+        return self.add(
+            self.db.rows(
+                f"SELECT t.startNs, t.endNs, {name}, t.streamId, t.connectionId "
+                "FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId "
+                "WHERE t.endNs >= t.startNs"
+            ),
+            KERNEL,
+            "stream/",
+        )
 
     def communication(self) -> Coverage:
         if "COMMUNICATION_OP" not in self.db.tables:
             return Coverage(np.zeros(0), np.zeros(0))
         name = self.op_type("COMMUNICATION_OP", "", "opName")
         linked = ", connectionId" if "connectionId" in self.db.columns("COMMUNICATION_OP") else ""
-        return self.add(self.db.rows(f"SELECT startNs, endNs, {name}, groupName{linked} FROM COMMUNICATION_OP "
-                                     "WHERE endNs >= startNs"), KERNEL, "hccl/", comm=True)
+        return self.add(
+            self.db.rows(
+                f"SELECT startNs, endNs, {name}, groupName{linked} FROM COMMUNICATION_OP WHERE endNs >= startNs"
+            ),
+            KERNEL,
+            "hccl/",
+            comm=True,
+        )
 
     def launches(self) -> tuple[np.ndarray, np.ndarray]:
         """Connection id -> the host launch (ns) of the device work carrying it: the torch op that enqueued it
@@ -164,12 +199,20 @@ class _Reader:
             found: dict[int, int] = {}
             tables = self.db.tables
             if "CANN_API" in tables and "connectionId" in self.db.columns("CANN_API"):
-                found.update(self.db.rows("SELECT connectionId, MIN(startNs) FROM CANN_API "
-                                          "WHERE connectionId IS NOT NULL GROUP BY connectionId"))
+                found.update(
+                    self.db.rows(
+                        "SELECT connectionId, MIN(startNs) FROM CANN_API "
+                        "WHERE connectionId IS NOT NULL GROUP BY connectionId"
+                    )
+                )
             if {"PYTORCH_API", "CONNECTION_IDS"} <= tables and "type" in self.db.columns("PYTORCH_API"):
-                found.update(self.db.rows(
-                    "SELECT ci.connectionId, MIN(CAST(p.startNs AS INTEGER)) FROM PYTORCH_API p JOIN CONNECTION_IDS "
-                    "ci ON ci.id = p.connectionId WHERE p.type = ? GROUP BY ci.connectionId", mindspeed.API_TYPE_OP))
+                found.update(
+                    self.db.rows(
+                        "SELECT ci.connectionId, MIN(CAST(p.startNs AS INTEGER)) FROM PYTORCH_API p JOIN CONNECTION_IDS "
+                        "ci ON ci.id = p.connectionId WHERE p.type = ? GROUP BY ci.connectionId",
+                        mindspeed.API_TYPE_OP,
+                    )
+                )
             ids = np.array([k for k, v in found.items() if isinstance(k, int) and v is not None], np.int64)
             at = np.array([int(found[k]) for k in ids.tolist()], np.int64)
             order = np.argsort(ids, kind="stable")
@@ -179,20 +222,31 @@ class _Reader:
     def host(self) -> None:
         if "PYTORCH_API" in self.db.tables:  # torch ops, and apart from them the task queue and Python trace
             typed = "type" in self.db.columns("PYTORCH_API")
-            rows = self.db.rows("SELECT startNs, endNs, name, globalTid" + (", type" if typed else "") +
-                                " FROM PYTORCH_API")
+            rows = self.db.rows(
+                "SELECT startNs, endNs, name, globalTid" + (", type" if typed else "") + " FROM PYTORCH_API"
+            )
             for api, kind in ((mindspeed.API_TYPE_TRACE, PYTHON), (mindspeed.API_TYPE_QUEUE, OTHER)):
                 self.add([r[:4] for r in rows if typed and r[4] == api], kind, "tid/")
-            self.add([r[:4] for r in rows if not typed or r[4] not in (mindspeed.API_TYPE_TRACE,
-                                                                      mindspeed.API_TYPE_QUEUE)], CPU_OP, "tid/")
+            self.add(
+                [r[:4] for r in rows if not typed or r[4] not in (mindspeed.API_TYPE_TRACE, mindspeed.API_TYPE_QUEUE)],
+                CPU_OP,
+                "tid/",
+            )
         if "CANN_API" in self.db.tables:
             self.add(self.db.rows("SELECT startNs, endNs, name, globalTid FROM CANN_API"), RUNTIME, "tid/")
 
     def mstx(self) -> None:
         """mstx.range_start/range_end pairs (eventType 2): stage ranges by their message."""
         if "MSTX_EVENTS" in self.db.tables:
-            self.add(self.db.rows("SELECT startNs, endNs, message, globalTid FROM MSTX_EVENTS WHERE eventType = ? "
-                                  "AND endNs >= startNs", mindspeed.MSTX_RANGE), USER_ANNOTATION, "mstx/")
+            self.add(
+                self.db.rows(
+                    "SELECT startNs, endNs, message, globalTid FROM MSTX_EVENTS WHERE eventType = ? "
+                    "AND endNs >= startNs",
+                    mindspeed.MSTX_RANGE,
+                ),
+                USER_ANNOTATION,
+                "mstx/",
+            )
 
     def memory(self) -> None:
         """MEMORY_RECORD: allocated bytes over time; the PyTorch allocator's component where it is recorded."""
@@ -212,8 +266,10 @@ class _Reader:
         if comm:  # collectives are recognised by their hcom_ prefix, as HCCL names them in the text export
             uniq, inverse = np.unique(name, return_inverse=True)
             hcom = [cols.names.names[i] for i in uniq]
-            name = np.array([cols.names(mindspeed.collective_type(n if n.startswith("hcom_") else "hcom_" + n))
-                             for n in hcom], np.int32)[inverse]
+            name = np.array(
+                [cols.names(mindspeed.collective_type(n if n.startswith("hcom_") else "hcom_" + n)) for n in hcom],
+                np.int32,
+            )[inverse]
         uniq, inverse = np.unique(data[:, 3].astype(str), return_inverse=True)
         lanes = np.array([cols.threads(f"{thread}{v}") for v in uniq], np.int32)
         cols.add(start, end, np.full(len(start), kind, np.uint8), name, lanes[inverse])

@@ -24,8 +24,16 @@ import numpy as np
 from ...frameworks import mindspeed
 from ..intervals import Coverage
 from ..table import CPU_OP, KERNEL, KIND_OF_CATEGORY, OTHER, RUNTIME, USER_ANNOTATION, ColumnBuilder
-from .ascend_trace import (AscendTrace, Dropped, duration_us, lanes_of, launches_by_start, relative_us, step_row,
-                           whole_us)
+from .ascend_trace import (
+    AscendTrace,
+    Dropped,
+    duration_us,
+    lanes_of,
+    launches_by_start,
+    relative_us,
+    step_row,
+    whole_us,
+)
 from .kineto import Event, NotATrace, salvage_events
 
 PROFILER_STEP = "ProfilerStep#"
@@ -42,8 +50,7 @@ class _Lanes:
         self.tasks: tuple[list[float], list[float]] = ([], [])  # every device task but the profiler's markers
 
     def task_span(self) -> tuple[float, float] | None:
-        starts, ends = (self.tasks[0] + self.compute[0] + self.comm[0], self.tasks[1] + self.compute[1] +
-                        self.comm[1])
+        starts, ends = (self.tasks[0] + self.compute[0] + self.comm[0], self.tasks[1] + self.compute[1] + self.comm[1])
         return (min(starts), max(ends)) if starts else None
 
     def coverage(self, which: str) -> Coverage:
@@ -61,11 +68,14 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
         partial |= ops.partial
         origin = ops.origin if origin is None else origin
     if ops is not None and events and not ops.same_run(events, origin):
-        warnings.append(f"{details}: its operators run outside trace_view.json's time span (another run?); "
-                        "the device tasks of trace_view.json are used")
+        warnings.append(
+            f"{details}: its operators run outside trace_view.json's time span (another run?); "
+            "the device tasks of trace_view.json are used"
+        )
         ops = None
-    spans, has_comm, lost, linked = _add_view(events, origin or 0, cols, lanes, warnings, view,
-                                              operators_from_view=ops is None)
+    spans, has_comm, lost, linked = _add_view(
+        events, origin or 0, cols, lanes, warnings, view, operators_from_view=ops is None
+    )
     partial |= lost
     if ops is not None:
         ops.add(cols, lanes, with_collectives=not has_comm)
@@ -75,9 +85,19 @@ def read_text(path: Path, files: dict[str, Path]) -> AscendTrace:
     used = [str(p) for k, p in files.items() if k in mindspeed.TEXT_FILES]
     table = cols.build()
     table.launch = launches_by_start(table, *linked)
-    return AscendTrace(Path(path), table, lanes_of(lanes.coverage("compute"), lanes.coverage("comm")), steps,
-                       warnings, partial, step_spans=spans, export="text", files=used, origin_us=float(origin or 0),
-                       task_span=lanes.task_span())
+    return AscendTrace(
+        Path(path),
+        table,
+        lanes_of(lanes.coverage("compute"), lanes.coverage("comm")),
+        steps,
+        warnings,
+        partial,
+        step_spans=spans,
+        export="text",
+        files=used,
+        origin_us=float(origin or 0),
+        task_span=lanes.task_span(),
+    )
 
 
 def _is_time(ts) -> bool:
@@ -98,8 +118,11 @@ def _load_view(path: Path, warnings: list[str]) -> tuple[list[Event], bool]:
         if got is None or not got.events:
             raise NotATrace(f"{path}: not an Ascend trace_view.json ({exc})") from None
         if got.dropped:
-            warnings.append(f"{path}: {sum(got.dropped.values())} events dropped (" +
-                            ", ".join(f"{n} with {why}" for why, n in got.dropped.items()) + "); the others were read")
+            warnings.append(
+                f"{path}: {sum(got.dropped.values())} events dropped ("
+                + ", ".join(f"{n} with {why}" for why, n in got.dropped.items())
+                + "); the others were read"
+            )
         warnings.extend(got.warnings(path, exc))
         return got.events, not got.whole
 
@@ -118,8 +141,15 @@ def _task_type(e: Event) -> str:
         return ""
 
 
-def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lanes, warnings: list[str],
-              path: Path | None, operators_from_view: bool) -> tuple[list[tuple[int, float, float]], bool, bool]:
+def _add_view(
+    events: list[Event],
+    origin: int,
+    cols: ColumnBuilder,
+    lanes: _Lanes,
+    warnings: list[str],
+    path: Path | None,
+    operators_from_view: bool,
+) -> tuple[list[tuple[int, float, float]], bool, bool]:
     """trace_view's complete events into the table; its operator tasks (when kernel_details.csv does not give
     them) and its collectives into the lanes. Returns the ProfilerStep spans, whether it had collectives,
     whether events were dropped for values that are no time, and (task start, host launch) of the device tasks
@@ -128,7 +158,8 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
     for e in events:
         if e.ph == "M" and e.name in ("process_name", "thread_name"):
             (process if e.name == "process_name" else thread)[
-                (str(e.pid),) if e.name == "process_name" else (str(e.pid), str(e.tid))] = e.decoded_args().name
+                (str(e.pid),) if e.name == "process_name" else (str(e.pid), str(e.tid))
+            ] = e.decoded_args().name
     spans: list[tuple[int, float, float]] = []
     start, end, kind, name, tid = [], [], [], [], []
     dropped, has_comm = Dropped(), False
@@ -190,8 +221,8 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
             what = RUNTIME
         else:
             what = _HOST_KIND.get(e.cat, CPU_OP if pname == mindspeed.HOST_PROCESS else OTHER)
-            if e.name.startswith(PROFILER_STEP) and e.name[len(PROFILER_STEP):].isdigit():
-                spans.append((int(e.name[len(PROFILER_STEP):]), t0, t1))
+            if e.name.startswith(PROFILER_STEP) and e.name[len(PROFILER_STEP) :].isdigit():
+                spans.append((int(e.name[len(PROFILER_STEP) :]), t0, t1))
         start.append(t0)
         end.append(t1)
         kind.append(what)
@@ -203,8 +234,12 @@ def _add_view(events: list[Event], origin: int, cols: ColumnBuilder, lanes: _Lan
     for _, at, key in sorted(flow_to, reverse=True):  # the preferred flow last: it wins
         if key in flow_from:
             linked[at] = flow_from[key]
-    return sorted(spans, key=lambda s: s[1]), has_comm, bool(dropped.counts), \
-        (np.fromiter(linked, np.float64, len(linked)), np.fromiter(linked.values(), np.float64, len(linked)))
+    return (
+        sorted(spans, key=lambda s: s[1]),
+        has_comm,
+        bool(dropped.counts),
+        (np.fromiter(linked, np.float64, len(linked)), np.fromiter(linked.values(), np.float64, len(linked))),
+    )
 
 
 # ---- kernel_details.csv ---------------------------------------------------------------------------
@@ -220,15 +255,18 @@ class _OpSummary:
         col = {h.strip(): i for i, h in enumerate(header)}
         missing = [c for c in ("Start Time(us)", "Duration(us)") if c not in col]
         if missing:
-            raise NotATrace(f"{path}: no {' or '.join(missing)} column; kernel_details.csv has Step Id, Name, "
-                            "Type, Accelerator Core, Start Time(us), Duration(us)")
+            raise NotATrace(
+                f"{path}: no {' or '.join(missing)} column; kernel_details.csv has Step Id, Name, "
+                "Type, Accelerator Core, Start Time(us), Duration(us)"
+            )
         body = rows[1:]
         if body and not text.endswith(("\n", "\r")):  # torch_npu's csv writer ends every row: this one was cut
             if len(body[-1]) < len(header):
                 body.pop()
             self.partial = True
-            warnings.append(f"{path}: cut in its last row (the file ends mid-row); the {len(body)} rows up to the "
-                            "cut were read")
+            warnings.append(
+                f"{path}: cut in its last row (the file ends mid-row); the {len(body)} rows up to the cut were read"
+            )
         get = lambda row, key: row[col[key]].strip() if key in col and col[key] < len(row) else ""  # noqa: E731
         first = next((r for r in body if _is_time(get(r, "Start Time(us)"))), None)
         self.origin = whole_us(get(first, "Start Time(us)")) if first else 0
@@ -285,9 +323,13 @@ class _OpSummary:
             lane = lanes.comm if self.hccl[i] else lanes.compute
             lane[0].append(self.start[i])
             lane[1].append(self.end[i])
-        cols.add([self.start[i] for i in keep], [self.end[i] for i in keep], [KERNEL] * len(keep),
-                 [cols.names(self.name[i]) for i in keep],
-                 [cols.threads("hccl" if self.hccl[i] else f"stream/{self.stream[i]}") for i in keep])
+        cols.add(
+            [self.start[i] for i in keep],
+            [self.end[i] for i in keep],
+            [KERNEL] * len(keep),
+            [cols.names(self.name[i]) for i in keep],
+            [cols.threads("hccl" if self.hccl[i] else f"stream/{self.stream[i]}") for i in keep],
+        )
 
     def step_extents(self) -> list[tuple[int, float, float]]:
         """Each Step Id's device extent (the csv has no host step times)."""
@@ -314,8 +356,10 @@ def _step_trace(path: Path, warnings: list[str]) -> list[dict]:
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         for row in csv.DictReader(f):
             try:
-                times = [duration_us(row.get(key) or 0) for key in
-                         ("Computing", "Communication(Not Overlapped)", "Overlapped", "Free")]
+                times = [
+                    duration_us(row.get(key) or 0)
+                    for key in ("Computing", "Communication(Not Overlapped)", "Overlapped", "Free")
+                ]
             except ValueError as exc:
                 dropped.add(f"with a time {exc}")
                 continue

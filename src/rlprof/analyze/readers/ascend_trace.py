@@ -49,9 +49,15 @@ def lanes_of(compute: Coverage, comm: Coverage) -> dict[str, Coverage]:
 
 def step_row(step, compute_us: float, comm_alone_us: float, overlap_us: float, free_us: float) -> dict:
     """One step of the Ascend tools' own step trace (µs in), as rlprof buckets (ms out)."""
-    return {"step": int(step) if str(step).lstrip("-").isdigit() else step, "compute_ms": compute_us / 1e3,
-            "comm_ms": comm_alone_us / 1e3, "overlap_ms": overlap_us / 1e3, "memcpy_ms": 0.0,
-            "idle_ms": free_us / 1e3, "wall_ms": (compute_us + comm_alone_us + free_us) / 1e3}
+    return {
+        "step": int(step) if str(step).lstrip("-").isdigit() else step,
+        "compute_ms": compute_us / 1e3,
+        "comm_ms": comm_alone_us / 1e3,
+        "overlap_ms": overlap_us / 1e3,
+        "memcpy_ms": 0.0,
+        "idle_ms": free_us / 1e3,
+        "wall_ms": (compute_us + comm_alone_us + free_us) / 1e3,
+    }
 
 
 def whole_us(ts) -> int:

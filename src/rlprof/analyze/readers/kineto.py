@@ -5,6 +5,10 @@ that separator cannot occur inside a string (raw newlines are escaped) or a nest
 indent), so the event array is cut there and each chunk decoded with msgspec into typed events.
 Memory stays bounded by the chunk size plus the numeric columns. Other layouts are decoded whole.
 Damaged input keeps the events before the damage, with a warning naming the file and byte offset.
+
+Over 400 lines because it is the reader's one path through a file (the stream, the pipelined chunks, the
+whole-file decode, the hand-off to salvage); its parts already live in kineto_events, kineto_stream,
+kineto_columns and kineto_salvage.
 """
 
 from __future__ import annotations
@@ -19,11 +23,38 @@ import msgspec
 from ..table import DEVICE_KINDS
 from .kineto_columns import NO_PHASE, _NeedArgs, _Sink
 from .kineto_salvage import decode_each, salvage_events, value_end  # noqa: F401 (salvage_events: Ascend's too)
-from .kineto_events import (ARRAY_END, ARRAY_KEY, CHUNK, LOOSE_END, MAX_DUR_US, MAX_US, SEP, Event, LeanEvent,  # noqa: F401
-                            Meta, NotATrace, ShapeEvent, Trace, _decode_events, _decode_lean, _decode_meta,
-                            _decode_shape_events, _decode_whole, _decode_whole_shapes)
-from .kineto_stream import (Layout, _Chunks, _CutTolerantGzip, _open, byte_ranges, kineto_layout,  # noqa: F401
-                            stream_size)
+
+# The names marked F401 are re-exported: other readers and the tests import them from this module.
+from .kineto_events import (
+    ARRAY_END,
+    ARRAY_KEY,
+    CHUNK,
+    LOOSE_END,
+    MAX_DUR_US,  # noqa: F401
+    MAX_US,  # noqa: F401
+    SEP,
+    Event,  # noqa: F401
+    LeanEvent,  # noqa: F401
+    Meta,
+    NotATrace,
+    ShapeEvent,  # noqa: F401
+    Trace,
+    _decode_events,
+    _decode_lean,
+    _decode_meta,
+    _decode_shape_events,
+    _decode_whole,
+    _decode_whole_shapes,
+)
+from .kineto_stream import (
+    Layout,  # noqa: F401
+    _Chunks,
+    _CutTolerantGzip,
+    _open,
+    byte_ranges,
+    kineto_layout,  # noqa: F401
+    stream_size,  # noqa: F401
+)
 
 
 @dataclass
@@ -58,7 +89,7 @@ def read_kineto(path: str | Path, shapes: bool = False, map_ranges=None, parts: 
             k = buf.find(ARRAY_KEY)
             if k >= 0 and buf.find(b"[", k) >= 0:
                 open_at = buf.find(b"[", k)
-                header, key, buf = bytes(buf[:k]), bytes(buf[k:open_at + 1]), bytes(buf[open_at + 1:])
+                header, key, buf = bytes(buf[:k]), bytes(buf[k : open_at + 1]), bytes(buf[open_at + 1 :])
                 break
             if not data:
                 return _read_whole(path, bytes(buf), chunks.error, sink)
@@ -95,8 +126,8 @@ def _pipelined(path: Path, chunks: "_Chunks", buf: bytes, offset: int, shapes: b
                 cut = cut if cut >= 0 else buf.find(SEP, PIECE)  # an event longer than a piece
                 if cut < 0:
                     break
-                yield path, bytes(buf[:cut + 1]), offset, shapes
-                del buf[:cut + len(SEP) - 1]
+                yield path, bytes(buf[: cut + 1]), offset, shapes
+                del buf[: cut + len(SEP) - 1]
                 offset += cut + len(SEP) - 1
             if not data:
                 rest.append((bytes(buf), offset))
@@ -147,8 +178,7 @@ def assemble(path: Path, header: bytes, parts) -> Trace:
     return _trace(path, sink, meta, warnings, last.partial or sink.damaged or bool(bad_keys), last.end, damage)
 
 
-def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path, strict: bool = False
-          ) -> Part:
+def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, path: Path, strict: bool = False) -> Part:
     """Decode the events of `buf` and what follows it, piece by piece cut at the separator. `offset`: where `buf`
     starts in the stream. `final`: the stretch runs to the end of the array (else it ends on an event's brace).
     `strict` (a compressed stream): text that is not JSON ends the reading (see decode_each)."""
@@ -162,7 +192,7 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
     # over the separator's comma; the unfinished event after it moves to the front, behind a new "[".
     space = bytearray(max(2 * CHUNK, len(buf) + CHUNK + 1))
     space[0] = 0x5B  # "["
-    space[1:1 + len(buf)] = buf
+    space[1 : 1 + len(buf)] = buf
     fill = 1 + len(buf)
     while True:
         if len(space) - fill < CHUNK:  # an event longer than the buffer
@@ -186,30 +216,32 @@ def _scan(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, final: bool, pa
             return _scan_end(chunks, rest, offset, sink, path, warnings, strict)
         space[cut + 1] = 0x5D  # "]"
         with memoryview(space) as view:
-            decoded = _decode_into(view[:cut + 2], sink)
+            decoded = _decode_into(view[: cut + 2], sink)
         if not decoded:
             space[cut + 1] = 0x2C  # ","
             if ARRAY_END.search(space, 1, cut + 1):  # the array ends in this piece: the bytes after it are no events
                 return _scan_end(chunks, bytes(space[1:fill]), offset, sink, path, warnings, strict)
-            if stopped := each(bytes(space[1:cut + 1]), offset):
+            if stopped := each(bytes(space[1 : cut + 1]), offset):
                 return stopped
         keep = cut + len(SEP) - 2  # the space before the next event's "{": becomes its "["
-        space[:fill - keep] = space[keep:fill]
+        space[: fill - keep] = space[keep:fill]
         space[0] = 0x5B
         fill -= keep
         offset += keep
 
 
-def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str],
-              strict: bool = False) -> Part:
+def _scan_end(
+    chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path, warnings: list[str], strict: bool = False
+) -> Part:
     """The last piece: events up to the array's closing bracket, then the keys after it."""
     close = ARRAY_END.search(buf)
     if close is None:  # a writer whose events end on their own line: the first "}]" that decodes
-        loose = next((m for m in LOOSE_END.finditer(buf) if _decodes(b"[" + buf[:m.start() + 1] + b"]")), None)
+        loose = next((m for m in LOOSE_END.finditer(buf) if _decodes(b"[" + buf[: m.start() + 1] + b"]")), None)
         # else, where the file ends as a document does, the array's end found value by value (an event there
         # that does not decode is dropped, not taken for a cut)
-        end_at = loose.start() + 1 if loose is not None else \
-            _array_end(buf) if buf.rstrip().endswith((b"}", b"]")) else None
+        end_at = (
+            loose.start() + 1 if loose is not None else _array_end(buf) if buf.rstrip().endswith((b"}", b"]")) else None
+        )
         if end_at is not None:
             if buf[:end_at].strip() and not _decode_into(b"[" + buf[:end_at] + b"]", sink):
                 stop = decode_each(buf[:end_at], sink, offset, stop_at_damage=strict)
@@ -219,10 +251,15 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
             return _ended(chunks, Part(sink, warnings, False, offset + end_at, buf[after:], True), offset + after)
         good = decode_each(buf, sink, offset, fragment_last=True, stop_at_damage=strict)
         good = len(buf) if good is None else good
-        return Part(sink, warnings, True, offset + good,
-                    damage=f"trace ends early at byte {offset + good} of the decompressed stream "
-                           f"({_why(chunks.error) or 'no closing bracket'}); the {{n}} events before it were kept")
-    body, tail = buf[:close.start() + 4], buf[close.end():]
+        return Part(
+            sink,
+            warnings,
+            True,
+            offset + good,
+            damage=f"trace ends early at byte {offset + good} of the decompressed stream "
+            f"({_why(chunks.error) or 'no closing bracket'}); the {{n}} events before it were kept",
+        )
+    body, tail = buf[: close.start() + 4], buf[close.end() :]
     end = offset + len(body)
     if body.strip() and not _decode_into(b"[" + body + b"]", sink):
         stop = decode_each(body, sink, offset, stop_at_damage=strict)
@@ -232,8 +269,13 @@ def _scan_end(chunks: _Chunks, buf: bytes, offset: int, sink: _Sink, path: Path,
 
 
 def _damaged(path: Path, warnings: list[str], sink: _Sink, at: int) -> Part:
-    return Part(sink, warnings, True, at, damage=f"damaged event near byte {at} of the decompressed stream; the {{n}} "
-                                                 "events before it were kept")
+    return Part(
+        sink,
+        warnings,
+        True,
+        at,
+        damage=f"damaged event near byte {at} of the decompressed stream; the {{n}} events before it were kept",
+    )
 
 
 TAIL_MAX = 1 << 20  # the keys after the event array: Kineto writes a few hundred bytes there
@@ -258,13 +300,17 @@ def _ended(chunks: _Chunks, part: Part, tail_at: int) -> Part:
         part.damage = f"{_why(chunks.error)} at byte {part.end}; all {{n}} events were kept"
     elif close is None:
         part.partial = True
-        part.damage = (f"trace ends early at byte {tail_at + len(tail)}, after its events (the keys that follow them "
-                       "are cut); all {n} events were kept")
+        part.damage = (
+            f"trace ends early at byte {tail_at + len(tail)}, after its events (the keys that follow them "
+            "are cut); all {n} events were kept"
+        )
     elif extra := tail[close:].lstrip():
         part.partial = True
-        part.damage = (f"bytes after the end of the JSON document, from byte {tail_at + len(tail) - len(extra)} "
-                       f"({_sample(extra)}: another document or text); the first document was read whole, its {{n}} "
-                       "events were kept, the rest was not read")
+        part.damage = (
+            f"bytes after the end of the JSON document, from byte {tail_at + len(tail) - len(extra)} "
+            f"({_sample(extra)}: another document or text); the first document was read whole, its {{n}} "
+            "events were kept, the rest was not read"
+        )
     return part
 
 
@@ -330,8 +376,9 @@ def _meta(header: bytes, tail: bytes) -> tuple[Meta, str | None]:
     the device properties and the time base live there), said like any other."""
     text = header.strip().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark is no damage
     if not text.startswith(b"{"):  # the object's own brace is gone
-        return Meta(), ("the keys before the event array are damaged (near byte 0: no opening brace); all {n} events "
-                        "were kept") if text else None
+        return Meta(), (
+            "the keys before the event array are damaged (near byte 0: no opening brace); all {n} events were kept"
+        ) if text else None
     doc = text + b'"traceEvents":[]' + tail.strip()
     if not doc.endswith(b"}"):
         doc += b"}"
@@ -344,14 +391,19 @@ def _meta(header: bytes, tail: bytes) -> tuple[Meta, str | None]:
     except msgspec.ValidationError:
         return Meta(), None
     except (msgspec.DecodeError, RecursionError) as exc:
-        return Meta(), (f"the keys before the event array are damaged ({_where(exc, len(text))}: its rank, device "
-                        "properties and time base are not known); all {n} events were kept")
-    return meta, (f"the keys after the event array are damaged ({whole_exc}); all {{n}} events were kept"
-                  if whole_exc is not None and tail.strip() not in (b"", b"}") else None)
+        return Meta(), (
+            f"the keys before the event array are damaged ({_where(exc, len(text))}: its rank, device "
+            "properties and time base are not known); all {n} events were kept"
+        )
+    return meta, (
+        f"the keys after the event array are damaged ({whole_exc}); all {{n}} events were kept"
+        if whole_exc is not None and tail.strip() not in (b"", b"}")
+        else None
+    )
 
 
 def _where(exc, limit: int) -> str:
-    """"near byte N" from a decode error that names its byte (within the first `limit` bytes), else less."""
+    """ "near byte N" from a decode error that names its byte (within the first `limit` bytes), else less."""
     m = re.search(r"\(byte (\d+)\)", str(exc))
     return f"near byte {m.group(1)}" if m and int(m.group(1)) <= limit else f"in the first {limit} bytes"
 
@@ -361,35 +413,47 @@ def _salvage_any(path: Path, data: bytes, bracket: int, sink: _Sink, exc, stream
     object, the text must go on past the array's "]" to the object's closing brace, then end."""
     got = salvage_events(data, bracket, sink.event_type)
     if not got.events and not got.dropped and got.cut:
-        raise NotATrace(f"{path}: trace ends early at byte {len(data)}, before its first event "
-                        f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with traceEvents")
+        raise NotATrace(
+            f"{path}: trace ends early at byte {len(data)}, before its first event "
+            f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with traceEvents"
+        )
     if not got.events and not got.dropped:
-        raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
-                        "with traceEvents, or an array of trace events")
+        raise NotATrace(
+            f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
+            "with traceEvents, or an array of trace events"
+        )
     sink.add(got.events)
     for why, n in got.dropped.items():
         for _ in range(n):
             sink.count_bad(why, got.end)
     damage, meta, bad_keys = got.damage(exc), Meta(), None
     if damage is not None and stream_error is not None:  # a broken stream: what it inflated to ends there
-        damage = (f"trace ends early at byte {got.end} of the decompressed stream ({_why(stream_error)}); the {{n}} "
-                  "events before it were kept")
+        damage = (
+            f"trace ends early at byte {got.end} of the decompressed stream ({_why(stream_error)}); the {{n}} "
+            "events before it were kept"
+        )
     key = data.rfind(ARRAY_KEY, 0, bracket)
-    rest = data[got.close_at:] if got.close_at is not None else b""
+    rest = data[got.close_at :] if got.close_at is not None else b""
     if key >= 0:  # an object: {..., "traceEvents": [...], ...}
         close = _document_end(rest) if got.close_at is not None else None
         if damage is None and got.close_at is None:  # the text ended inside the array: a cut, not its end
-            damage = (f"trace ends early at byte {len(data)} ({_why(stream_error) or 'no closing bracket'}); the "
-                      "{n} events before it were kept")
+            damage = (
+                f"trace ends early at byte {len(data)} ({_why(stream_error) or 'no closing bracket'}); the "
+                "{n} events before it were kept"
+            )
         elif damage is None and close is None:
-            damage = (f"trace ends early at byte {len(data)}, after its events (the keys that follow them are cut); "
-                      "all {n} events were kept")
+            damage = (
+                f"trace ends early at byte {len(data)}, after its events (the keys that follow them are cut); "
+                "all {n} events were kept"
+            )
         meta, bad_keys = _meta(data[:key], rest[:close] if close is not None else b"")
         rest = rest[close:] if close is not None else b""
     if damage is None and (extra := rest.lstrip()):  # bytes after the document's end
-        damage = (f"bytes after the end of the JSON document, from byte {len(data) - len(extra)} ({_sample(extra)}: "
-                  "another document or text); the first document was read whole, its {n} events were kept, the rest "
-                  "was not read")
+        damage = (
+            f"bytes after the end of the JSON document, from byte {len(data) - len(extra)} ({_sample(extra)}: "
+            "another document or text); the first document was read whole, its {n} events were kept, the rest "
+            "was not read"
+        )
     damage = damage or bad_keys
     return _trace(path, sink, meta, got.warnings(path), damage is not None or sink.damaged, got.end, damage)
 
@@ -416,8 +480,10 @@ def _first_document(data: bytes, decode, exc):
 def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
     if not data.strip():
         if stream_error is not None:
-            raise NotATrace(f"{path}: {_why(stream_error)} before its first event; allowed: a gzip-compressed or "
-                            "plain Chrome/Kineto trace")
+            raise NotATrace(
+                f"{path}: {_why(stream_error)} before its first event; allowed: a gzip-compressed or "
+                "plain Chrome/Kineto trace"
+            )
         raise NotATrace(f"{path}: empty file; allowed: a Chrome/Kineto trace JSON object with traceEvents")
     decode = _decode_whole_shapes if sink.shapes else _decode_whole
     extra_at = None
@@ -436,12 +502,16 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
         elif (k := data.find(ARRAY_KEY)) >= 0 and (bracket := data.find(b"[", k)) >= 0:
             return _salvage_any(path, data, bracket, sink, exc, stream_error)
         elif body.startswith(b"{") and ("truncated" in str(exc) or stream_error is not None):
-            raise NotATrace(f"{path}: trace ends early at byte {len(data)}, before its first event "
-                            f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with "
-                            "traceEvents") from None
+            raise NotATrace(
+                f"{path}: trace ends early at byte {len(data)}, before its first event "
+                f"({_why(stream_error) or exc}); allowed: a Chrome/Kineto trace JSON object with "
+                "traceEvents"
+            ) from None
         else:
-            raise NotATrace(f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
-                            "with traceEvents, or an array of trace events") from None
+            raise NotATrace(
+                f"{path}: not a readable trace ({exc}); allowed: a Chrome/Kineto trace JSON object "
+                "with traceEvents, or an array of trace events"
+            ) from None
     if isinstance(doc, list):
         sink.add(doc)
         meta = Meta()
@@ -452,29 +522,36 @@ def _read_whole(path: Path, data: bytes, stream_error, sink: _Sink) -> Trace:
         meta = Meta(doc.distributedInfo, doc.baseTimeNanoseconds, doc.rlprof, doc.deviceProperties)
     damage = None
     if extra_at is not None:
-        damage = (f"bytes after the end of the JSON document, from byte {extra_at} ({_sample(data[extra_at:])}: "
-                  "another document or text); the first document was read whole, its {n} events were kept, the rest "
-                  "was not read")
+        damage = (
+            f"bytes after the end of the JSON document, from byte {extra_at} ({_sample(data[extra_at:])}: "
+            "another document or text); the first document was read whole, its {n} events were kept, the rest "
+            "was not read"
+        )
     elif stream_error is not None:
         damage = f"{_why(stream_error)} at byte {len(data)}; all {{n}} events were kept"
     return _trace(path, sink, meta, [], damage is not None, len(data), damage)
 
 
-def _trace(path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int,
-           damage: str | None = None) -> Trace:
+def _trace(
+    path: Path, sink: _Sink, meta: Meta, warnings: list[str], partial: bool, end: int, damage: str | None = None
+) -> Trace:
     """The trace a sink read, with every drop counted in its warnings. `damage`: what ended the reading, the first
     warning ("{n}": the events kept); where no device event was kept but the file says a device was there, that
     line says so too (compute, communication and copies are then a lower bound: 0, never CPU-operator time)."""
     table = sink.build()
     no_phase = sink.dropped.get(NO_PHASE, 0)
     if not len(table) and not sink.complete and no_phase:
-        raise NotATrace(f"{path}: JSON whose {no_phase} entries are no trace events (none has a ph); allowed: a "
-                        "Chrome/Kineto trace, an object with traceEvents or an array of trace events")
+        raise NotATrace(
+            f"{path}: JSON whose {no_phase} entries are no trace events (none has a ph); allowed: a "
+            "Chrome/Kineto trace, an object with traceEvents or an array of trace events"
+        )
     lines = ([f"{path}: " + damage.replace("{n}", str(len(table)))] if damage else []) + sink.drop_warnings(path)
     trace = Trace(path, table, meta, lines + warnings, partial, end, sink.device_seen)
     if partial and not table.mask(*DEVICE_KINDS).any() and (sign := trace.device_sign()) is not None:
-        note = (f"the part read holds no device activity, but this is a GPU trace ({sign}): compute, communication "
-                "and copies count device events (none here), a lower bound of the whole file's")
+        note = (
+            f"the part read holds no device activity, but this is a GPU trace ({sign}): compute, communication "
+            "and copies count device events (none here), a lower bound of the whole file's"
+        )
         if lines:
             trace.warnings[0] += "; " + note
         else:

@@ -1,5 +1,9 @@
 """Decoded Kineto events into columns: the hot path of ingestion (every per-event step in C), and the merge of
-the columns that byte ranges of one file were read into."""
+the columns that byte ranges of one file were read into.
+
+Over 400 lines because it is the hot path of ingestion, kept together so that every per-event step stays one
+C call over local names, and the merge of its columns.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,34 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from ..table import (CPU_OP, DEVICE_KINDS, KIND_OF_CATEGORY, OTHER, PYTHON, RUNTIME, AutoIds, ColumnBuilder,
-                     EventTable, Interner, kind_flags, release_free_memory, CPU_MEMORY, UNKNOWN_DEVICE)
-from .kineto_events import (MAX_DUR_US, MAX_US, NO_CORRELATION, OUTLIER_GAP_US, OUTLIER_SHARE, OUTLIER_SPAN_FACTOR,
-                            Event, LeanEvent, ShapeEvent, _decode_args_list)
+from ..table import (
+    CPU_OP,
+    DEVICE_KINDS,
+    KIND_OF_CATEGORY,
+    OTHER,
+    PYTHON,
+    RUNTIME,
+    AutoIds,
+    ColumnBuilder,
+    EventTable,
+    Interner,
+    kind_flags,
+    release_free_memory,
+    CPU_MEMORY,
+    UNKNOWN_DEVICE,
+)
+from .kineto_events import (
+    MAX_DUR_US,
+    MAX_US,
+    NO_CORRELATION,
+    OUTLIER_GAP_US,
+    OUTLIER_SHARE,
+    OUTLIER_SPAN_FACTOR,
+    Event,
+    LeanEvent,
+    ShapeEvent,
+    _decode_args_list,
+)
 
 _KIND = dict(KIND_OF_CATEGORY, **{"": CPU_OP})  # no category: a CPU op (old Chrome-trace writers)
 _PH, _CAT, _NAME, _TS, _DUR, _ID, _ARGS = map(attrgetter, ("ph", "cat", "name", "ts", "dur", "id", "args"))
@@ -29,6 +57,7 @@ _IS_DEVICE = kind_flags(DEVICE_KINDS)
 NO_PHASE = "no ph (phase)"
 EDGE = 16  # earliest and latest events kept per batch for the outlier check
 _IS_LAUNCH = {"ac2g": True}  # the flow category that ties a kernel to its launch (dict.get: cheaper than ==)
+
 
 class _ThreadIds(AutoIds):
     """(pid, tid) -> thread id, in order of first appearance; a thread is its name "pid/tid", so one written
@@ -52,6 +81,7 @@ class _ThreadIds(AutoIds):
 
 class _NeedArgs(Exception):
     """Events decoded without args hold memory counters, whose args are read."""
+
 
 class _Sink:
     """Turns decoded events into columns. The hot path of ingestion, so every per-event step runs in C
@@ -83,8 +113,7 @@ class _Sink:
         """The EDGE earliest and latest events of a batch, of every kind (those the table leaves out too): what
         the outlier check and the span after it need, in a few bytes per batch."""
         n = len(start)
-        at = np.argpartition(start, (EDGE - 1, n - EDGE))[np.r_[:EDGE, n - EDGE:n]] if n > 2 * EDGE else \
-            np.arange(n)
+        at = np.argpartition(start, (EDGE - 1, n - EDGE))[np.r_[:EDGE, n - EDGE : n]] if n > 2 * EDGE else np.arange(n)
         in_table = (kind[at] != RUNTIME) & (kind[at] != OTHER) & (kind[at] != PYTHON)
         self.edges.append((start[at], end[at], in_table))
 
@@ -154,16 +183,22 @@ class _Sink:
                     self.flow_starts.append((corr[ok], start[runtime][ok]))  # these ids: each kept once (memory)
             keep = (kind != RUNTIME) & (kind != OTHER) & (kind != PYTHON)
             if not keep.all():
-                xs, start, end, kind, x_at = list(compress(xs, keep.tolist())), start[keep], end[keep], kind[keep], \
-                    x_at[keep]
+                xs, start, end, kind, x_at = (
+                    list(compress(xs, keep.tolist())),
+                    start[keep],
+                    end[keep],
+                    kind[keep],
+                    x_at[keep],
+                )
         if not xs and not len(flow_end_at):
             return
         # threads of the kept events and of the flow ends, given ids together in file order
         chosen = np.zeros(n, bool)
         chosen[x_at] = True
         chosen[flow_end_at] = True
-        threads = np.fromiter(map(self.thread_keys.__getitem__, map(_PID_TID, compress(events, chosen.tolist()))),
-                              np.int32)
+        threads = np.fromiter(
+            map(self.thread_keys.__getitem__, map(_PID_TID, compress(events, chosen.tolist()))), np.int32
+        )
         rank = np.cumsum(chosen) - 1
         if len(flow_end_at):
             self.flow_ends[-1] += (threads[rank[flow_end_at]],)
@@ -230,8 +265,9 @@ class _Sink:
             thread_map[i] = self.thread_keys[key]
         for chunk in part.cols.take_chunks():
             start, end, kind, name, thread = chunk[:5]
-            self.cols.add(start, end, kind, name_map[name], thread_map[thread],
-                          shape_map[chunk[5]] if self.shapes else None)
+            self.cols.add(
+                start, end, kind, name_map[name], thread_map[thread], shape_map[chunk[5]] if self.shapes else None
+            )
         if part.cols.span is not None:
             self.cols.extend_span(*part.cols.span)
         self.cols.memory_points.extend(part.cols.memory_points)
@@ -258,18 +294,26 @@ class _Sink:
         dropped = {why: n for why, n in self.bad.items() if why != DEEP_ARGS and n}
         if dropped:
             what = ", ".join(f"{n} with {why}" for why, n in dropped.items())
-            out.append(f"{path}: dropped {sum(dropped.values())} event(s) that could not be read ({what}; the first "
-                       f"at byte {self.first_bad}); the other events were read")
+            out.append(
+                f"{path}: dropped {sum(dropped.values())} event(s) that could not be read ({what}; the first "
+                f"at byte {self.first_bad}); the other events were read"
+            )
         if self.bad.get(DEEP_ARGS):
-            out.append(f"{path}: {self.bad[DEEP_ARGS]} event(s) have args nested too deep to read; they were kept "
-                       "without their args")
+            out.append(
+                f"{path}: {self.bad[DEEP_ARGS]} event(s) have args nested too deep to read; they were kept "
+                "without their args"
+            )
         if self.dropped:
             what = ", ".join(f"{n} with {why}" for why, n in self.dropped.items() if n)
             out.append(f"{path}: dropped {sum(self.dropped.values())} event(s) that carry no usable time ({what})")
         if self.complete and self.unknown > self.complete / 2:  # mostly unread: the numbers would be silently wrong
-            cats = ", ".join(f"{c or '(none)'!r}" for c, _ in sorted(self.unknown_cats.items(), key=lambda kv: -kv[1])[:5])
-            out.append(f"{path}: {self.unknown} of {self.complete} events have categories rlprof does not know "
-                       f"({cats}); they are not counted, so the buckets and operators miss them")
+            cats = ", ".join(
+                f"{c or '(none)'!r}" for c, _ in sorted(self.unknown_cats.items(), key=lambda kv: -kv[1])[:5]
+            )
+            out.append(
+                f"{path}: {self.unknown} of {self.complete} events have categories rlprof does not know "
+                f"({cats}); they are not counted, so the buckets and operators miss them"
+            )
         return out
 
     def build(self) -> EventTable:
@@ -278,8 +322,9 @@ class _Sink:
             dur = np.concatenate([r[1] for r in self.runtime])
             count = np.bincount(ids, minlength=len(self.runtime_names.names))
             total = np.bincount(ids, weights=dur, minlength=len(self.runtime_names.names))
-            self.cols.runtime = {name: [int(count[i]), float(total[i])]
-                                 for i, name in enumerate(self.runtime_names.names)}
+            self.cols.runtime = {
+                name: [int(count[i]), float(total[i])] for i, name in enumerate(self.runtime_names.names)
+            }
         table = self.cols.build()
         if table.span is not None and table.span[1] - table.span[0] > OUTLIER_GAP_US:
             table = self._without_outliers(table)
@@ -294,8 +339,11 @@ class _Sink:
         rest's span. Judged on
         every event of the table and the earliest and latest of every kind; only traces spanning more than a
         day are looked at, so a sound trace pays nothing."""
-        e_start, e_end, e_table = (np.concatenate(c) for c in zip(*self.edges)) if self.edges else \
-            (np.zeros(0), np.zeros(0), np.zeros(0, bool))
+        e_start, e_end, e_table = (
+            (np.concatenate(c) for c in zip(*self.edges))
+            if self.edges
+            else (np.zeros(0), np.zeros(0), np.zeros(0, bool))
+        )
         starts = np.sort(np.concatenate([t.start, e_start[~e_table]]))
         lo, hi = 0, len(starts)  # the rest: starts[lo:hi]
         for _ in range(4):  # a few outlier groups at either end
@@ -304,10 +352,16 @@ class _Sink:
             gaps = np.diff(starts[lo:hi])
             at = int(np.argmax(gaps))
             left, right = at + 1, hi - lo - at - 1  # events before and after the largest gap
-            small, rest_span = (left, starts[hi - 1] - starts[lo + left]) if left <= right else \
-                (right, starts[lo + left - 1] - starts[lo])
-            if small > max(1, OUTLIER_SHARE * (hi - lo)) or 2 * small >= hi - lo or \
-                    gaps[at] <= max(OUTLIER_GAP_US, OUTLIER_SPAN_FACTOR * rest_span):
+            small, rest_span = (
+                (left, starts[hi - 1] - starts[lo + left])
+                if left <= right
+                else (right, starts[lo + left - 1] - starts[lo])
+            )
+            if (
+                small > max(1, OUTLIER_SHARE * (hi - lo))
+                or 2 * small >= hi - lo
+                or gaps[at] <= max(OUTLIER_GAP_US, OUTLIER_SPAN_FACTOR * rest_span)
+            ):
                 break
             lo, hi = (lo + left, hi) if left <= right else (lo, hi - right)
         if lo == 0 and hi == len(starts):
@@ -315,8 +369,9 @@ class _Sink:
         first, last = starts[lo], starts[hi - 1]
         rows = np.flatnonzero((t.start >= first) & (t.start <= last))
         kept_edges = (e_start >= first) & (e_start <= last)
-        self.dropped["a ts a day or more apart from the rest of the trace"] += \
+        self.dropped["a ts a day or more apart from the rest of the trace"] += (
             len(t) - len(rows) + int((~kept_edges & ~e_table).sum())
+        )
         t.start, t.end, t.kind, t.name, t.thread = (c[rows] for c in (t.start, t.end, t.kind, t.name, t.thread))
         if t.shape is not None:
             t.shape = t.shape[rows]
@@ -342,7 +397,7 @@ class _Sink:
             """Column k of the chunks, concatenated; the chunks let go of it."""
             parts = [c[k].astype(str) if ids and as_text else c[k] for c in chunks]
             for i, c in enumerate(chunks):
-                chunks[i] = c[:k] + (None,) + c[k + 1:]
+                chunks[i] = c[:k] + (None,) + c[k + 1 :]
             return np.concatenate(parts)
 
         start_id = column(starts, 0, ids=True)
@@ -399,6 +454,7 @@ class _Sink:
         launch = np.full(len(t), np.nan)
         launch[device] = linked
         return launch
+
 
 def _floats_of(events: list, field) -> np.ndarray:
     """One numeric field of every event as float64, in C; a writer's numeric strings or junk take the slow path."""

@@ -28,6 +28,7 @@ LOOSE_END = re.compile(rb"\}\s*\]")  # any event's closing brace, then a bracket
 DEVICE_BACKEND = re.compile(r"nccl|hccl|xccl", re.IGNORECASE)
 DEVICE_CALL = re.compile(r"(cuda|cu|hip|aclrt|aclnn)[A-Z]|(nccl|hccl):")
 
+
 class Args(msgspec.Struct, gc=False):
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
     device_type: int | None = msgspec.field(default=None, name="Device Type")  # Kineto: 0 CPU, 1 CUDA
@@ -38,7 +39,7 @@ class Args(msgspec.Struct, gc=False):
 
 # What an event without a `correlation` arg holds there: an int, so a batch's ids convert to int64 in one C call
 # (None would send every batch holding a copy without one down the slow path); told from a written id by identity
-NO_CORRELATION = -(2 ** 63)
+NO_CORRELATION = -(2**63)
 
 
 class LaunchArgs(msgspec.Struct, gc=False):
@@ -108,6 +109,7 @@ class WholeTrace(msgspec.Struct):
     rlprof: dict | None = None
     deviceProperties: list | None = None
 
+
 @dataclass
 class Trace:
     path: Path
@@ -155,6 +157,7 @@ class Trace:
 
 class NotATrace(ValueError):
     pass
+
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _decode_shape_events = msgspec.json.Decoder(list[ShapeEvent]).decode

@@ -35,8 +35,9 @@ def decode_one(text: bytes, event_type=Event) -> tuple[object | None, str | None
             return None, DAMAGED
     except msgspec.ValidationError as exc:  # a value refused before the decoder saw the rest: is the rest JSON?
         why = _not_json(text)
-        return None, why if why in (DAMAGED, NOT_OBJECT) else NOT_A_NUMBER if "out of range" in str(exc) else \
-            _wrong_type(str(exc))
+        return None, why if why in (DAMAGED, NOT_OBJECT) else NOT_A_NUMBER if "out of range" in str(
+            exc
+        ) else _wrong_type(str(exc))
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None, _not_json(text)
 
@@ -62,8 +63,13 @@ def _why_not_event(value) -> str:
     if not isinstance(value, dict):
         return NOT_OBJECT
     for v in value.values():
-        if isinstance(v, float) and not math.isfinite(v) or isinstance(v, int) and not isinstance(v, bool) and \
-                abs(v) > 2 ** 63:
+        if (
+            isinstance(v, float)
+            and not math.isfinite(v)
+            or isinstance(v, int)
+            and not isinstance(v, bool)
+            and abs(v) > 2**63
+        ):
             return NOT_A_NUMBER
     try:
         msgspec.json.decode(msgspec.json.encode(value), type=Event)
@@ -74,8 +80,9 @@ def _why_not_event(value) -> str:
     return DAMAGED
 
 
-def decode_each(piece: bytes, sink, offset: int, fragment_last: bool = False, stop_at_damage: bool = False
-                ) -> int | None:
+def decode_each(
+    piece: bytes, sink, offset: int, fragment_last: bool = False, stop_at_damage: bool = False
+) -> int | None:
     """The events of `piece` (Kineto's layout: separated by SEP) one by one into `sink`; those that do not decode
     are counted there (with where the first one starts: `offset` + its position). Returns where reading stopped
     (None when the piece was read to its end): with `fragment_last`, at a last event that does not decode (a cut,
@@ -137,7 +144,7 @@ def salvage_events(data: bytes, bracket: int, event_type=Event) -> Salvaged:
         text, not_utf8 = data.decode("utf-8"), False
     except UnicodeDecodeError:
         text, not_utf8 = data.decode("utf-8", errors="replace"), True
-    pos = len(data[:bracket + 1].decode("utf-8", errors="replace"))
+    pos = len(data[: bracket + 1].decode("utf-8", errors="replace"))
     decoder, events, kept, dropped = json.JSONDecoder(), [], pos, {}
     whole, close_at, cut = False, None, False
     while True:
@@ -146,7 +153,7 @@ def salvage_events(data: bytes, bracket: int, event_type=Event) -> Salvaged:
         if pos >= len(text) or text[pos] == "]":
             whole = True
             if pos < len(text):
-                close_at = pos + 1 if text.isascii() else len(text[:pos + 1].encode("utf-8"))
+                close_at = pos + 1 if text.isascii() else len(text[: pos + 1].encode("utf-8"))
             break
         try:
             raw, end = decoder.raw_decode(text, pos)
@@ -177,8 +184,9 @@ def value_end(text, pos: int) -> int | None:
     """Where the JSON value starting at `pos` ends, found without recursion (strings and escapes respected);
     None when the text ends first."""
     depth, i, n = 0, pos, len(text)
-    quote, backslash, opening, closing = ('"', "\\", "[{", "]}") if isinstance(text, str) else \
-        (0x22, 0x5C, (0x5B, 0x7B), (0x5D, 0x7D))
+    quote, backslash, opening, closing = (
+        ('"', "\\", "[{", "]}") if isinstance(text, str) else (0x22, 0x5C, (0x5B, 0x7B), (0x5D, 0x7D))
+    )
     while i < n:
         c = text[i]
         if c == quote:
@@ -206,10 +214,13 @@ def without_args(text: bytes) -> bytes:
         if _depth(text, key_at) == 1:
             colon = text.index(b":", key_at + 6)
             start = colon + 1
-            while text[start:start + 1] in (b" ", b"\n", b"\t", b"\r"):
+            while text[start : start + 1] in (b" ", b"\n", b"\t", b"\r"):
                 start += 1
-            end = value_end(text, start) if text[start:start + 1] in (b"[", b"{") else \
-                min((p for p in (text.find(b",", start), text.find(b"}", start)) if p >= 0), default=n)
+            end = (
+                value_end(text, start)
+                if text[start : start + 1] in (b"[", b"{")
+                else min((p for p in (text.find(b",", start), text.find(b"}", start)) if p >= 0), default=n)
+            )
             head = text[:key_at].rstrip()
             tail = text[end:].lstrip()
             if tail.startswith(b","):

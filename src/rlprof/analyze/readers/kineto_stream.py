@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .kineto_events import ARRAY_END, ARRAY_KEY, CHUNK, SEP
 
+
 class _CutTolerantGzip:
     """A gzip stream that hands out every byte it could decompress. gzip.GzipFile raises on a cut or corrupt
     stream and loses the block it was reading; this keeps it, ends the stream there and holds the reason in
@@ -53,7 +54,7 @@ class _CutTolerantGzip:
 
     def readinto(self, view) -> int:
         data = self.read(len(view))
-        view[:len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
     def __enter__(self):
@@ -72,13 +73,13 @@ def _inflate_up_to_damage(d, raw: bytes, step: int = 4096) -> bytes:
     for lo in range(0, len(raw), step):
         saved = d.copy()
         try:
-            out.append(d.decompress(raw[lo:lo + step]))
+            out.append(d.decompress(raw[lo : lo + step]))
             continue
         except zlib.error:
             d = saved
         for i in range(lo, min(lo + step, len(raw))):
             try:
-                out.append(d.decompress(raw[i:i + 1]))
+                out.append(d.decompress(raw[i : i + 1]))
             except zlib.error:
                 return b"".join(out)
     return b"".join(out)
@@ -102,6 +103,7 @@ def stream_size(path: Path) -> int:
             f.seek(-4, os.SEEK_END)
             size = max(size, int.from_bytes(f.read(4), "little"))
     return size
+
 
 class _Chunks:
     """CHUNK-sized reads from a stream, optionally only up to `limit` bytes; a stream error ends it and is kept."""
@@ -132,6 +134,7 @@ class _Chunks:
             self.error = self.f.error
         return got
 
+
 @dataclass
 class Layout:
     """Where a plain trace in Kineto's layout keeps its event array: what byte ranges are cut from."""
@@ -149,7 +152,7 @@ def kineto_layout(path: Path) -> Layout | None:
         head = f.read(1 << 20)
     k = head.find(ARRAY_KEY)
     open_at = head.find(b"[", k) if k >= 0 else -1
-    if open_at < 0 or b"\n  {" not in head[open_at + 1:open_at + 65]:
+    if open_at < 0 or b"\n  {" not in head[open_at + 1 : open_at + 65]:
         return None
     return Layout(head[:k], open_at + 1, path.stat().st_size)
 

@@ -27,13 +27,16 @@ def read_snapshot(path: str | Path) -> dict:
         with open(path, "rb") as f:
             data = PlainUnpickler(f).load()
     except RefusedPickle as exc:
-        raise RefusedPickle(f"{path}: refused: the pickle {exc}; allowed: a memory snapshot of plain containers "
-                            "and numbers") from None
+        raise RefusedPickle(
+            f"{path}: refused: the pickle {exc}; allowed: a memory snapshot of plain containers and numbers"
+        ) from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise NotATrace(f"{path}: not a readable memory snapshot ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
-        raise NotATrace(f"{path}: not a memory snapshot (top level is {type(data).__name__}); allowed: the dict "
-                        "torch.cuda.memory._dump_snapshot writes")
+        raise NotATrace(
+            f"{path}: not a memory snapshot (top level is {type(data).__name__}); allowed: the dict "
+            "torch.cuda.memory._dump_snapshot writes"
+        )
     return data
 
 
@@ -54,8 +57,16 @@ def snapshot_memory(snapshot: dict, points: int = 400) -> dict:
             timeline.append([float(entry.get("time_us", len(timeline))), float(total)])
     segments = snapshot.get("segments") or []
     reserved = sum(int(s.get("total_size", 0) or 0) for s in segments)
-    live = sum(int(b.get("size", 0) or 0) for s in segments for b in s.get("blocks", [])
-               if b.get("state") == "active_allocated")
+    live = sum(
+        int(b.get("size", 0) or 0)
+        for s in segments
+        for b in s.get("blocks", [])
+        if b.get("state") == "active_allocated"
+    )
     step = max(1, len(timeline) // points)
-    return {"peak_bytes": float(max(peak, live)), "reserved_bytes": float(reserved), "live_bytes": float(live),
-            "timeline": timeline[::step]}
+    return {
+        "peak_bytes": float(max(peak, live)),
+        "reserved_bytes": float(reserved),
+        "live_bytes": float(live),
+        "timeline": timeline[::step],
+    }

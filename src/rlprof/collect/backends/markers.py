@@ -94,13 +94,36 @@ class MarkersBackend(Backend):
         fd, raw = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=self.spec.run_dir)
         offset = self._wall0 - self._perf0  # perf_counter -> wall clock, so ranks line up
         pid = os.getpid()
-        events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                   "args": {"name": f"rlprof markers rank {self.spec.rank}"}}]
+        events = [
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": f"rlprof markers rank {self.spec.rank}"},
+            }
+        ]
         for name, t0, t1, tid in self._events:
             cat = name.split(":", 2)[1] if name.startswith("rlprof:") else "mark"
-            events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                           "ts": (t0 + offset) / 1e3, "dur": (t1 - t0) / 1e3})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": cat,
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": (t0 + offset) / 1e3,
+                    "dur": (t1 - t0) / 1e3,
+                }
+            )
         with os.fdopen(fd, "w") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f, separators=(",", ":"))
-        return [Output(path=Path(raw), index=None, start_ns=self._wall0, end_ns=end,
-                       finalize_to=self.spec.base_name(None) + TIMELINE_SUFFIX)]
+        return [
+            Output(
+                path=Path(raw),
+                index=None,
+                start_ns=self._wall0,
+                end_ns=end,
+                finalize_to=self.spec.base_name(None) + TIMELINE_SUFFIX,
+            )
+        ]

@@ -26,17 +26,27 @@ def profiler_kwargs(tnp, plan, dir_name: str, worker_name: str) -> dict:
     export = getattr(tnp.ExportType, EXPORT_TYPES[plan.export_type or "text"])
     # mstx ranges need msprof_tx; torch_npu refuses it together with Db export at Level_none.
     msprof_tx = not (plan.export_type == "db" and plan.level == "level_none")
-    experimental = tnp._ExperimentalConfig(export_type=export, profiler_level=level, msprof_tx=msprof_tx,
-                                           aic_metrics=tnp.AiCMetrics.AiCoreNone, data_simplification=True)
-    kwargs = dict(activities=activities, record_shapes="shapes" in contents, profile_memory="memory" in contents,
-                  with_stack="stack" in contents, with_modules="module" in contents,
-                  experimental_config=experimental,
-                  on_trace_ready=tnp.tensorboard_trace_handler(dir_name, worker_name=worker_name,
-                                                               analyse_flag=plan.analysis))
+    experimental = tnp._ExperimentalConfig(
+        export_type=export,
+        profiler_level=level,
+        msprof_tx=msprof_tx,
+        aic_metrics=tnp.AiCMetrics.AiCoreNone,
+        data_simplification=True,
+    )
+    kwargs = dict(
+        activities=activities,
+        record_shapes="shapes" in contents,
+        profile_memory="memory" in contents,
+        with_stack="stack" in contents,
+        with_modules="module" in contents,
+        experimental_config=experimental,
+        on_trace_ready=tnp.tensorboard_trace_handler(dir_name, worker_name=worker_name, analyse_flag=plan.analysis),
+    )
     s = plan.schedule
     if s is not None:
-        kwargs["schedule"] = tnp.schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat,
-                                          skip_first=s.skip_first)
+        kwargs["schedule"] = tnp.schedule(
+            wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat, skip_first=s.skip_first
+        )
     return kwargs
 
 
@@ -55,8 +65,9 @@ class NpuBackend(Backend):
 
     def start(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._prof = self._tnp.profile(**profiler_kwargs(self._tnp, self.spec.plan, str(self._dir),
-                                                         self.spec.base_name(None)))
+        self._prof = self._tnp.profile(
+            **profiler_kwargs(self._tnp, self.spec.plan, str(self._dir), self.spec.base_name(None))
+        )
         self._t0 = time.time_ns()
         self._prof.start()
 
@@ -71,6 +82,13 @@ class NpuBackend(Backend):
         t1 = time.time_ns()
         written = sorted(p for p in self._dir.iterdir() if p.is_dir() and p.name.endswith("_ascend_pt"))
         multi = self.spec.multi_cycle or len(written) > 1
-        return [Output(path=p, index=i if multi else None, start_ns=self._t0, end_ns=t1,
-                       bytes=sum(f.stat().st_size for f in p.rglob("*") if f.is_file()))
-                for i, p in enumerate(written)]
+        return [
+            Output(
+                path=p,
+                index=i if multi else None,
+                start_ns=self._t0,
+                end_ns=t1,
+                bytes=sum(f.stat().st_size for f in p.rglob("*") if f.is_file()),
+            )
+            for i, p in enumerate(written)
+        ]

@@ -43,13 +43,18 @@ class TorchBackend(Backend):
     def start(self) -> None:
         torch, plan = self._torch, self.spec.plan
         contents = plan.contents
-        kwargs = dict(activities=_activities(torch, contents), record_shapes="shapes" in contents,
-                      profile_memory="memory" in contents, with_stack="stack" in contents,
-                      with_modules="module" in contents)
+        kwargs = dict(
+            activities=_activities(torch, contents),
+            record_shapes="shapes" in contents,
+            profile_memory="memory" in contents,
+            with_stack="stack" in contents,
+            with_modules="module" in contents,
+        )
         s = plan.schedule
         if s is not None:
-            kwargs["schedule"] = torch.profiler.schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup,
-                                                         active=s.active, repeat=s.repeat)
+            kwargs["schedule"] = torch.profiler.schedule(
+                skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat
+            )
             kwargs["on_trace_ready"] = self._on_ready
         self._prof = torch.profiler.profile(**kwargs)
         self._prof.record_steps = self.record_steps
@@ -79,6 +84,7 @@ class TorchBackend(Backend):
         prof.stop()
         if self.spec.schedule is None:
             self._export(prof, None)
-        return [Output(path=raw, index=index, start_ns=t0, end_ns=t1,
-                       finalize_to=self.spec.base_name(index) + TRACE_SUFFIX)
-                for raw, index, t0, t1 in self._raw]
+        return [
+            Output(path=raw, index=index, start_ns=t0, end_ns=t1, finalize_to=self.spec.base_name(index) + TRACE_SUFFIX)
+            for raw, index, t0, t1 in self._raw
+        ]

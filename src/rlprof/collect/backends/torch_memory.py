@@ -26,8 +26,9 @@ class TorchMemoryBackend(Backend):
     def _begin(self) -> None:
         opts = self.spec.plan.memory
         # torch keeps whole Python stacks; stack_depth 0 turns stack capture off entirely.
-        self._mem._record_memory_history(enabled="all", context="all" if opts.stack_depth else None,
-                                         stacks="python", max_entries=opts.max_entries)
+        self._mem._record_memory_history(
+            enabled="all", context="all" if opts.stack_depth else None, stacks="python", max_entries=opts.max_entries
+        )
         self._recording_since = time.time_ns()
 
     def _end(self, cycle: int) -> None:
@@ -35,8 +36,11 @@ class TorchMemoryBackend(Backend):
         path = self.spec.run_dir / (self.spec.base_name(index) + MEMORY_SUFFIX)
         self._mem._dump_snapshot(str(path))
         self._mem._record_memory_history(enabled=None)
-        self._outputs.append(Output(path=path, index=index, start_ns=self._recording_since, end_ns=time.time_ns(),
-                                    bytes=path.stat().st_size))
+        self._outputs.append(
+            Output(
+                path=path, index=index, start_ns=self._recording_since, end_ns=time.time_ns(), bytes=path.stat().st_size
+            )
+        )
         self._recording_since = None
 
     def start(self) -> None:

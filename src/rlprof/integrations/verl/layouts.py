@@ -31,15 +31,21 @@ def known_layout(release: str, instead: str) -> str | None:
     major_minor = ".".join(release.split(".")[:2])
     layout = None
     if major_minor not in facts.PLUGIN_RELEASES:
-        warn_once(("release", release), f"rlprof: verl {release} is not a release the verl plugin knows "
-                  f"({', '.join(facts.PLUGIN_RELEASES)}.x): no patching, no micro-batch sampled; verl's own profiler "
-                  f"collects instead: {instead}")
+        warn_once(
+            ("release", release),
+            f"rlprof: verl {release} is not a release the verl plugin knows "
+            f"({', '.join(facts.PLUGIN_RELEASES)}.x): no patching, no micro-batch sampled; verl's own profiler "
+            f"collects instead: {instead}",
+        )
     else:
         missing = _patch_dp() if major_minor == "0.7" else _patch_engine()
         if missing:
-            warn_once(("layout", release), f"rlprof: verl {release}'s micro-batch loop is not where the verl plugin "
-                      f"looks ({missing}): no patching, no micro-batch sampled; verl's own profiler collects instead: "
-                      f"{instead}")
+            warn_once(
+                ("layout", release),
+                f"rlprof: verl {release}'s micro-batch loop is not where the verl plugin "
+                f"looks ({missing}): no patching, no micro-batch sampled; verl's own profiler collects instead: "
+                f"{instead}",
+            )
         else:
             layout = "dp" if major_minor == "0.7" else "engine"
     _layouts[release] = layout

@@ -60,15 +60,21 @@ def _guarded(hook, module) -> None:
     try:
         hook(module)
     except Exception as exc:  # never break verl's import
-        warn_once(("attach", module.__name__), f"rlprof: the verl plugin could not attach to {module.__name__} "
-                  f"({type(exc).__name__}: {exc}); verl goes on without it")
+        warn_once(
+            ("attach", module.__name__),
+            f"rlprof: the verl plugin could not attach to {module.__name__} "
+            f"({type(exc).__name__}: {exc}); verl goes on without it",
+        )
 
 
 def install() -> None:
     """Wrap verl's profiler config, its DistProfiler and main_ppo's v1 trainer now where verl imported them already,
     else right after."""
-    hooks = {"verl.utils.profiler.config": teach_config, "verl.utils.profiler.profile": watch_profilers,
-             TRAINER_MODULE: watch_steps}
+    hooks = {
+        "verl.utils.profiler.config": teach_config,
+        "verl.utils.profiler.profile": watch_profilers,
+        TRAINER_MODULE: watch_steps,
+    }
     pending = {}
     for name, hook in hooks.items():
         module = sys.modules.get(name)
@@ -96,8 +102,11 @@ def watch_profilers(module) -> None:
     cls = getattr(module, "DistProfiler", None)
     if cls is None or getattr(cls.__init__, "_rlprof_watch", False):
         if cls is None:
-            warn_once("no-dist-profiler", "rlprof: this verl has no DistProfiler (verl.utils.profiler.profile); "
-                      "the verl plugin does nothing here")
+            warn_once(
+                "no-dist-profiler",
+                "rlprof: this verl has no DistProfiler (verl.utils.profiler.profile); "
+                "the verl plugin does nothing here",
+            )
         return
     init = cls.__init__
 
@@ -122,8 +131,11 @@ def _take_over(prof, schedule) -> None:
     try:
         from .sampler import take_over  # the one lazy hand-off (ignored, by name, by the light-loader contract)
     except Exception as exc:
-        warn_once(("import", type(exc).__name__), f"rlprof: the verl plugin's sampler does not import "
-                  f"({type(exc).__name__}: {exc}); verl goes on, its own profiler collecting")
+        warn_once(
+            ("import", type(exc).__name__),
+            f"rlprof: the verl plugin's sampler does not import "
+            f"({type(exc).__name__}: {exc}); verl goes on, its own profiler collecting",
+        )
         return
     take_over(prof)
 
@@ -132,8 +144,11 @@ def _at_import() -> None:
     try:
         hand_rollout_plan(sys.argv[1:], os.environ)
     except Exception as exc:  # never break verl's import
-        warn_once("hand-plan", f"rlprof: the rollout's decode-step plan could not be handed to vLLM "
-                  f"({type(exc).__name__}: {exc}); verl goes on without it")
+        warn_once(
+            "hand-plan",
+            f"rlprof: the rollout's decode-step plan could not be handed to vLLM "
+            f"({type(exc).__name__}: {exc}); verl goes on without it",
+        )
     install()
 
 

@@ -10,6 +10,7 @@ import shlex
 
 from ...frameworks import verl as facts
 from ..vllm.environment import ENV_PLAN as ENV_ENGINE_PLAN, ENV_REPLICA as ENV_ENGINE_REPLICA
+
 PROFILER_KEYS = ("global_profiler.", "actor_rollout_ref.actor.profiler.", "actor_rollout_ref.rollout.profiler.")
 ROLLOUT_PROFILER = "actor_rollout_ref.rollout.profiler."
 

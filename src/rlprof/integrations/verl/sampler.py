@@ -32,8 +32,10 @@ def take_over(prof) -> None:
         sampler = MicroBatchSampler.build(prof)  # a unit that is no unit at all: rlprof's ConfigError
     except Exception as exc:
         what = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
-        warn_once(("build", what), f"rlprof: the verl plugin does not sample micro-batches: {what}; verl goes on, "
-                  f"{_instead(prof)}")
+        warn_once(
+            ("build", what),
+            f"rlprof: the verl plugin does not sample micro-batches: {what}; verl goes on, {_instead(prof)}",
+        )
         return
     if sampler is not None:
         prof._impl = sampler
@@ -44,8 +46,10 @@ def _instead(prof) -> str:
     tool = getattr(prof, "_tool", None)
     discrete = bool(field(getattr(prof, "tool_config", None), "discrete", False))
     if tool == "torch":
-        return ("its own torch profiler collects each stage in full, the update's mini-batches by the schedule's "
-                "counts" + (" (one trace per stage)" if discrete else " (one trace per step)"))
+        return (
+            "its own torch profiler collects each stage in full, the update's mini-batches by the schedule's "
+            "counts" + (" (one trace per stage)" if discrete else " (one trace per step)")
+        )
     return f"its own {tool} profiler collects each stage in full"
 
 
@@ -54,14 +58,24 @@ def _plan(prof):
     config, tool_config = prof.config, prof.tool_config
     tool = getattr(prof, "_tool", None) or field(config, "tool")
     block_keys = {"torch": ("contents", "discrete"), "npu": ("contents", "discrete", "level", "analysis")}
-    block = {k: _plain(field(tool_config, k)) for k in block_keys.get(tool, ("discrete",))
-             if field(tool_config, k) is not None}
+    block = {
+        k: _plain(field(tool_config, k))
+        for k in block_keys.get(tool, ("discrete",))
+        if field(tool_config, k) is not None
+    }
     schedule = field(tool_config, "schedule")
-    block["schedule"] = {k: _plain(field(schedule, k)) for k in ("unit", "skip_first", "wait", "warmup", "active",
-                                                                "repeat") if field(schedule, k) is not None}
+    block["schedule"] = {
+        k: _plain(field(schedule, k))
+        for k in ("unit", "skip_first", "wait", "warmup", "active", "repeat")
+        if field(schedule, k) is not None
+    }
     role = _worker_role(prof)
-    profiler = {"enable": True, "all_ranks": bool(field(config, "all_ranks", False)),
-                "ranks": _plain(field(config, "ranks")) or [], "tool_config": {tool: block}}
+    profiler = {
+        "enable": True,
+        "all_ranks": bool(field(config, "all_ranks", False)),
+        "ranks": _plain(field(config, "ranks")) or [],
+        "tool_config": {tool: block},
+    }
     save_path = field(config, "save_path")
     data = {"global_profiler": {"tool": tool, "steps": [1], **({"save_path": str(save_path)} if save_path else {})}}
     path = facts.ROLE_BLOCKS["critic" if role == "critic" else "actor"].split(".")
@@ -107,12 +121,18 @@ class MicroBatchSampler:
         plan = _plan(prof)  # a bad value: rlprof's ConfigError (key, value, what is allowed)
         if plan.schedule is None or plan.schedule.unit != facts.PLUGIN_UNIT:
             unit = plan.schedule.unit if plan.schedule else None
-            warn_once(("unit", unit), f"rlprof: unit {unit} is not sampled inside verl's workers (the verl plugin "
-                      f"samples {facts.PLUGIN_UNIT}); verl goes on, {_instead(prof)}")
+            warn_once(
+                ("unit", unit),
+                f"rlprof: unit {unit} is not sampled inside verl's workers (the verl plugin "
+                f"samples {facts.PLUGIN_UNIT}); verl goes on, {_instead(prof)}",
+            )
             return None
         if plan.tool not in ("torch", "npu"):
-            warn_once(("tool", plan.tool), f"rlprof: tool {plan.tool} cannot sample micro-batches (torch and npu "
-                      f"can); verl goes on, {_instead(prof)}")
+            warn_once(
+                ("tool", plan.tool),
+                f"rlprof: tool {plan.tool} cannot sample micro-batches (torch and npu "
+                f"can); verl goes on, {_instead(prof)}",
+            )
             return None
         release = verl_release()
         layout = known_layout(release, verl_alone(plan, release).split(": ", 1)[-1])
@@ -185,9 +205,17 @@ class SampledStage:
         self.kept: list[int] = []
         self.save_path = Path(plan.save_path)
         self.world_size = _world_size()
-        spec = WindowSpec(run_dir=self.save_path, steps=(sampler.step_n,), role=STAGE_ROLE.get(stage, sampler.role),
-                          stage=stage, rank=sampler.rank, world_size=self.world_size or 1, replica=None, plan=plan,
-                          base_name=lambda index: stage)
+        spec = WindowSpec(
+            run_dir=self.save_path,
+            steps=(sampler.step_n,),
+            role=STAGE_ROLE.get(stage, sampler.role),
+            stage=stage,
+            rank=sampler.rank,
+            world_size=self.world_size or 1,
+            replica=None,
+            plan=plan,
+            base_name=lambda index: stage,
+        )
         self.window = Window(spec, self._fault, watch_load=False)
         try:
             self.save_path.mkdir(parents=True, exist_ok=True)
@@ -199,11 +227,17 @@ class SampledStage:
 
     def _fault(self, window: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
         if phase == "start":
-            warn_once(("open", type(exc).__name__), f"rlprof: could not open a window for {self.stage} "
-                      f"({type(exc).__name__}: {exc}); verl goes on unprofiled there")
+            warn_once(
+                ("open", type(exc).__name__),
+                f"rlprof: could not open a window for {self.stage} "
+                f"({type(exc).__name__}: {exc}); verl goes on unprofiled there",
+            )
         else:
-            warn_once(("fault", type(exc).__name__), f"rlprof: sampling {self.stage} failed ({type(exc).__name__}: "
-                      f"{exc}); the window is dropped and training goes on")
+            warn_once(
+                ("fault", type(exc).__name__),
+                f"rlprof: sampling {self.stage} failed ({type(exc).__name__}: "
+                f"{exc}); the window is dropped and training goes on",
+            )
 
     def unit_begins(self, describe) -> None:
         if self.window.failed or self.window.closed:
@@ -262,17 +296,23 @@ class SampledStage:
             return
         if self.k < 0:  # no micro-batch went through a loop the plugin knows: nothing sampled
             discard(outputs)
-            warn_once(("no-units", self.stage), f"rlprof: {self.stage} ran no micro-batch through the loop the verl "
-                      f"plugin watches ({self.sampler.layout} layout; another engine or strategy?): nothing was "
-                      "sampled in it")
+            warn_once(
+                ("no-units", self.stage),
+                f"rlprof: {self.stage} ran no micro-batch through the loop the verl "
+                f"plugin watches ({self.sampler.layout} layout; another engine or strategy?): nothing was "
+                "sampled in it",
+            )
             return
         for out in outputs:
             try:
                 self._finish(out)
             except Exception as exc:
                 discard([out])
-                warn_once(("export", type(exc).__name__), f"rlprof: a {self.stage} window could not be written "
-                          f"({type(exc).__name__}: {exc}); training goes on")
+                warn_once(
+                    ("export", type(exc).__name__),
+                    f"rlprof: a {self.stage} window could not be written "
+                    f"({type(exc).__name__}: {exc}); training goes on",
+                )
 
     def _end_ranges(self) -> None:
         if self.unit is not None:
@@ -288,13 +328,25 @@ class SampledStage:
         suffix = f"_part{out.index}" if out.index else ""
         dest = self.save_path / f"{self.stem}{suffix}.json.gz"
         plan, sampler = self.sampler.plan, self.sampler
-        meta = {"step": sampler.step_n, "role": self.window.spec.role, "stage": self.stage, "rank": sampler.rank,
-                "world_size": self.world_size, "tool": plan.tool, "mode": "discrete", "window": out.index or 0,
-                "framework": "verl", "collected_by": facts.PLUGIN_MODULE,
-                "sampled": {"unit": facts.PLUGIN_UNIT, "kept": self.kept}}  # a window of units, not one unit
+        meta = {
+            "step": sampler.step_n,
+            "role": self.window.spec.role,
+            "stage": self.stage,
+            "rank": sampler.rank,
+            "world_size": self.world_size,
+            "tool": plan.tool,
+            "mode": "discrete",
+            "window": out.index or 0,
+            "framework": "verl",
+            "collected_by": facts.PLUGIN_MODULE,
+            "sampled": {"unit": facts.PLUGIN_UNIT, "kept": self.kept},
+        }  # a window of units, not one unit
         truncated = self.window.finalize(out, dest, meta)
-        print(f"[rlprof] rank {sampler.rank}: {self.stage} step {sampler.step_n}: micro-batch(es) "
-              f"{', '.join(map(str, self.kept))} -> {dest}" + (" (truncated)" if truncated else ""), flush=True)
+        print(
+            f"[rlprof] rank {sampler.rank}: {self.stage} step {sampler.step_n}: micro-batch(es) "
+            f"{', '.join(map(str, self.kept))} -> {dest}" + (" (truncated)" if truncated else ""),
+            flush=True,
+        )
 
 
 def _world_size() -> int | None:
@@ -313,8 +365,9 @@ def _stem(sampler: MicroBatchSampler, stage: str, world_size: int | None) -> str
     except ImportError:
         build_trace_basename = None
     if build_trace_basename is not None:
-        return build_trace_basename(rank=sampler.rank, role=stage, save_file_prefix=sampler.prefix,
-                                    profile_step=sampler.step_n)
+        return build_trace_basename(
+            rank=sampler.rank, role=stage, save_file_prefix=sampler.prefix, profile_step=sampler.step_n
+        )
     from datetime import datetime, timezone
 
     stamp = datetime.now(tz=timezone.utc).astimezone().strftime("%Y%m%d%H%M%S%f")[:-3]
@@ -333,8 +386,11 @@ def _sampling_torch_backend():
         def stop(self):
             prof = self._prof
             action = self._torch.profiler.ProfilerAction
-            if prof is not None and self.spec.schedule is not None and getattr(prof, "current_action", None) \
-                    is action.RECORD:
+            if (
+                prof is not None
+                and self.spec.schedule is not None
+                and getattr(prof, "current_action", None) is action.RECORD
+            ):
                 prof.current_action = action.RECORD_AND_SAVE
             return super().stop()
 

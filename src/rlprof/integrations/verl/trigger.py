@@ -24,6 +24,9 @@ times, which the driver does not see: in main_ppo it never fires.
 
 Never breaks the host: a fault anywhere here is one warning and main_ppo goes on without the trigger; a bad
 trigger config is one warning naming the key (`rlprof plan` refuses it before the job starts).
+
+Over 400 lines because it is one job, the trigger in main_ppo's driver: the wrappers, the timeline of verl's
+timers, the requests and the index of what verl wrote all read and change the driver's one state.
 """
 
 from __future__ import annotations
@@ -53,12 +56,16 @@ def attach(module) -> None:
         return
     missing = [name for name in WRAPPED if not callable(getattr(cls, name, None))]
     if missing:
-        _say("layout", f"rlprof: verl's PPOTrainer has no {', '.join(missing)}: global_profiler.trigger cannot "
-             "watch main_ppo's steps here (verl goes on without it)")
+        _say(
+            "layout",
+            f"rlprof: verl's PPOTrainer has no {', '.join(missing)}: global_profiler.trigger cannot "
+            "watch main_ppo's steps here (verl goes on without it)",
+        )
         return
     cls.fit = _fit(cls.fit)
-    if callable(getattr(cls, "_start_rollout_profiling", None)) and callable(getattr(cls, "_rollout_server_managers",
-                                                                                    None)):
+    if callable(getattr(cls, "_start_rollout_profiling", None)) and callable(
+        getattr(cls, "_rollout_server_managers", None)
+    ):
         cls._start_rollout_profiling = _start_rollout(cls._start_rollout_profiling)
     cls._start_profiling = _start(cls._start_profiling)
     cls._stop_profiling = _stop(cls._stop_profiling)
@@ -88,8 +95,11 @@ def _build(trainer):
 
 
 def _fault(trainer, phase: str, exc: BaseException) -> None:
-    _say(("fault", phase), f"rlprof: the trigger failed to {phase} in main_ppo's driver ({type(exc).__name__}: "
-         f"{exc}); main_ppo goes on without it")
+    _say(
+        ("fault", phase),
+        f"rlprof: the trigger failed to {phase} in main_ppo's driver ({type(exc).__name__}: "
+        f"{exc}); main_ppo goes on without it",
+    )
     driver = trainer.__dict__.get(_DRIVER)
     trainer.__dict__[_DRIVER] = False
     if driver:
@@ -189,8 +199,12 @@ class DriverTrigger:
         if plan.trigger.keep != "next":
             from ...errors import ConfigError
 
-            raise ConfigError("global_profiler.trigger.keep", plan.trigger.keep, "next (in main_ppo verl's own "
-                              "profiling path captures: it profiles whole steps, it keeps no window it opened)")
+            raise ConfigError(
+                "global_profiler.trigger.keep",
+                plan.trigger.keep,
+                "next (in main_ppo verl's own "
+                "profiling path captures: it profiles whole steps, it keeps no window it opened)",
+            )
         self.plan = plan
         self.steps = set(_select(trainer.config, "global_profiler.steps") or ())
         self.save_path = Path(_select(trainer.config, "global_profiler.save_path") or "outputs/profile").resolve()
@@ -211,11 +225,17 @@ class DriverTrigger:
         self._last_boundary = 0  # the last step that ended
         self.closed = False
         if not self.enabled:
-            _say("nothing-enabled", "rlprof: global_profiler.trigger is set but no role's profiler is enabled: a "
-                 "capture would collect nothing (enable actor_rollout_ref.actor.profiler or the rollout's)")
+            _say(
+                "nothing-enabled",
+                "rlprof: global_profiler.trigger is set but no role's profiler is enabled: a "
+                "capture would collect nothing (enable actor_rollout_ref.actor.profiler or the rollout's)",
+            )
         self._heartbeat(step=0)
-        print(f"rlprof: watching every step of main_ppo; run directory {self.run_dir}"
-              + (f" (rlprof capture {self.run_dir} --next)" if plan.trigger.request else ""), flush=True)
+        print(
+            f"rlprof: watching every step of main_ppo; run directory {self.run_dir}"
+            + (f" (rlprof capture {self.run_dir} --next)" if plan.trigger.request else ""),
+            flush=True,
+        )
 
     # ---- the step boundaries ------------------------------------------------------------------------------
     def step_begins(self, trainer) -> None:
@@ -232,9 +252,17 @@ class DriverTrigger:
             if n not in self.steps:  # profile_continuous_steps: verl stopped the step before (it was not listed)
                 trainer.prev_step_profile = False
             t = due[0].trigger
-            print(f"rlprof: capturing step {n} ({t['reason']}"
-                  + (f": {t['stage']} took {t['seconds']:.2f} s at step {t['step']}, baseline "
-                     f"{t['baseline_seconds']:.2f} s" if t.get("seconds") is not None else "") + ")", flush=True)
+            print(
+                f"rlprof: capturing step {n} ({t['reason']}"
+                + (
+                    f": {t['stage']} took {t['seconds']:.2f} s at step {t['step']}, baseline "
+                    f"{t['baseline_seconds']:.2f} s"
+                    if t.get("seconds") is not None
+                    else ""
+                )
+                + ")",
+                flush=True,
+            )
         self.timing = None
         self.watch.begin(n)
         self.open_step = n
@@ -278,8 +306,11 @@ class DriverTrigger:
             row = [step_s, *stages, *starts, float(busy), *encode_request(req)]
             decision = self.trigger.decide(n, np.asarray([row], dtype=np.float64), (req or {}).get("ranks"))
             armed, refused = decision.armed, decision.refused
-        flags = (BUSY if busy else 0) | (WARMUP if n <= self.trigger.plan.warmup_steps else 0) \
+        flags = (
+            (BUSY if busy else 0)
+            | (WARMUP if n <= self.trigger.plan.warmup_steps else 0)
             | (CAPTURED if n in self.taken else 0)
+        )
         self.watch.write(n, flags, step_s, stages + starts)
         self._index_files()
         self._answer(n, armed, refused)
@@ -317,11 +348,24 @@ class DriverTrigger:
                 continue  # a step listed in global_profiler.steps
             cap = self.taken[step][0]
             rank = meta.get("rank")
-            rows.append({"run_id": self.run_id, "step": step, "role": meta.get("role"), "stage": meta.get("stage"),
-                         "rank": int(rank) if rank is not None else int(meta.get("replica") or 0),
-                         "replica": meta.get("replica"), "mode": meta.get("mode"), "framework": "verl",
-                         "collected_by": "verl", "window": 0, "status": "ok", "bytes": stat.st_size,
-                         "path": os.path.relpath(p, self.run_dir), "trigger": cap.trigger})
+            rows.append(
+                {
+                    "run_id": self.run_id,
+                    "step": step,
+                    "role": meta.get("role"),
+                    "stage": meta.get("stage"),
+                    "rank": int(rank) if rank is not None else int(meta.get("replica") or 0),
+                    "replica": meta.get("replica"),
+                    "mode": meta.get("mode"),
+                    "framework": "verl",
+                    "collected_by": "verl",
+                    "window": 0,
+                    "status": "ok",
+                    "bytes": stat.st_size,
+                    "path": os.path.relpath(p, self.run_dir),
+                    "trigger": cap.trigger,
+                }
+            )
         for row in rows:
             append_row(self.run_dir, row)
         for step in {r["step"] for r in rows}:
@@ -334,23 +378,47 @@ class DriverTrigger:
             write_response(self.run_dir, rid, status="refused", reason=why, step=n)
         for cap in armed:
             if cap.request_id is not None:
-                write_response(self.run_dir, cap.request_id, status="armed", at_step=cap.at_step, stage=cap.stage,
-                               role=cap.role, ranks=None, note=_WHOLE_STEP)
+                write_response(
+                    self.run_dir,
+                    cap.request_id,
+                    status="armed",
+                    at_step=cap.at_step,
+                    stage=cap.stage,
+                    role=cap.role,
+                    ranks=None,
+                    note=_WHOLE_STEP,
+                )
 
     def _answer_captured(self, step: int, rows: list[dict]) -> None:
         from ...collect.watch import write_response
 
         for cap in self.taken.get(step, ()):
             if cap.request_id is not None:
-                write_response(self.run_dir, cap.request_id, status="captured", at_step=step, stage=cap.stage,
-                               role=cap.role, ranks=sorted({r["rank"] for r in rows}), note=_WHOLE_STEP)
+                write_response(
+                    self.run_dir,
+                    cap.request_id,
+                    status="captured",
+                    at_step=step,
+                    stage=cap.stage,
+                    role=cap.role,
+                    ranks=sorted({r["rank"] for r in rows}),
+                    note=_WHOLE_STEP,
+                )
 
     def _heartbeat(self, **fields) -> None:
         from ...collect.watch import write_live
 
         t = self.trigger
-        write_live(self.run_dir, run_id=self.run_id, world_size=self.world_size, request=t.plan.request,
-                   captures_left=t.budget_left(), max_captures=t.plan.max_captures, host_framework="verl", **fields)
+        write_live(
+            self.run_dir,
+            run_id=self.run_id,
+            world_size=self.world_size,
+            request=t.plan.request,
+            captures_left=t.budget_left(),
+            max_captures=t.plan.max_captures,
+            host_framework="verl",
+            **fields,
+        )
 
     def close(self, ended: bool = True) -> None:
         """The run ended: its last step's record (not judged: nothing follows it), the files of a capture at the

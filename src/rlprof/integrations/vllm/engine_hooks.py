@@ -20,14 +20,22 @@ def install(settings: EngineSettings) -> None:
     version = getattr(vllm, "__version__", "unknown")
     if not plugin_supports(version):
         lo, hi = (".".join(map(str, v)) for v in PLUGIN_VERSIONS)
-        warn_once(None, f"rlprof: vLLM {version} is outside the releases the plugin knows ({lo}-{hi}.x); nothing is "
-                  "patched and nothing is collected in vLLM", inherit=True)
+        warn_once(
+            None,
+            f"rlprof: vLLM {version} is outside the releases the plugin knows ({lo}-{hi}.x); nothing is "
+            "patched and nothing is collected in vLLM",
+            inherit=True,
+        )
         return
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     if not callable(getattr(WorkerWrapperBase, "init_device", None)):
-        warn_once(None, f"rlprof: vLLM {version}'s WorkerWrapperBase has no init_device; nothing is patched and "
-                  "nothing is collected", inherit=True)
+        warn_once(
+            None,
+            f"rlprof: vLLM {version}'s WorkerWrapperBase has no init_device; nothing is patched and "
+            "nothing is collected",
+            inherit=True,
+        )
         return
     if getattr(WorkerWrapperBase.init_device, "_rlprof", None) is None:
         WorkerWrapperBase.init_device = _after_init_device(WorkerWrapperBase.init_device, settings, version)
@@ -50,8 +58,11 @@ def _after_init_device(original, settings: EngineSettings, version: str):
 
             EngineSession.attach(self, settings, version)
         except Exception as exc:
-            warn_once(None, f"rlprof: could not attach to vLLM's worker: {type(exc).__name__}: {exc}; this worker "
-                      "is not profiled", inherit=True)
+            warn_once(
+                None,
+                f"rlprof: could not attach to vLLM's worker: {type(exc).__name__}: {exc}; this worker is not profiled",
+                inherit=True,
+            )
         return out
 
     init_device._rlprof = settings

@@ -28,8 +28,11 @@ def register() -> None:
     except ConfigError as exc:
         warn_once(None, f"rlprof: {ENV_PLAN}: {exc}; vLLM generates without rlprof", inherit=True)
     except Exception as exc:  # the host goes on whatever happens here
-        warn_once(None, f"rlprof: the vLLM plugin could not start: {type(exc).__name__}: {exc}; vLLM generates "
-                  "without rlprof", inherit=True)
+        warn_once(
+            None,
+            f"rlprof: the vLLM plugin could not start: {type(exc).__name__}: {exc}; vLLM generates without rlprof",
+            inherit=True,
+        )
 
 
 @contextmanager

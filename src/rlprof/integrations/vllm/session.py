@@ -39,13 +39,23 @@ class EngineSession(Iterations):
         size = tp * pp
         profiler_config = getattr(config, "profiler_config", None)
         vllm_profiles = getattr(profiler_config, "profiler", None) is not None
-        self.source = settings.source if settings.source != "auto" else ("profile_calls" if vllm_profiles
-                                                                         else "rounds")
-        self.profiler = Profiler(settings.plan, rank=settings.replica * size + rank, world_size=size,
-                                 role="rollout", replica=settings.replica, run_id=os.environ.get("RLPROF_RUN_ID"),
-                                 decides=False,  # with a trigger, the host decides (loader.step's trigger)
-                                 tags={"engine": "vllm", "engine_version": version, "engine_tp_rank": rank % tp,
-                                       "engine_pp_rank": rank // tp, "pid": os.getpid()})
+        self.source = settings.source if settings.source != "auto" else ("profile_calls" if vllm_profiles else "rounds")
+        self.profiler = Profiler(
+            settings.plan,
+            rank=settings.replica * size + rank,
+            world_size=size,
+            role="rollout",
+            replica=settings.replica,
+            run_id=os.environ.get("RLPROF_RUN_ID"),
+            decides=False,  # with a trigger, the host decides (loader.step's trigger)
+            tags={
+                "engine": "vllm",
+                "engine_version": version,
+                "engine_tp_rank": rank % tp,
+                "engine_pp_rank": rank // tp,
+                "pid": os.getpid(),
+            },
+        )
         self.engine = RlprofEngineProfiler(self.profiler)
         super().__init__(self.engine.decode_step)
         self.step: int | None = None  # the step whose window is open here
@@ -53,9 +63,12 @@ class EngineSession(Iterations):
         if self.source == "profile_calls" and vllm_profiles:
             steps = ", ".join(map(str, settings.steps)) or "none listed"
             triggered = "; and the steps the host's trigger captures" if settings.plan.trigger is not None else ""
-            warn_once(None, f"rlprof: on replica {settings.replica}, vLLM's start_profile/stop_profile open and close "
-                      f"rlprof's windows (steps {steps}{triggered}); vLLM's own torch profiler is not started there",
-                      inherit=True)
+            warn_once(
+                None,
+                f"rlprof: on replica {settings.replica}, vLLM's start_profile/stop_profile open and close "
+                f"rlprof's windows (steps {steps}{triggered}); vLLM's own torch profiler is not started there",
+                inherit=True,
+            )
 
     def recording(self) -> bool:
         return self.step is not None
@@ -74,8 +87,11 @@ class EngineSession(Iterations):
                 self.engine.start_profile(step, trigger)
             except Exception as exc:  # the Profiler marks backend faults itself; this is anything else
                 self.step = None
-                warn_once(f"open {type(exc).__name__}", f"rlprof: could not open step {step}'s window: "
-                          f"{type(exc).__name__}: {exc}; generation goes on", inherit=True)
+                warn_once(
+                    f"open {type(exc).__name__}",
+                    f"rlprof: could not open step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
+                    inherit=True,
+                )
 
     def end(self, source: str) -> None:
         if source != self.source or self.step is None:
@@ -85,8 +101,11 @@ class EngineSession(Iterations):
         try:
             self.engine.stop_profile()
         except Exception as exc:
-            warn_once(f"close {type(exc).__name__}", f"rlprof: could not close step {step}'s window: "
-                      f"{type(exc).__name__}: {exc}; generation goes on", inherit=True)
+            warn_once(
+                f"close {type(exc).__name__}",
+                f"rlprof: could not close step {step}'s window: {type(exc).__name__}: {exc}; generation goes on",
+                inherit=True,
+            )
 
     def wrap_profile(self, original):
         @functools.wraps(original)
@@ -101,8 +120,14 @@ class EngineSession(Iterations):
                 armed = TRIGGER_IN_PREFIX.search(profile_prefix or "")
                 trigger = None
                 if armed and step is not None and not self.settings.selected(step):
-                    trigger = {"reason": armed.group(1), "step": int(armed.group(2)), "stage": armed.group(3),
-                               "rank": None, "seconds": None, "baseline_seconds": None}
+                    trigger = {
+                        "reason": armed.group(1),
+                        "step": int(armed.group(2)),
+                        "stage": armed.group(3),
+                        "rank": None,
+                        "seconds": None,
+                        "baseline_seconds": None,
+                    }
                 if step is not None:
                     self.begin(step, "profile_calls", trigger)
             else:

@@ -33,8 +33,12 @@ def engine_settings(spec: str, environ=os.environ) -> EngineSettings | None:
     try:
         args = shlex.split(spec)
     except ValueError as exc:
-        raise ConfigError(ENV_PLAN, spec, "a config file and/or key=value overrides, shell-quoted",
-                          problem=f"does not split into arguments ({exc})") from None
+        raise ConfigError(
+            ENV_PLAN,
+            spec,
+            "a config file and/or key=value overrides, shell-quoted",
+            problem=f"does not split into arguments ({exc})",
+        ) from None
     path, overrides = split_config_args(args)
     plan = load_plan(path, overrides)
     replica = _replica(environ.get(ENV_REPLICA, "0"))
@@ -45,8 +49,12 @@ def engine_settings(spec: str, environ=os.environ) -> EngineSettings | None:
     plan = msgspec.structs.replace(plan, async_rollout=True)  # an engine is a replica: rollout ranks are replicas
     rollout = plan.role("rollout")
     # with a trigger, the host's decision may capture any step here: the replicas the rollout selects listen
-    follows = (plan.trigger is not None and rollout.enabled and rollout.tool is not None
-               and (rollout.all_ranks or replica in rollout.ranks))
+    follows = (
+        plan.trigger is not None
+        and rollout.enabled
+        and rollout.tool is not None
+        and (rollout.all_ranks or replica in rollout.ranks)
+    )
     if not ((rollout.collects_on(replica) or follows) and "rollout_generate" in rollout.stages):
         return None
     return EngineSettings(plan, replica, source)
