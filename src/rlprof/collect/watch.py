@@ -117,9 +117,17 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_live(run_dir: Path, **fields) -> None:
+def write_live(run_dir: Path, trigger=None, **fields) -> None:
     """Rank 0's heartbeat: pid and host (a live process is checked by them on the same host), the step it is at,
-    and when it wrote (elsewhere, a heartbeat older than a few steps means the job is gone)."""
+    and when it wrote (elsewhere, a heartbeat older than a few steps means the job is gone). `trigger`: the job's
+    Trigger, whose request switch and budget `rlprof capture` checks a request against."""
+    if trigger is not None:
+        fields = {
+            "request": trigger.plan.request,
+            "captures_left": trigger.budget_left(),
+            "max_captures": trigger.plan.max_captures,
+            **fields,
+        }
     _write_atomic(
         Path(run_dir) / LIVE_FILE,
         json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "updated": time.time(), **fields}),

@@ -67,16 +67,7 @@ class Watching:
             self._watch_fault("start", exc, disable=True)
 
     def _heartbeat(self, **fields) -> None:
-        t = self._trigger
-        write_live(
-            self.watch_dir,
-            run_id=self.run_id,
-            world_size=self.world_size,
-            request=t.plan.request,
-            captures_left=t.budget_left(),
-            max_captures=t.plan.max_captures,
-            **fields,
-        )
+        write_live(self.watch_dir, self._trigger, run_id=self.run_id, world_size=self.world_size, **fields)
 
     def _stop_watch(self) -> None:
         watch, self._watch = self._watch, None

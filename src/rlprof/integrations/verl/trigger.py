@@ -408,16 +408,8 @@ class DriverTrigger:
     def _heartbeat(self, **fields) -> None:
         from ...collect.watch import write_live
 
-        t = self.trigger
         write_live(
-            self.run_dir,
-            run_id=self.run_id,
-            world_size=self.world_size,
-            request=t.plan.request,
-            captures_left=t.budget_left(),
-            max_captures=t.plan.max_captures,
-            host_framework="verl",
-            **fields,
+            self.run_dir, self.trigger, run_id=self.run_id, world_size=self.world_size, host_framework="verl", **fields
         )
 
     def close(self, ended: bool = True) -> None:
