@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL
-from rlprof.analyze import engine, per_file
+from rlprof.analyze import per_file, pipeline
 from rlprof.analyze.readers.kineto import _Sink, LeanEvent, byte_ranges, kineto_layout, read_kineto
 
 PRETTY = ("gpu_nccl_rank0", "rocm_mi250_train", "cpu_only_rank34")  # Kineto's own layout: split
@@ -118,11 +118,11 @@ def test_a_compressed_trace_in_pieces_gives_the_same_table(cut, tmp_path, monkey
 def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     """The engine's own path: the file's ranges over a process pool, merged, then analysed."""
     path = plain_copy("gpu_nccl_rank0", tmp_path)
-    one = engine.analyze(path, workers=1)
+    one = pipeline.analyze(path, workers=1)
     monkeypatch.setattr(per_file, "SPLIT_BYTES", 1 << 20)
     monkeypatch.setattr(per_file, "RANGE_BYTES", 2 << 20)
     assert per_file.range_count(path, 2) > 2
-    split = engine.analyze(path, workers=2)
+    split = pipeline.analyze(path, workers=2)
     assert json.dumps(split, sort_keys=True) == json.dumps(one, sort_keys=True)
     # the compressed original: inflated here, decoded in pieces by the workers
     from rlprof.analyze.readers import kineto
@@ -131,7 +131,7 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     gz = tmp_path / "rank0.json.gz"
     gz.write_bytes((REAL / "gpu_nccl_rank0.json.gz").read_bytes())
     assert per_file.range_count(gz, 2) > 2  # sized by what it inflates to
-    one_gz, split_gz = engine.analyze(gz, workers=1), engine.analyze(gz, workers=2)
+    one_gz, split_gz = pipeline.analyze(gz, workers=1), pipeline.analyze(gz, workers=2)
     assert json.dumps(split_gz, sort_keys=True) == json.dumps(one_gz, sort_keys=True)
 
 

@@ -46,21 +46,9 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
             raise AdviseError(f"--cause {cause!r} is not a cause; allowed: {', '.join(CAUSES)}")
         found = [f for f in found if f["kind"] == cause]
         if not found:
-            return {
-                "run": run,
-                "dialect": dialect,
-                "fix": None,
-                "skipped": [],
-                "reason": f"no {cause} finding above its threshold in this run: nothing to fix",
-            }
+            return _no_fix(run, dialect, f"no {cause} finding above its threshold in this run: nothing to fix")
     if not found:
-        return {
-            "run": run,
-            "dialect": dialect,
-            "fix": None,
-            "skipped": [],
-            "reason": "no cause above its threshold (docs/analysis_schema.md): nothing to fix",
-        }
+        return _no_fix(run, dialect, "no cause above its threshold (docs/analysis_schema.md): nothing to fix")
     ctx = prediction_context(doc)
     skipped = []
     for f in found:
@@ -202,3 +190,8 @@ def fix_text(result: dict) -> str:
         f"# as overrides: {overrides_line(fx['overrides'])}",
     ]
     return "\n".join(lines) + "\n" + OmegaConf.to_yaml(OmegaConf.create(fx["config"]))
+
+
+def _no_fix(run: str, dialect: str, reason: str) -> dict:
+    """A --fix result that writes nothing, and why."""
+    return {"run": run, "dialect": dialect, "fix": None, "skipped": [], "reason": reason}

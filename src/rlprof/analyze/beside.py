@@ -74,19 +74,12 @@ def captures_beside(doc: dict) -> list[dict]:
             )
             if not earlier:
                 wall = sum(r["wall_ms"] for r in _rows_of(doc, cap["path"], stage))
-                out.append(
-                    {
-                        "capture": cap["path"],
-                        "step": cap["step"],
-                        "rank": cap["rank"],
-                        "stage": stage,
-                        "reason": t.get("reason"),
-                        "normal": None,
-                        "why": "no normal window of this stage on this rank to put it beside (set "
-                        "global_profiler.trigger.baseline: true, or list a normal step in steps)",
-                        "cause": judge(window_doc(doc, {cap["path"]}, cap["step"]), None, wall),
-                    }
+                why = (
+                    "no normal window of this stage on this rank to put it beside (set "
+                    "global_profiler.trigger.baseline: true, or list a normal step in steps)"
                 )
+                cause = judge(window_doc(doc, {cap["path"]}, cap["step"]), None, wall)
+                out.append(_beside(cap, stage, None, why) | {"cause": cause})
                 continue
             normal_file, why = earlier[-1][1], f"step {earlier[-1][0]} on the same rank"
         new, base = _rows_of(doc, cap["path"], stage), _rows_of(doc, normal_file, stage)
@@ -105,21 +98,22 @@ def captures_beside(doc: dict) -> list[dict]:
             buckets["wall_ms"]["captured_ms"] - buckets["wall_ms"]["normal_ms"],
             slow,
         )
-        out.append(
-            {
-                "capture": cap["path"],
-                "step": cap["step"],
-                "rank": cap["rank"],
-                "stage": stage,
-                "reason": t.get("reason"),
-                "normal": normal_file,
-                "why": why,
-                "buckets": buckets,
-                "grew": _grew(doc, cap["path"], normal_file, stage),
-                "cause": cause,
-            }
-        )
+        grew = _grew(doc, cap["path"], normal_file, stage)
+        out.append(_beside(cap, stage, normal_file, why) | {"buckets": buckets, "grew": grew, "cause": cause})
     return out
+
+
+def _beside(cap: dict, stage, normal: str | None, why: str) -> dict:
+    """The head of a `beside` record: the captured window, the stage compared, and which normal window, why."""
+    return {
+        "capture": cap["path"],
+        "step": cap["step"],
+        "rank": cap["rank"],
+        "stage": stage,
+        "reason": cap["trigger"].get("reason"),
+        "normal": normal,
+        "why": why,
+    }
 
 
 def _rows_of(doc: dict, file: str, stage) -> list[dict]:

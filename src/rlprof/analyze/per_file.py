@@ -53,13 +53,7 @@ def analyze_file(
     release_free_memory()  # attribution by launch's sorted device columns, before the next phase's arrays
     if trace.partial:
         unknown_time(rows)
-    tag = {
-        "rank": info.get("rank"),
-        "step": info.get("step"),
-        "role": info.get("role"),
-        "stage": info.get("stage"),
-        "file": path.name,
-    }
+    tag = _window_tag(info, path)
     groups, windows = stage_of_events(trace.table, rows)
     unit_signatures(trace.table, rows)
     release_free_memory()
@@ -196,13 +190,7 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     info = {k: v for k, v in meta.items() if v is not None}
     info.setdefault("rank", trace.rank)
     info.update(file=path.name, kind="ascend", step_spans=trace.step_spans)
-    tag = {
-        "rank": info.get("rank"),
-        "step": info.get("step"),
-        "role": info.get("role"),
-        "stage": info.get("stage"),
-        "file": path.name,
-    }
+    tag = _window_tag(info, path)
     table = trace.table
     lanes = OverlapBreakdown(trace.overlap) if trace.overlap else None
     span = lanes.span if lanes else None
@@ -298,3 +286,8 @@ def analyze_snapshot(path: Path, meta: dict) -> dict:
         "launch": None,
         "memory": {**tag, **mem},
     }
+
+
+def _window_tag(info: dict, path: Path) -> dict:
+    """What every record of one file's windows carries: the window it belongs to and the file."""
+    return {k: info.get(k) for k in ("rank", "step", "role", "stage")} | {"file": path.name}
