@@ -216,3 +216,31 @@ def open_page(browser, path: Path):
     page.goto(path.as_uri())
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0")
     return page, seen
+
+
+# ---- analysis documents made to order (the causes' thresholds, the savings' formulas) --------------------------------
+def window_row(stage, role, wall, unit=None, index=None, step=2, rank=0, start_us=0.0, **held) -> dict:
+    """A stage row (or a unit row) of an analysis document whose wall is all compute, plus the fields `held`."""
+    return {
+        "step": step,
+        "role": role,
+        "stage": stage,
+        "rank": rank,
+        "replica": None,
+        "file": "f",
+        "unit": unit,
+        "index": index,
+        "start_us": start_us,
+        "wall_ms": wall,
+        "compute_ms": wall,
+        "comm_ms": 0.0,
+        "overlap_ms": 0.0,
+        "memcpy_ms": 0.0,
+        "idle_ms": 0.0,
+        **held,
+    }
+
+
+def window_doc(rows, **extra) -> dict:
+    """An analysis document of these rows and nothing else."""
+    return {"rows": rows, "inputs": [], "collectives": [], "memory": [], **extra}

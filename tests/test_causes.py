@@ -16,6 +16,7 @@ from rlprof.analyze.finding import Finding
 from rlprof.analyze.findings import diagnose, prediction_context
 from rlprof.analyze.pipeline import analyze
 from rlprof.frameworks.levers import DIALECTS, LEVERS
+from conftest import window_doc, window_row
 
 SRC = ROOT / "src" / "rlprof" / "analyze"
 
@@ -97,50 +98,32 @@ def test_every_finding_kind_the_analysis_emits_is_in_the_registry():
 
 
 # ---- each cause made to fire -------------------------------------------------------------------------------------
-def _row(stage, role, wall, unit=None, index=None, rank=0, **held):
-    return {
-        "step": 2,
-        "role": role,
-        "stage": stage,
-        "rank": rank,
-        "replica": None,
-        "file": "f",
-        "unit": unit,
-        "index": index,
-        "start_us": 0.0,
-        "wall_ms": wall,
-        "compute_ms": wall,
-        "comm_ms": 0.0,
-        "overlap_ms": 0.0,
-        "memcpy_ms": 0.0,
-        "idle_ms": 0.0,
-        **held,
-    }
-
-
-def _doc(rows, **extra):
-    return {"rows": rows, "inputs": [], "collectives": [], "memory": [], **extra}
 
 
 def _tail():
     units = [
-        _row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=10 if k < 10 else 2)
+        window_row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=10 if k < 10 else 2)
         for k in range(20)
     ]
-    return _doc([_row("rollout_generate", "rollout", 20.0), _row("actor_update", "actor", 20.0), *units])
+    return window_doc(
+        [window_row("rollout_generate", "rollout", 20.0), window_row("actor_update", "actor", 20.0), *units]
+    )
 
 
 def _padding():
     units = [
-        _row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=400) for k in range(2)
+        window_row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=400)
+        for k in range(2)
     ]
-    return _doc([_row("actor_update", "actor", 10.0), _row("rollout_generate", "rollout", 10.0), *units])
+    return window_doc(
+        [window_row("actor_update", "actor", 10.0), window_row("rollout_generate", "rollout", 10.0), *units]
+    )
 
 
 def _small_units():
-    rows = [_row("actor_update", "actor", 100.0), _row("rollout_generate", "rollout", 100.0)]
+    rows = [window_row("actor_update", "actor", 100.0), window_row("rollout_generate", "rollout", 100.0)]
     rows += [
-        _row(
+        window_row(
             "actor_update",
             "actor",
             20.0 + 0.01 * (100 + 50 * k),
@@ -152,30 +135,30 @@ def _small_units():
         )
         for k in range(8)
     ]
-    return _doc(rows)
+    return window_doc(rows)
 
 
 def _share(stage, role):
-    return lambda: _doc([_row(stage, role, 50.0), _row("actor_update", "actor", 100.0)])
+    return lambda: window_doc([window_row(stage, role, 50.0), window_row("actor_update", "actor", 100.0)])
 
 
 def _exposed_comm():
-    row = _row("actor_update", "actor", 100.0, comm_ms=40.0, compute_ms=60.0)
-    return _doc(
-        [row, _row("rollout_generate", "rollout", 100.0)],
+    row = window_row("actor_update", "actor", 100.0, comm_ms=40.0, compute_ms=60.0)
+    return window_doc(
+        [row, window_row("rollout_generate", "rollout", 100.0)],
         collectives=[{"role": "actor", "stage": "actor_update", "name": "nccl:all_gather", "total_ms": 40.0}],
     )
 
 
 def _launch_bound():
-    row = _row("actor_update", "actor", 100.0, launch_bound_ms=50.0, device_gap_ms=50.0, launch_unlinked_ms=0.0)
-    return _doc([row, _row("rollout_generate", "rollout", 100.0)])
+    row = window_row("actor_update", "actor", 100.0, launch_bound_ms=50.0, device_gap_ms=50.0, launch_unlinked_ms=0.0)
+    return window_doc([row, window_row("rollout_generate", "rollout", 100.0)])
 
 
 def _memory():
     cap = 80 * 2**30
-    return _doc(
-        [_row("actor_update", "actor", 10.0)],
+    return window_doc(
+        [window_row("actor_update", "actor", 10.0)],
         memory=[
             {
                 "rank": 0,
@@ -190,8 +173,8 @@ def _memory():
 
 
 def _unused_reference():
-    return _doc(
-        [_row("ref_compute_log_prob", "ref", 20.0), _row("actor_update", "actor", 50.0)],
+    return window_doc(
+        [window_row("ref_compute_log_prob", "ref", 20.0), window_row("actor_update", "actor", 50.0)],
         run_config={"source": "x/trainer_config.json", "reference_pass": True, "kl_coef": 0.0},
     )
 

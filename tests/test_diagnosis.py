@@ -26,6 +26,7 @@ from rlprof.analyze.measures import TAIL_ACTIVE
 from rlprof.analyze.step_metrics import OUTLIER_FACTOR, TREND_R, diagnose_steps, read_step_metrics
 from rlprof.frameworks.levers import LEVERS
 from rlprof.trainer.config import TrainConfig
+from conftest import window_doc, window_row
 
 DATA = ROOT / "tests" / "data"
 VERL_YAML = DATA / "verl" / "config" / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
@@ -104,29 +105,6 @@ def test_unit_labels_read_back_what_units_hold():
 
 
 # ---- thresholds: fire just above, quiet just below ---------------------------------------------------------
-def _row(stage, role, wall, unit=None, index=None, step=2, rank=0, **held):
-    return {
-        "step": step,
-        "role": role,
-        "stage": stage,
-        "rank": rank,
-        "replica": None,
-        "file": "f",
-        "unit": unit,
-        "index": index,
-        "start_us": 0.0,
-        "wall_ms": wall,
-        "compute_ms": wall,
-        "comm_ms": 0.0,
-        "overlap_ms": 0.0,
-        "memcpy_ms": 0.0,
-        "idle_ms": 0.0,
-        **held,
-    }
-
-
-def _doc(rows, **extra):
-    return {"rows": rows, "inputs": [], "collectives": [], "memory": [], **extra}
 
 
 def _kinds(doc):
@@ -137,10 +115,12 @@ def _tail_doc(tail_share):
     n = 20
     tail = round(tail_share * n)
     units = [
-        _row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=(10 if k < n - tail else 4))
+        window_row("rollout_generate", "rollout", 1.0, "decode_step", k, seqs=10, active=(10 if k < n - tail else 4))
         for k in range(n)
     ]
-    return _doc([_row("rollout_generate", "rollout", 20.0), _row("actor_update", "actor", 20.0), *units])
+    return window_doc(
+        [window_row("rollout_generate", "rollout", 20.0), window_row("actor_update", "actor", 20.0), *units]
+    )
 
 
 def test_rollout_tail_threshold():
@@ -152,10 +132,14 @@ def test_rollout_tail_threshold():
 
 def _padding_doc(share):
     units = [
-        _row("actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=round(1000 * (1 - share)))
+        window_row(
+            "actor_update", "actor", 2.0, "micro_batch", k, seqs=2, tokens=1000, real_tokens=round(1000 * (1 - share))
+        )
         for k in range(2)
     ]
-    return _doc([_row("actor_update", "actor", 10.0), _row("rollout_generate", "rollout", 10.0), *units])
+    return window_doc(
+        [window_row("actor_update", "actor", 10.0), window_row("rollout_generate", "rollout", 10.0), *units]
+    )
 
 
 def test_padding_threshold():
@@ -168,11 +152,11 @@ def test_padding_threshold():
 
 
 def _fixed_doc(fixed_ms, per_token_ms=0.01, units=8):
-    rows = [_row("actor_update", "actor", 100.0), _row("rollout_generate", "rollout", 100.0)]
+    rows = [window_row("actor_update", "actor", 100.0), window_row("rollout_generate", "rollout", 100.0)]
     for k in range(units):
         tokens = 100 + 50 * k
         rows.append(
-            _row(
+            window_row(
                 "actor_update",
                 "actor",
                 fixed_ms + per_token_ms * tokens,
@@ -183,7 +167,7 @@ def _fixed_doc(fixed_ms, per_token_ms=0.01, units=8):
                 real_tokens=tokens,
             )
         )
-    return _doc(rows)
+    return window_doc(rows)
 
 
 def test_fixed_cost_threshold_and_mergeable_units():
@@ -197,7 +181,7 @@ def test_fixed_cost_threshold_and_mergeable_units():
     assert "small_units" not in _kinds(few)
     # the same micro-batches, one per mini-batch (each its own optimizer step): they cannot merge
     one_each = _fixed_doc(fixed(0.9))
-    one_each["rows"] += [_row("actor_update", "actor", 1.0, "mini_batch", k) for k in range(8)]
+    one_each["rows"] += [window_row("actor_update", "actor", 1.0, "mini_batch", k) for k in range(8)]
     assert "small_units" not in _kinds(one_each)
     # identical token counts: the fixed part cannot be told apart, said as such
     same = _fixed_doc(fixed(0.9), per_token_ms=0.0)
@@ -209,7 +193,9 @@ def test_fixed_cost_threshold_and_mergeable_units():
 
 def _share_doc(stage, role, share):
     other = 100.0
-    return _doc([_row(stage, role, other * share / (1 - share)), _row("actor_update", "actor", other)])
+    return window_doc(
+        [window_row(stage, role, other * share / (1 - share)), window_row("actor_update", "actor", other)]
+    )
 
 
 @pytest.mark.parametrize(
@@ -226,19 +212,19 @@ def test_stage_share_thresholds(stage, role, kind, key):
 
 
 def test_unused_reference_needs_the_runs_config():
-    rows = [_row("ref_compute_log_prob", "ref", 20.0), _row("actor_update", "actor", 50.0)]
+    rows = [window_row("ref_compute_log_prob", "ref", 20.0), window_row("actor_update", "actor", 50.0)]
     off = {"source": "x/trainer_config.json", "reference_pass": True, "kl_coef": 0.0}
-    assert "unused_reference" in _kinds(_doc(rows, run_config=off))
-    assert "unused_reference" not in _kinds(_doc(rows, run_config={**off, "kl_coef": 0.001}))
-    assert "unused_reference" not in _kinds(_doc(rows))  # no config beside the traces: not claimed
+    assert "unused_reference" in _kinds(window_doc(rows, run_config=off))
+    assert "unused_reference" not in _kinds(window_doc(rows, run_config={**off, "kl_coef": 0.001}))
+    assert "unused_reference" not in _kinds(window_doc(rows))  # no config beside the traces: not claimed
 
 
 def _launch_doc(share):
     wall = 100.0
-    row = _row(
+    row = window_row(
         "actor_update", "actor", wall, launch_bound_ms=share * wall, device_gap_ms=share * wall, launch_unlinked_ms=0.0
     )
-    return _doc([row, _row("rollout_generate", "rollout", 100.0)])
+    return window_doc([row, window_row("rollout_generate", "rollout", 100.0)])
 
 
 def test_launch_bound_threshold():
@@ -249,8 +235,8 @@ def test_launch_bound_threshold():
 
 def _memory_doc(use):
     cap = 80 * 2**30
-    return _doc(
-        [_row("actor_update", "actor", 10.0)],
+    return window_doc(
+        [window_row("actor_update", "actor", 10.0)],
         memory=[
             {
                 "rank": 0,

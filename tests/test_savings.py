@@ -24,6 +24,7 @@ from rlprof.analyze.finding import Finding
 from rlprof.analyze.pipeline import analyze
 from rlprof.analyze.findings import THRESHOLDS, findings, prediction_context
 from rlprof.analyze.busy_machine import machine_load
+from conftest import window_row
 
 RUNS = ROOT / "tests" / "data" / "runs"
 VERL_YAML = ROOT / "tests" / "data" / "verl" / "config" / "v0.10.0.dev_1dda039_generated_ppo_trainer.yaml"
@@ -220,24 +221,7 @@ def test_budget_packing_is_the_trainers_own(lengths, prompt, budget):
 
 # ---- formulas on measures made to order (the recorded runs have no such cause) ---------------------------------
 def _row(stage, role, wall, unit=None, index=None, step=2, rank=0, **held):
-    return {
-        "step": step,
-        "role": role,
-        "stage": stage,
-        "rank": rank,
-        "replica": None,
-        "file": "f",
-        "unit": unit,
-        "index": index,
-        "start_us": float(index or 0),
-        "wall_ms": wall,
-        "compute_ms": wall,
-        "comm_ms": 0.0,
-        "overlap_ms": 0.0,
-        "memcpy_ms": 0.0,
-        "idle_ms": 0.0,
-        **held,
-    }
+    return window_row(stage, role, wall, unit, index, step, rank, start_us=float(index or 0), **held)
 
 
 def _units_doc(fixed, per_token, lengths, prompt=5, rows_per_mb=1, update_mini=None):
