@@ -11,6 +11,7 @@ import pytest
 
 from conftest import DATA, REAL
 from helpers import union
+from rlprof.analyze.causes import CAUSES
 from rlprof.analyze.pipeline import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -86,31 +87,60 @@ def test_full_graph_decode_step_reads_its_graph_kernels():
 def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
     """The recorded CPU runs (tests/data/runs) against their documents from before attribution by launch
     (analysis_before_launch_attribution.json.gz, written by the code of 419fa31): identical, key by key, but for
-    idle in several stages, since said as one finding holding exactly the per-stage ones it replaced."""
+    idle, and any cause, found in several stages: since said as one finding holding exactly the per-stage ones it
+    replaced (its first stage's finding, the others in `evidence.stages`)."""
     before = json.load(gzip.open(DATA / "runs" / "analysis_before_launch_attribution.json.gz"))
     runs = sorted(p for p in (DATA / "runs").iterdir() if p.is_dir())
     assert sorted(before) == [p.name for p in runs]
+    merges = 0
     for run in runs:
         copy = tmp_path / run.name
         shutil.copytree(run, copy)
         doc = analyze(copy, workers=1)
         now = json.loads(json.dumps(doc, sort_keys=True, default=str).replace(str(copy), "<run>"))
         was = before[run.name]
-        idle_was = [f for f in was["findings"] if f["kind"] == "idle"]
-        idle_now = [f for f in now["findings"] if f["kind"] == "idle"]
-        if len(idle_was) >= 2:
-            (merged,) = idle_now
+        for kind in {f["kind"] for f in was["findings"]}:
+            kind_was = [f for f in was["findings"] if f["kind"] == kind]
+            kind_now = [f for f in now["findings"] if f["kind"] == kind]
+            if len(kind_was) < 2 or not (kind == "idle" or kind in CAUSES):
+                assert kind_now == kind_was, (run.name, kind)
+                continue
+            merges += 1
+            (merged,) = kind_now
+            if kind == "idle":
+                assert sorted(
+                    (s["role"], s["stage"], s["share"], s["bucket_ms"], s["wall_ms"])
+                    for s in merged["evidence"]["stages"]
+                ) == sorted(
+                    (
+                        f["role"],
+                        f["stage"],
+                        f["evidence"]["share"],
+                        f["evidence"]["bucket_ms"],
+                        f["evidence"]["wall_ms"],
+                    )
+                    for f in kind_was
+                ), run.name
+                continue
+            parts = merged["evidence"]["stages"]
             assert sorted(
-                (s["role"], s["stage"], s["share"], s["bucket_ms"], s["wall_ms"]) for s in merged["evidence"]["stages"]
-            ) == sorted(
-                (f["role"], f["stage"], f["evidence"]["share"], f["evidence"]["bucket_ms"], f["evidence"]["wall_ms"])
-                for f in idle_was
-            ), run.name
-        else:
-            assert idle_now == idle_was, run.name
+                (
+                    p["stage"],
+                    p["impact_ms"],
+                    p["saving_ms"],
+                    {k: v for k, v in p.items() if k in f["evidence"]} == f["evidence"],
+                )
+                for p, f in ((p, next(f for f in kind_was if f["stage"] == p["stage"])) for p in parts)
+            ) == sorted((f["stage"], f["impact_ms"], f.get("saving_ms"), True) for f in kind_was), (run.name, kind)
+            assert merged["impact_ms"] == pytest.approx(sum(f["impact_ms"] for f in kind_was))
+            first = next(f for f in kind_was if f["stage"] == parts[0]["stage"])
+            assert {k: v for k, v in merged["evidence"].items() if k != "stages"} == first["evidence"]
         for d in (now, was):
-            d["findings"] = [f for f in d["findings"] if f["kind"] != "idle"]
+            d["findings"] = [
+                f for f in d["findings"] if len([g for g in was["findings"] if g["kind"] == f["kind"]]) < 2
+            ]
         assert now == was, run.name
+    assert merges >= 4  # idle in several runs, exposed communication in two
 
 
 def test_training_steps_hold_the_device_time_each_step_launched():

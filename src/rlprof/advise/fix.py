@@ -37,7 +37,7 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
     """The overrides that apply the first lever of the first cause the findings rank (or of `cause`), in `dialect`,
     with the values the run's measures give (analyze/savings.py), and the saving predicted for them. A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.findings import prediction_context
+    from ..analyze.findings import finding_parts, prediction_context
 
     check_dialect(dialect)
     found = [f for f in doc.get("findings", []) if f.get("actionable")]
@@ -51,11 +51,13 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
         return _no_fix(run, dialect, "no cause above its threshold (docs/analysis_schema.md): nothing to fix")
     ctx = prediction_context(doc)
     skipped = []
-    for f in found:
-        result, why = _fix_one(ctx, f, [g for g in found if g["kind"] == f["kind"]], dialect)
-        if result is not None:
-            return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
-        skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+    for entry in found:  # a cause found in several stages: stage by stage, its first stage first
+        same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
+        for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
+            result, why = _fix_one(ctx, f, same, dialect)
+            if result is not None:
+                return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
+            skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
     return {
         "run": run,
         "dialect": dialect,

@@ -33,7 +33,8 @@ def cause_findings(window_doc: dict) -> list[dict]:
 
 
 def _key(f: dict) -> tuple:
-    return f["kind"], f.get("stage")
+    """A cause is said once per window (findings.one_per_cause: its stages inside it); a slow rank once per rank."""
+    return f["kind"], f.get("rank") if f["kind"] == "slow_rank" else None
 
 
 def _entry(f: dict, normal: dict | None, how: str) -> dict:

@@ -70,20 +70,48 @@ def _same_window_twice(rows: list[dict]) -> list[str]:
     ]
 
 
+# How a stage row made from its units (stage_rows_from_units) takes each field of theirs: one rule per field, so that
+# no field of the first unit stands for the stage (its launch-bound time once read 13.6 of its units' 654.5 ms).
+SUMMED = (*BUCKETS, "unknown_ms", "device_gap_ms", "launch_bound_ms", "launch_unlinked_ms", "unlinked_events")
+EARLIEST = ("start_us", "host_start_us", "device_start_us")  # the first of the units' (None where none has one)
+KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belong to: equal in all of them
+# host_wall_ms: the span of the units' host ranges, first start to last end (the host lane draws that); attribution:
+# "launch+time" where any unit placed work by time; units_only: how many units. Not carried: what only a unit says
+# (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
+# is in another file, or not recorded).
+NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+
+
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:
-    """A stage collected one unit per file (verl's discrete train_batch traces) has no stage row of its own:
-    make one per (step, role, stage, rank) that sums its units' buckets (the time between files is unseen)."""
-    have = {(r["step"], r["role"], r["stage"], r["rank"]) for r in rows if r["unit"] is None}
+    """A stage collected one unit per file (verl's discrete train_batch traces), or sampled by its units (a decode
+    window, the first micro-batches) has no stage row of its own: make one per (step, role, stage, rank, replica)
+    from its units, each field by its rule above (the buckets summed: the time between the units is unseen)."""
+    have = {tuple(r[k] for k in KEY) for r in rows if r["unit"] is None}
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        key = (r["step"], r["role"], r["stage"], r["rank"])
+        key = tuple(r[k] for k in KEY)
         if r["unit"] is not None and r["stage"] and key not in have:
             groups.setdefault(key, []).append(r)
-    out = []
-    for units in groups.values():
-        first = {k: v for k, v in min(units, key=lambda r: r["start_us"] or 0).items() if k not in UNIT_ARGS}
-        sums = {b: sum(r[b] for r in units) for b in BUCKETS}
-        if any("unknown_ms" in r for r in units):  # a damaged unit's time its file no longer says (per_file)
-            sums["unknown_ms"] = sum(r.get("unknown_ms", 0.0) for r in units)
-        out.append({**first, "unit": None, "index": None, "file": None, "units_only": len(units), **sums})
-    return out
+    return [assembled_row(units) for units in groups.values()]
+
+
+def assembled_row(units: list[dict]) -> dict:
+    """The stage row of these units (one window's), field by field (SUMMED, EARLIEST, KEY and the rest above)."""
+    row = {k: units[0][k] for k in KEY}
+    row.update(file=None, unit=None, index=None)
+    for k in EARLIEST:
+        if any(k in u for u in units):
+            starts = [u[k] for u in units if u.get(k) is not None]
+            row[k] = min(starts) if starts else None
+    for k in SUMMED:
+        if any(k in u for u in units):
+            row[k] = sum(u.get(k, 0) for u in units)
+    hosts = [u for u in units if u.get("host_start_us") is not None]
+    if hosts:
+        row["host_wall_ms"] = (
+            max(u["host_start_us"] + u["host_wall_ms"] * 1e3 for u in hosts) - row["host_start_us"]
+        ) / 1e3
+    if any("attribution" in u for u in units):
+        row["attribution"] = "launch+time" if any(u.get("attribution") == "launch+time" for u in units) else "launch"
+    row["units_only"] = len(units)
+    return row

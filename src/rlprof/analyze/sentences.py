@@ -22,7 +22,21 @@ def sentence(f: Finding) -> str:
         "where": where(f.role, f.stage),
     }
     form = template(f.kind)
-    return form(fields) if callable(form) else form.format(**fields)
+    text = form(fields) if callable(form) else form.format(**fields)
+    others = f.evidence.get("stages", [])[1:] if f.kind in CAUSES else []
+    if others:  # a cause found in several stages (findings.one_per_cause): the first stage's sentence, then the rest
+        text += "; also in " + ", ".join(
+            where(s["role"], s["stage"])
+            + (f" rank {s['rank']}" if f.kind == "slow_rank" or s.get("file") else "")
+            + f" ({_share(s)}{s['impact_ms']:.1f} ms per step)"
+            for s in others
+        )
+    return text
+
+
+def _share(part: dict) -> str:
+    value = part.get("value", part.get("share"))
+    return f"{value:.0%}, " if isinstance(value, (int, float)) else ""
 
 
 def render(f: Finding, saving: dict | None = None) -> dict:
@@ -38,7 +52,7 @@ def render(f: Finding, saving: dict | None = None) -> dict:
         "rank": f.rank,
     }
     cause = CAUSES.get(f.kind)
-    found = levers(cause.name, f.stage) if cause else {}
+    found = _levers(cause.name, [s["stage"] for s in f.evidence.get("stages", [])] or [f.stage]) if cause else {}
     out.update(
         cause=cause.title if cause else None,
         levers=found,
@@ -52,6 +66,16 @@ def render(f: Finding, saving: dict | None = None) -> dict:
             saving_share=saving["saving_share"],
             saving_text=saving_text(saving),
         )
+    return out
+
+
+def _levers(cause: str, stages: list) -> dict[str, list[dict]]:
+    """The levers of a cause found in these stages, per dialect: the first stage's first, each lever once."""
+    out: dict[str, list[dict]] = {}
+    for stage in stages:
+        for dialect, found in levers(cause, stage).items():
+            mine = out.setdefault(dialect, [])
+            mine += [lv for lv in found if lv not in mine]
     return out
 
 

