@@ -146,30 +146,29 @@ def one_per_cause(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Findin
 
 
 def _summed_saving(savings: list[dict | None]) -> dict | None:
-    """The saving of a cause found in several stages: each stage's predicted saving (its first lever), summed; the
-    first stage's where none was predicted (its reason)."""
+    """The saving of a cause found in several stages: each stage's first lever turned, what each stage saves the most
+    any of them saves there (one lever can act on several stages: rlprof's kept gathers do on every forward stage,
+    and the same saving is not counted once per stage it was found in), summed over the stages; the first stage's
+    reason where none was predicted."""
     done = [s for s in savings if s and s.get("status") == "predicted"]
     if not done:
         return savings[0]
     out = {**done[0], "by_stage_ms": {}, "profiled_ms": {}, "setting": {}}
     for s in done:
         for key in ("by_stage_ms", "profiled_ms"):
-            out[key].update(s.get(key) or {})
+            for stage, ms in (s.get(key) or {}).items():
+                out[key][stage] = max(ms, out[key].get(stage, ms))
         for key, value in (s.get("setting") or {}).items():
             mine = out["setting"].get(key)
-            out["setting"][key] = (
-                {**mine, **value}
-                if isinstance(mine, dict) and isinstance(value, dict)
-                else (value if mine is None else mine)
-            )
-    out["saving_ms"] = sum(s["saving_ms"] for s in done)
-    shares = [s.get("saving_share") for s in done]
-    out["saving_share"] = sum(shares) if None not in shares else None
-    assumptions = list(dict.fromkeys(s["assumption"] for s in done))
-    out["assumption"] = " / ".join(assumptions)
+            merged = {**mine, **value} if isinstance(mine, dict) and isinstance(value, dict) else None
+            out["setting"][key] = merged if merged is not None else (value if mine is None else mine)
+    out["saving_ms"] = sum(out["by_stage_ms"].values())
+    basis = out.get("step_ms")
+    out["saving_share"] = out["saving_ms"] / basis if basis else None
+    out["assumption"] = " / ".join(dict.fromkeys(s["assumption"] for s in done))
     left = [s for s in savings if not (s and s.get("status") == "predicted")]
     if left:
-        out["assumption"] += f"; {len(left)} of its stages not predicted ({left[0].get('why') if left[0] else ''})"
+        out["assumption"] += f"; {len(left)} of its stages not predicted ({left[0]['why'] if left[0] else ''})"
     return out
 
 

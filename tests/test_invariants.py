@@ -1,0 +1,306 @@
+"""Invariants across the analysis document, on every input the tests have: the recorded CPU runs, rlprof's trainer
+recorded on an H100, the real public traces and the frameworks' own output. One quantity computed in two places must
+never disagree (a stage row once read 13.6 ms launch-bound where its units held 654.5): so each is recomputed here, by
+code of this module's own, from what it is made of.
+
+- a stage row made from its units is, field by field, their aggregate (sum, earliest start, span, union);
+- every row's buckets fill its wall: compute + comm + memcpy + idle (+ the time a damaged file no longer says) = wall,
+  overlap inside compute;
+- a device row's gap and launch-bound time, and each file's launch record, equal the device's idle gaps recomputed
+  from the file's events (one brute-force pass over them, not the analysis's prefix sums);
+- each measure recomputes from the rows it names, and each finding's numbers are its measure's (a cause found in
+  several stages: each stage's).
+"""
+
+import math
+import shutil
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from conftest import DATA, REAL
+from rlprof.analyze import document as assembly
+from rlprof.analyze.causes import CAUSES, THRESHOLDS
+from rlprof.analyze.measures import TAIL_ACTIVE
+from rlprof.analyze.pipeline import analyze
+from rlprof.analyze.readers.kineto import read_kineto
+from rlprof.analyze.result import Row
+from rlprof.analyze.table import DEVICE_KINDS
+
+BUCKETS = ("compute_ms", "comm_ms", "memcpy_ms", "idle_ms")
+INPUTS = (
+    [f"runs/{p.name}" for p in sorted((DATA / "runs").iterdir()) if p.is_dir()]
+    + [f"h100/{p.name}" for p in sorted((DATA / "h100").iterdir()) if p.is_dir()]
+    + [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
+    + [
+        "real/ascend",
+        "verl/output/discrete",
+        "verl/output/e2e",
+        "ascend/mindspeed/profiler_data/integrated",
+        "ascend/mindspeed/profiler_data_mstx",
+        "ascend/real/kernel_details",
+        "ascend/real/trace_view",
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    """Each input's analysis document, made once from a copy (analysis writes nothing into tests/data)."""
+    root = tmp_path_factory.mktemp("inputs")
+    made: dict[str, tuple] = {}
+
+    def document(name: str):
+        if name not in made:
+            source = REAL / name.split("/", 1)[1] if name.startswith("real/") else DATA / name
+            copy = root / name.replace("/", "__")
+            (shutil.copytree if source.is_dir() else shutil.copy)(source, copy)
+            made[name] = (analyze(copy, workers=1), copy)
+        return made[name]
+
+    return document
+
+
+def close(a, b, rel=1e-6, abs_ms=1e-6) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=abs_ms)
+
+
+# ---- a stage row made from its units ---------------------------------------------------------------------------------
+SUMMED = ("wall_ms", *BUCKETS, "overlap_ms", "unknown_ms", "device_gap_ms", "launch_bound_ms", "launch_unlinked_ms")
+
+
+def _units_of(doc: dict, row: dict) -> list[dict]:
+    key = ("step", "role", "stage", "rank", "replica")
+    return [r for r in doc["rows"] if r["unit"] is not None and all(r[k] == row[k] for k in key)]
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_a_stage_row_made_from_units_is_their_aggregate_field_by_field(documents, name):
+    doc, _ = documents(name)
+    for row in (r for r in doc["rows"] if r.get("units_only")):
+        units = _units_of(doc, row)
+        assert len(units) == row["units_only"], row
+        for k in SUMMED:
+            if any(k in u for u in units):
+                assert close(row[k], sum(u.get(k, 0.0) for u in units)), (name, k)
+        assert row.get("unlinked_events", 0) == sum(u.get("unlinked_events", 0) for u in units)
+        assert row["start_us"] == min(u["start_us"] for u in units)
+        hosts = [u for u in units if u.get("host_start_us") is not None]
+        if hosts:  # the host lane: first unit's host start to last unit's host end
+            assert row["host_start_us"] == min(u["host_start_us"] for u in hosts)
+            end = max(u["host_start_us"] + u["host_wall_ms"] * 1e3 for u in hosts)
+            assert close(row["host_start_us"] + row["host_wall_ms"] * 1e3, end, abs_ms=1e-3)
+        devices = [u["device_start_us"] for u in units if u.get("device_start_us") is not None]
+        if devices:
+            assert row["device_start_us"] == min(devices)
+        if any(u.get("attribution") for u in units):
+            mixed = any(u.get("attribution") == "launch+time" for u in units)
+            assert row["attribution"] == ("launch+time" if mixed else "launch")
+        for k in ("ops_sig", "device_overlap_next_ms", "seqs", "active", "tokens", "index"):
+            assert row.get(k) is None, (name, k)  # a unit's own: not the stage's
+
+
+def test_every_field_of_a_row_has_its_rule_when_assembled():
+    """A field added to Row must say how a stage row made from units takes it (document.py), or the bug returns:
+    the first unit's value standing for the stage."""
+    ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
+    ruled |= {"host_wall_ms", "attribution", "units_only"}
+    assert set(Row.__struct_fields__) == ruled
+
+
+def test_the_h100_decode_window_stage_row_holds_its_units_launch_bound_time(documents):
+    """The issue's case: 20 decode steps of a launch-bound rollout, one file; the stage row had the first step's
+    13.6 ms where the steps held hundreds."""
+    doc, _ = documents("h100/discrete-windows")
+    (stage,) = [r for r in doc["rows"] if r["stage"] == "rollout_generate" and r["unit"] is None]
+    units = _units_of(doc, stage)
+    assert len(units) == 20 and stage["launch_bound_ms"] > 10 * max(u["launch_bound_ms"] for u in units)
+    (launch,) = [x for x in doc["launch"] if x["stage"] == "rollout_generate"]
+    assert stage["launch_bound_ms"] <= launch["launch_bound_ms"] and stage["launch_bound_ms"] > 0.9 * stage["idle_ms"]
+
+
+# ---- the buckets fill the wall ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", INPUTS)
+def test_buckets_add_up_to_the_wall_on_every_row(documents, name):
+    doc, _ = documents(name)
+    assert doc["rows"] or not any(i.get("kind") == "kineto" for i in doc["inputs"])
+    for r in doc["rows"]:
+        parts = sum(r[b] for b in BUCKETS) + r.get("unknown_ms", 0.0)
+        assert close(parts, r["wall_ms"], rel=1e-6, abs_ms=1e-6), (name, r)
+        assert all(r[b] >= -1e-9 for b in (*BUCKETS, "overlap_ms")), (name, r)
+        assert r["overlap_ms"] <= r["compute_ms"] + 1e-9, (name, r)  # communication under compute: inside compute
+        if "device_gap_ms" in r:  # the device's gaps lie in what the row's own work left idle
+            assert r["launch_bound_ms"] <= r["device_gap_ms"] + 1e-9
+            assert r["device_gap_ms"] <= r["idle_ms"] + r.get("unknown_ms", 0.0) + 1e-6, (name, r)
+
+
+# ---- the device's gaps, recomputed from the file -------------------------------------------------------------------
+def _gaps(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, launched after the gap began, launch unknown) of every stretch where no device event of the file
+    runs, between its first and its last: one pass over the device events in start order."""
+    t = read_kineto(path).table
+    device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
+    device = device[np.argsort(t.start[device], kind="stable")]
+    lo, hi, bound, unknown = [], [], [], []
+    busy_until = None
+    for i in device:
+        s, e = float(t.start[i]), float(t.end[i])
+        if busy_until is not None and s > busy_until:
+            issued = float(t.launch[i]) if t.launch is not None else math.nan
+            lo.append(busy_until)
+            hi.append(s)
+            bound.append(not math.isnan(issued) and issued > busy_until)
+            unknown.append(math.isnan(issued))
+        busy_until = e if busy_until is None else max(busy_until, e)
+    return np.array(lo), np.array(hi), np.array(bound, bool), np.array(unknown, bool)
+
+
+def _inside(gaps, a: float, b: float) -> tuple[float, float, float]:
+    lo, hi, bound, unknown = gaps
+    part = np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None)
+    return float(part.sum()) / 1e3, float(part[bound].sum()) / 1e3, float(part[unknown].sum()) / 1e3
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_each_rows_and_each_files_device_gaps_are_the_files_own(documents, name):
+    doc, copy = documents(name)
+    checked = 0
+    for launch in doc["launch"]:
+        if "device_gap_ms" not in launch:
+            continue
+        path = next(copy.rglob(launch["file"])) if copy.is_dir() else copy
+        gaps = _gaps(path)
+        lo = min(gaps[0], default=0.0)
+        span = (lo, lo + launch["device_span_ms"] * 1e3) if len(gaps[0]) else (0.0, 0.0)
+        whole = _inside(gaps, *span) if len(gaps[0]) else (0.0, 0.0, 0.0)
+        # the file's gaps all lie inside its device span: its record is their total
+        assert close(launch["device_gap_ms"], float((gaps[1] - gaps[0]).sum()) / 1e3, rel=1e-6, abs_ms=1e-6)
+        assert close(launch["launch_bound_ms"], float((gaps[1] - gaps[0])[gaps[2]].sum()) / 1e3, abs_ms=1e-6)
+        assert whole[0] <= launch["device_gap_ms"] + 1e-6
+        for r in (r for r in doc["rows"] if r.get("file") == launch["file"] and "device_gap_ms" in r):
+            gap, bound, unknown = _inside(gaps, r["start_us"], r["start_us"] + r["wall_ms"] * 1e3)
+            assert close(r["device_gap_ms"], gap, abs_ms=1e-6), (name, r)
+            assert close(r["launch_bound_ms"], bound, abs_ms=1e-6), (name, r)
+            assert close(r["launch_unlinked_ms"], unknown, abs_ms=1e-6), (name, r)
+            checked += 1
+    assert checked or not any(i.get("device") and i.get("kind") == "kineto" for i in doc["inputs"]) or not doc["launch"]
+
+
+# ---- measures from their rows, findings from their measures --------------------------------------------------------
+def _stage_rows(doc):
+    return [r for r in doc["rows"] if r["unit"] is None]
+
+
+def _passes(rows) -> int:
+    return len({(r["step"], r["rank"], r["replica"], r["file"]) for r in rows}) or 1
+
+
+def _means(doc) -> dict:
+    """(role, stage) -> each bucket's mean per step and rank (a stage twice in a step counts twice)."""
+    per = defaultdict(list)
+    for r in _stage_rows(doc):
+        per[(r["role"], r["stage"])].append(r)
+    out = {}
+    for key, rows in per.items():
+        ranks = {r["replica"] if r["role"] == "rollout" and r["replica"] is not None else r["rank"] for r in rows}
+        n = len({r["step"] for r in rows}) * len(ranks)
+        out[key] = {b: sum(r[b] for r in rows) / n for b in ("wall_ms", *BUCKETS)}
+    return out
+
+
+def _recomputed(doc, m: dict) -> dict:
+    """The measure `m` names, recomputed here from the rows (or memory records) it names."""
+    role, stage = m["role"], m["stage"]
+    means = _means(doc)
+    if m["measure"] == "launch_bound":
+        rows = [r for r in _stage_rows(doc) if (r["role"], r["stage"]) == (role, stage) and "launch_bound_ms" in r]
+        wall = sum(r["wall_ms"] for r in rows)
+        return {
+            "value": sum(r["launch_bound_ms"] for r in rows) / wall,
+            "launch_bound_ms": sum(r["launch_bound_ms"] for r in rows) / _passes(rows),
+            "device_gap_ms": sum(r["device_gap_ms"] for r in rows) / _passes(rows),
+            "wall_ms": wall / _passes(rows),
+        }
+    units = [r for r in doc["rows"] if (r["role"], r["stage"]) == (role, stage)]
+    if m["measure"] == "rollout_tail":
+        held = [u for u in units if u["unit"] == "decode_step" and u.get("active") is not None and u.get("seqs")]
+        tail = sum(u["wall_ms"] for u in held if u["active"] < TAIL_ACTIVE * u["seqs"])
+        total = sum(u["wall_ms"] for u in held)
+        return {"value": tail / total if total else 0.0, "tail_ms": tail / _passes(held)}
+    if m["measure"] == "padding":
+        held = [u for u in units if u["unit"] == "micro_batch" and u.get("tokens") and u.get("real_tokens") is not None]
+        return {"value": 1 - sum(u["real_tokens"] for u in held) / sum(u["tokens"] for u in held)}
+    if m["measure"] == "fixed_cost":
+        held = [u for u in units if u["unit"] == "micro_batch" and u.get("tokens")]
+        x = np.array([u["tokens"] for u in held], float)
+        y = np.array([u["wall_ms"] for u in held], float)
+        (slope, intercept), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], 1), y, rcond=None)
+        fixed = min(max(intercept, 0.0), y.min())
+        return {"value": len(held) * fixed / y.sum(), "fixed_ms": fixed}
+    if m["measure"] in ("reward_share", "weight_sync_share"):
+        step = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
+        return {"value": means[(role, stage)]["wall_ms"] / step, "stage_ms": means[(role, stage)]["wall_ms"]}
+    if m["measure"] == "recompute":
+        get = lambda s: sum(v["wall_ms"] for k, v in means.items() if k[1] == s)  # noqa: E731
+        return {"value": (get("ref_compute_log_prob") + get("actor_compute_log_prob")) / get("actor_update")}
+    if m["measure"] == "memory_use":
+        (mem,) = [x for x in doc["memory"] if x.get("file") == m["file"] and x.get("rank") == m["rank"]]
+        return {"value": mem["peak_bytes"] / mem["capacity_bytes"]}
+    raise AssertionError(f"a measure this test does not recompute: {m['measure']}")
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_each_measure_recomputes_from_the_rows_it_names(documents, name):
+    doc, _ = documents(name)
+    for m in (m for m in doc["measures"] if m["status"] == "measured"):
+        for key, value in _recomputed(doc, m).items():
+            assert close(m[key], value, rel=1e-6, abs_ms=1e-9), (name, m["measure"], m["stage"], key)
+
+
+def _measure_of(doc, kind: str, part: dict) -> dict | None:
+    cause = CAUSES[kind]
+    same = [
+        m
+        for m in doc["measures"]
+        if m["measure"] == cause.measure
+        and m["role"] == part["role"]
+        and m["stage"] == part["stage"]
+        and m.get("file") == part.get("file")
+    ]
+    return same[0] if same else None
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_each_findings_numbers_are_its_measures(documents, name):
+    doc, _ = documents(name)
+    means = _means(doc)
+    step = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
+    kinds = [f["kind"] for f in doc["findings"]]
+    for f in doc["findings"]:
+        ev = f["evidence"]
+        if f["kind"] in CAUSES and CAUSES[f["kind"]].judge is not None:
+            parts = ev.get("stages") or [{**ev, "role": f["role"], "stage": f["stage"]}]
+            assert [(p["role"], p["stage"]) for p in parts][0] == (f["role"], f["stage"])
+            for p in parts:
+                m = _measure_of(doc, f["kind"], p)
+                assert m is not None, (name, f["kind"], p["stage"])
+                assert {k: p[k] for k in m} == m, (name, f["kind"], p["stage"])
+            assert close(f["impact_ms"], sum(p.get("impact_ms", f["impact_ms"]) for p in parts)) or len(parts) == 1
+            assert {k: v for k, v in ev.items() if k != "stages"} == {
+                k: v for k, v in parts[0].items() if k not in ("rank", "impact_ms", "saving_ms") or k in ev
+            }
+        elif f["kind"] in ("idle", "exposed_comm", "memcpy"):
+            bucket = {"idle": "idle_ms", "exposed_comm": "comm_ms", "memcpy": "memcpy_ms"}[f["kind"]]
+            for p in ev.get("stages") or [{**ev, "role": f["role"], "stage": f["stage"]}]:
+                mean = means[(p["role"], p["stage"])]
+                assert close(p["bucket_ms"], mean[bucket]) and close(p["wall_ms"], mean["wall_ms"]), (name, p)
+                assert close(p["share"], mean[bucket] / mean["wall_ms"])
+        elif f["kind"] == "dominant_stage":
+            assert close(ev["stage_ms"], means[(f["role"], f["stage"])]["wall_ms"]) and close(ev["step_ms"], step)
+            assert ev["share"] >= THRESHOLDS["dominant_share"]
+        if f.get("saving") and f["saving"]["status"] == "predicted":
+            assert close(f["saving"]["saving_ms"], sum(f["saving"]["by_stage_ms"].values())), (name, f["kind"])
+    for kind in CAUSES:  # one finding per cause (a slow rank: per rank)
+        ranks = [f["rank"] for f in doc["findings"] if f["kind"] == kind]
+        assert len(ranks) == len(set(ranks)) if kind == "slow_rank" else len(ranks) <= 1, (name, kind, kinds)
