@@ -124,6 +124,9 @@ def test_micro_batch_size_change_shows_in_actor_update(tmp_path):
     assert doc["matched_by"] == "step"
     update = {s["bucket"]: s for s in doc["stages"] if s["stage"] == "actor_update"}
     assert update["wall"]["step"] == 2 and update["wall"]["diff_ms"] > 0 and update["wall"]["ratio"] > 1.3
+    # whole stages of the same work split into more micro-batches: compared as they are, the counts said
+    assert update["wall"]["basis"] == "window" and update["wall"]["unit"] == "micro_batch"
+    assert update["wall"]["new_units"] == 8 * update["wall"]["baseline_units"] > 0
     ops = [o for o in doc["ops"] if o["stage"] == "actor_update"]
     mm = next(o for o in ops if o["name"] == "aten::mm")
     assert mm["new_count"] >= 4 * mm["baseline_count"] > 0  # 16 micro-batches of 2 instead of 2 of 16

@@ -70,8 +70,7 @@ def compare(
 ):
     """What got slower between two runs: per stage and bucket, operators, collectives, memory peak.
 
-    `rlprof compare BASELINE NEW`, or msprof's `rlprof compare -d NEW -bp BASELINE`. Windows holding different
-    numbers of units (decode steps, micro-batches) are compared per unit, with the counts shown.
+    BASELINE NEW, or -d NEW -bp BASELINE; windows holding different numbers of units are compared per unit.
     """
     from pathlib import Path
 
