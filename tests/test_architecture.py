@@ -48,8 +48,8 @@ CIRCLES = [
         "rlprof.analyze is not allowed to import rlprof.cluster",
     ),
     (
-        "rlprof/compare.py",
-        "from .report.fragments import compare_html",
+        "rlprof/compare/__init__.py",
+        "from ..report.fragments import compare_html",
         "rlprof.compare is not allowed to import rlprof.report",
     ),
     ("rlprof/report/page.py", "import torch", "is not allowed to import torch"),

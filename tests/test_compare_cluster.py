@@ -1,5 +1,6 @@
 """`rlprof compare` and `rlprof cluster` on real traces, trainer runs and bad input."""
 
+import csv
 import gzip
 import json
 import shutil
@@ -41,6 +42,7 @@ def raw_totals(path):
 def test_real_pair_lists_what_differs_with_signs():
     doc = compare_json("-d", TEST, "-bp", BASE)
     assert doc["matched_by"] == "trace"
+    assert compare_json(BASE, TEST) == doc  # `rlprof compare BASELINE NEW`: the same comparison
     base, new = raw_totals(BASE), raw_totals(TEST)
     expected = {}
     for key in set(base) | set(new):
@@ -87,6 +89,7 @@ def test_by_shape_keys_operators_by_input_dims(tmp_path):
     assert written == {
         "compare.json",
         "compare_stages.csv",
+        "compare_units.csv",
         "compare_ops.csv",
         "compare_collectives.csv",
         "compare_memory.csv",
@@ -121,6 +124,9 @@ def test_micro_batch_size_change_shows_in_actor_update(tmp_path):
     assert doc["matched_by"] == "step"
     update = {s["bucket"]: s for s in doc["stages"] if s["stage"] == "actor_update"}
     assert update["wall"]["step"] == 2 and update["wall"]["diff_ms"] > 0 and update["wall"]["ratio"] > 1.3
+    # whole stages of the same work split into more micro-batches: compared as they are, the counts said
+    assert update["wall"]["basis"] == "window" and update["wall"]["unit"] == "micro_batch"
+    assert update["wall"]["new_units"] == 8 * update["wall"]["baseline_units"] > 0
     ops = [o for o in doc["ops"] if o["stage"] == "actor_update"]
     mm = next(o for o in ops if o["name"] == "aten::mm")
     assert mm["new_count"] >= 4 * mm["baseline_count"] > 0  # 16 micro-batches of 2 instead of 2 of 16
@@ -145,6 +151,12 @@ def one_line_exit_2(proc, *words):
 def test_bad_compare_input_exits_2(tmp_path):
     one_line_exit_2(run_cli("compare", "-d", TEST), "-bp BASELINE", "missing")
     one_line_exit_2(run_cli("compare", "-bp", BASE), "-d NEW", "missing")
+    one_line_exit_2(run_cli("compare"), "-d NEW and -bp BASELINE missing", "rlprof compare BASELINE NEW")
+    one_line_exit_2(run_cli("compare", BASE), "1 path(s) given", "two needed", "rlprof compare BASELINE NEW")
+    one_line_exit_2(run_cli("compare", BASE, TEST, BASE), "3 path(s) given", "two needed")
+    one_line_exit_2(run_cli("compare", BASE, TEST, "-d", TEST), "both as arguments and as -d", "-d NEW -bp BASELINE")
+    one_line_exit_2(run_cli("compare", BASE, "-bp", BASE), "both as arguments and as -bp")
+    one_line_exit_2(run_cli("compare", BASE, tmp_path / "nope"), "NEW", "nope does not exist", "allowed")
     one_line_exit_2(run_cli("compare", "-d", tmp_path / "nope", "-bp", BASE), "does not exist", "allowed")
     only_actor = (
         f"{A}.tool_config.torch.discrete=true",
@@ -176,6 +188,98 @@ def test_compare_html_escapes_names(tmp_path):
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "compare.html").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img" not in page and "<script" not in page
+
+
+UNIT_RUNS = ROOT / "tests" / "data" / "compare"  # windows of 10 and 20 decode steps, 2 and 4 micro-batches (SOURCES.md)
+
+
+def unit_walls(run_dir, stage, unit):
+    """Each `rlprof:<unit>:<index>` range of the stage's trace, in ms, straight from the file (on the CPU a unit
+    row's wall is its range)."""
+    (path,) = run_dir.glob(f"*_{stage}_rank0.pt.trace.json.gz")
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return [e["dur"] / 1e3 for e in events if e.get("ph") == "X" and e["name"].startswith(f"rlprof:{unit}:")]
+
+
+def test_windows_holding_different_unit_counts_are_compared_per_unit(tmp_path):
+    """Two trainer runs whose windows held 10 and 20 decode steps, 2 and 4 micro-batches (each window one file holding
+    only its scheduled units): each compared per unit, with the counts; the per-unit times agree within their spread,
+    and the windows' ~2x is said as the count it is, never as the ratio. Recorded runs: the answer does not move
+    with the machine's load."""
+    from statistics import fmean, stdev
+
+    base, new = UNIT_RUNS / "decode10_mb2", UNIT_RUNS / "decode20_mb4"
+    doc = compare_json(base, new)
+    units = {u["stage"]: u for u in doc["units"]}
+    walls = {s["stage"]: s for s in doc["stages"] if s["bucket"] == "wall"}
+    assert units.keys() == walls.keys() == {"rollout_generate", "actor_compute_log_prob"}
+    for stage, unit in (("rollout_generate", "decode_step"), ("actor_compute_log_prob", "micro_batch")):
+        wb, wn = unit_walls(base, stage, unit), unit_walls(new, stage, unit)
+        u, wall = units[stage], walls[stage]
+        assert (u["unit"], u["basis"], u["baseline_units"], u["new_units"]) == (unit, "per_unit", len(wb), len(wn))
+        assert len(wn) == 2 * len(wb)
+        for side, w in (("baseline", wb), ("new", wn)):
+            assert u[f"{side}_unit_ms"] == pytest.approx(fmean(w))
+            assert u[f"{side}_unit_std_ms"] == pytest.approx(stdev(w))
+            assert (u[f"{side}_unit_min_ms"], u[f"{side}_unit_max_ms"]) == pytest.approx((min(w), max(w)))
+            assert u[f"{side}_window_ms"] == pytest.approx(sum(w))  # the window holds its units only
+        per_unit = fmean(wn) / fmean(wb)
+        assert u["unit_ratio"] == pytest.approx(per_unit)
+        # the per-unit times agree within their spread (their ±1 std bands overlap)
+        assert abs(fmean(wn) - fmean(wb)) <= stdev(wb) + stdev(wn) and u["within_spread"] is True
+        # the raw ratio counts units: read per unit, it would put the new window's units where none of them was
+        assert u["window_ratio"] == pytest.approx(sum(wn) / sum(wb)) and u["window_ratio"] > 1.8
+        assert fmean(wb) * u["window_ratio"] > max(wn)
+        # the stage table's verdict is the per-unit one; the windows' totals stand beside it, named so
+        expected = ("per_unit", unit, len(wb), len(wn))
+        assert (wall["basis"], wall["unit"], wall["baseline_units"], wall["new_units"]) == expected
+        assert wall["ratio"] == pytest.approx(per_unit) and wall["baseline_ms"] == pytest.approx(fmean(wb))
+        assert wall["window_ratio"] == pytest.approx(u["window_ratio"])
+        assert f"{len(wb)} vs {len(wn)} {unit}" in u["note"] and "within the units' spread" in u["note"]
+        # operators of those windows per unit too: the same model runs the same operators per unit
+        mm = next(o for o in doc["ops"] if o["stage"] == stage and o["name"] == "aten::mm")
+        assert mm["per"] == unit and mm["baseline_count"] == mm["new_count"] > 0
+    # the terminal, compare.json, CSV and HTML say the same
+    proc = run_cli("compare", base, new, "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if "10 -> 20" in line]
+    rollout = units["rollout_generate"]
+    assert (
+        "decode_step" in row and f"{rollout['unit_ratio']:.3f}" in row and f"{rollout['window_ratio']:.3f}" not in row
+    )
+    assert "10 vs 20 decode_steps in the windows, compared per decode_step" in " ".join(proc.stdout.split())
+    assert json.loads((tmp_path / "out" / "compare.json").read_text())["units"] == doc["units"]
+    with open(tmp_path / "out" / "compare_units.csv") as f:
+        rows = {r["stage"]: r for r in csv.DictReader(f)}
+    assert (rows["rollout_generate"]["baseline_units"], rows["rollout_generate"]["new_units"]) == ("10", "20")
+    page = (tmp_path / "out" / "compare.html").read_text()
+    assert "2 vs 4 micro_batches in the windows" in page and "Windows holding different numbers of units" in page
+
+
+def test_equal_unit_counts_compare_as_before_and_whole_stages_as_they_are(tmp_path):
+    """Windows holding the same number of units compare as they always did, nothing said; whole stages holding
+    different numbers (6 and 48 decode steps: another max_new_tokens) each did their run's whole work, so they
+    compare as they are, their counts and per-unit times said beside."""
+    same = compare_json(UNIT_RUNS / "decode10_mb2", UNIT_RUNS / "decode10_mb2")
+    assert all(
+        u["basis"] == "window" and u["baseline_units"] == u["new_units"] and u["note"] is None for u in same["units"]
+    )
+    assert all(s["ratio"] == pytest.approx(1.0) for s in same["stages"] if s["bucket"] == "wall")
+    proc = run_cli("compare", UNIT_RUNS / "decode10_mb2", UNIT_RUNS / "decode10_mb2", "-o", tmp_path / "same")
+    header = next(line for line in proc.stdout.splitlines() if "step" in line and "ratio" in line)
+    assert {c.strip() for c in header.split("┃")} & {"per", "units"} == set()  # the table as it always was
+    assert "10 -> 10" not in proc.stdout and "decode_steps" not in proc.stdout
+    healthy, skewed = RUNS / "healthy", RUNS / "skewed_lengths"
+    doc = compare_json(healthy, skewed)
+    counts = [len(unit_walls(run, "e2e", "decode_step")) for run in (healthy, skewed)]
+    (u,) = [u for u in doc["units"] if u["stage"] == "rollout_generate"]
+    assert (u["basis"], u["baseline_units"], u["new_units"]) == ("window", *counts) and counts[0] != counts[1]
+    (wall,) = [s for s in doc["stages"] if s["stage"] == "rollout_generate" and s["bucket"] == "wall"]
+    assert wall["ratio"] == pytest.approx(wall["new_ms"] / wall["baseline_ms"]) and "window_ratio" not in wall
+    assert f"whole stages holding {counts[0]} vs {counts[1]} decode_steps, compared as they are" in u["note"]
+    assert all(o["per"] == "window" for o in doc["ops"])
+    assert [x["stage"] for x in doc["units"] if x["note"]] == ["rollout_generate"]  # equal counts: nothing said
 
 
 def _torchrun_run(tmp_path, name, *overrides):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -56,6 +56,9 @@ def analyze(
 @app.command()
 @guarded
 def compare(
+    paths: Optional[List[str]] = typer.Argument(
+        None, metavar="[BASELINE NEW]", help="the run (or trace) to compare against, then the one to examine"
+    ),
     new: Optional[str] = typer.Option(None, "-d", "--new", help="the run (or trace) to examine"),
     baseline: Optional[str] = typer.Option(None, "-bp", "--baseline", help="the run (or trace) to compare against"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: NEW/compare)"),
@@ -65,20 +68,32 @@ def compare(
     top: int = typer.Option(20, "--top", min=1, help="operators shown in the terminal table"),
     ray: bool = RAY_OPTION,
 ):
-    """What got slower between two runs: per stage and bucket, operators, collectives, memory peak."""
+    """What got slower between two runs: per stage and bucket, operators, collectives, memory peak.
+
+    BASELINE NEW, or -d NEW -bp BASELINE; windows holding different numbers of units are compared per unit.
+    """
     from pathlib import Path
 
     from ..compare import compare as run_compare
     from ..report.compare_files import write_compare
     from ..report.terminal import print_compare
 
+    usage = (
+        "usage: rlprof compare BASELINE NEW, or rlprof compare -d NEW -bp BASELINE, each a run directory, "
+        "manifest, trace, Ascend directory or analysis.json"
+    )
+    names = ("-d", "-bp")
+    if paths:
+        given = [flag for flag, v in (("-d", new), ("-bp", baseline)) if v]
+        if given:
+            fail(f"paths given both as arguments and as {' and '.join(given)}; {usage}")
+        if len(paths) != 2:
+            fail(f"{len(paths)} path(s) given ({' '.join(paths)}), two needed; {usage}")
+        (baseline, new), names = paths, ("NEW", "BASELINE")
     missing = [flag for flag, v in (("-d NEW", new), ("-bp BASELINE", baseline)) if not v]
     if missing:
-        fail(
-            f"{' and '.join(missing)} missing; usage: rlprof compare -d NEW -bp BASELINE, each a run directory, "
-            "manifest, trace, Ascend directory or analysis.json"
-        )
-    doc = run_compare(new, baseline, by_shape=by_shape, workers=workers, use_ray=ray)
+        fail(f"{' and '.join(missing)} missing; {usage}")
+    doc = run_compare(new, baseline, by_shape=by_shape, workers=workers, use_ray=ray, names=names)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
     if as_json:

@@ -317,7 +317,13 @@ def compare_stages(cmp: dict) -> dict | None:
     walls = [s for s in cmp["stages"] if s["bucket"] == "wall"]
     if not walls:
         return None
-    labels = [esc(f"s{s['step']} {s['role']}/{s['stage']}" if s["stage"] else "whole trace") for s in walls]
+    labels = [
+        esc(
+            (f"s{s['step']} {s['role']}/{s['stage']}" if s["stage"] else "whole trace")
+            + (f" (per {s['unit']})" if s.get("basis") == "per_unit" else "")
+        )
+        for s in walls
+    ]
     traces = [
         {
             "type": "bar",
@@ -331,6 +337,10 @@ def compare_stages(cmp: dict) -> dict | None:
     return {
         "data": traces,
         "layout": _layout(
-            "Wall time per stage: baseline vs new (ms)", barmode="group", height=480, margin={"l": 60, "b": 160}
+            "Wall time per stage: baseline vs new (ms"
+            + ("; per unit where so labelled)" if any(s.get("basis") == "per_unit" for s in walls) else ")"),
+            barmode="group",
+            height=480,
+            margin={"l": 60, "b": 160},
         ),
     }

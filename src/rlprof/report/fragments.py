@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from .charts import esc
-from .shape import OP_COLUMNS, PIVOT_COLUMNS, SIGNED, fmt, ops_by_stage, stage_pivot, where
+from .shape import SIGNED, UNIT_COLUMNS, fmt, op_columns, ops_by_stage, pivot_columns, stage_pivot, units_differ, where
 
 # The operator table's stage selector: 'all stages' shows the top overall, a stage its own rows.
 STAGE_SELECT_JS = (
@@ -59,15 +59,25 @@ def compare_html(doc: dict, top: int = 50) -> str:
         parts.append(
             '<ul class="partial">' + "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines) + "</ul>"
         )
+    differ = units_differ(doc)
     parts += [
-        "<h3>Per stage (ms; bucket columns are the change)</h3>",
-        signed_table(stage_pivot(doc), PIVOT_COLUMNS, SIGNED),
-        "<h3>Operators and kernels that moved (ms per window)</h3>",
-        signed_table(
-            [o for o in doc["ops"] if o["status"] != "same"][:top],
-            OP_COLUMNS + (("shape",) if doc["by_shape"] else ()),
-            SIGNED,
-        ),
+        "<h3>Per stage (ms; bucket columns are the change"
+        + ("; per: a window, or one unit where the windows hold different numbers of units)" if differ else ")")
+        + "</h3>",
+        signed_table(stage_pivot(doc), pivot_columns(doc), SIGNED),
+    ]
+    if differ:  # per window: the counts, each side's per-unit time and spread, and what is compared
+        parts += [
+            '<ul class="units">' + "".join(f"<li>{html.escape(u['note'])}</li>" for u in differ) + "</ul>",
+            "<h3>Windows holding different numbers of units (ms per unit)</h3>",
+            signed_table(differ, UNIT_COLUMNS),
+        ]
+    columns = op_columns(doc)
+    parts += [
+        "<h3>Operators and kernels that moved (ms per window"
+        + ("; per a unit where the per column says)" if "per" in columns else ")")
+        + "</h3>",
+        signed_table([o for o in doc["ops"] if o["status"] != "same"][:top], columns, SIGNED),
         "<h3>Collectives</h3>",
         signed_table(
             doc["collectives"][:top], ("status", "role", "stage", "name", "baseline_ms", "new_ms", "diff_ms"), SIGNED

@@ -31,7 +31,8 @@ def fmt(v, signed: bool = False) -> str:
 
 
 def stage_pivot(doc: dict) -> list[dict]:
-    """A compare document, one line per matched window: wall before/after and the change of every bucket."""
+    """A compare document, one line per matched window: wall before/after and the change of every bucket; `per`
+    says what the line's numbers are per (the window, or a unit) and `units` the windows' unit counts."""
     lines: dict[tuple, dict] = {}
     for r in doc["stages"]:
         line = lines.setdefault(
@@ -39,9 +40,55 @@ def stage_pivot(doc: dict) -> list[dict]:
         )
         if r["bucket"] == "wall":
             line.update(baseline_ms=r["baseline_ms"], new_ms=r["new_ms"], diff_ms=r["diff_ms"], ratio=r["ratio"])
+            line["per"] = r["unit"] if r.get("basis") == "per_unit" else "window"
+            if r.get("baseline_units") is not None:
+                line["units"] = f"{r['baseline_units']:g} -> {r['new_units']:g}"
         else:
             line[r["bucket"]] = r["diff_ms"]
     return list(lines.values())
+
+
+def units_differ(doc: dict) -> list[dict]:
+    """The compare document's windows whose two sides hold different numbers of units."""
+    return [u for u in doc.get("units", []) if u["baseline_units"] != u["new_units"]]
+
+
+def pivot_columns(doc: dict) -> tuple[str, ...]:
+    """The per-stage columns: today's, and what a line is per and its unit counts where some window's counts
+    differ (where all are equal the table is as it always was)."""
+    if not units_differ(doc):
+        return PIVOT_COLUMNS
+    return PIVOT_COLUMNS[:3] + ("per", "units") + PIVOT_COLUMNS[3:]
+
+
+def op_columns(doc: dict) -> tuple[str, ...]:
+    """The operator table's columns: `per` where some operators are compared per unit, `shape` with --by-shape."""
+    per = ("per",) if any(o.get("per", "window") != "window" for o in doc["ops"]) else ()
+    return OP_COLUMNS[:5] + per + OP_COLUMNS[5:] + (("shape",) if doc["by_shape"] else ())
+
+
+UNIT_COLUMNS = (
+    "step",
+    "role",
+    "stage",
+    "unit",
+    "basis",
+    "baseline_units",
+    "new_units",
+    "baseline_unit_ms",
+    "baseline_unit_std_ms",
+    "baseline_unit_min_ms",
+    "baseline_unit_max_ms",
+    "new_unit_ms",
+    "new_unit_std_ms",
+    "new_unit_min_ms",
+    "new_unit_max_ms",
+    "unit_ratio",
+    "within_spread",
+    "baseline_window_ms",
+    "new_window_ms",
+    "window_ratio",
+)
 
 
 def ops_by_stage(ops: list[dict]) -> list[dict]:

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..analyze.breakdown import BUCKETS
 from ..vocab import window_label
-from .shape import OP_COLUMNS, PIVOT_COLUMNS, fmt, ops_by_stage, stage_pivot, where
+from .shape import fmt, op_columns, ops_by_stage, pivot_columns, stage_pivot, units_differ, where
 
 
 def _console(width: int = 120) -> Console:
@@ -161,15 +161,18 @@ def print_cluster(result: dict) -> None:
 def print_compare(doc: dict, top: int = 20) -> None:
     from ..compare import partial_lines
 
-    console = _console(140)
+    differ = units_differ(doc)
+    console = _console(160 if differ else 140)  # two more columns where unit counts differ
     for line in partial_lines(doc):  # first: a damaged side's numbers are lower bounds
         console.print(line, highlight=False, markup=False)
     marks = {side: " (partial)" if doc[side].get("partial") else "" for side in ("baseline", "new")}
     table = Table(
         title=f"per stage: baseline {doc['baseline']['path']}{marks['baseline']} -> new "
-        f"{doc['new']['path']}{marks['new']} (ms; bucket columns are the change)"
+        f"{doc['new']['path']}{marks['new']} (ms; bucket columns are the change"
+        + ("; per: a window, or one unit where the windows hold different numbers of units)" if differ else ")")
     )
-    for col in PIVOT_COLUMNS:
+    columns = pivot_columns(doc)
+    for col in columns:
         table.add_column(col.replace("_ms", ""), justify="right")
     for line in stage_pivot(doc):
         table.add_row(
@@ -178,16 +181,19 @@ def print_compare(doc: dict, top: int = 20) -> None:
                     line.get(c),
                     signed=c not in ("baseline_ms", "new_ms", "ratio") and c not in ("step", "role", "stage"),
                 )
-                for c in PIVOT_COLUMNS
+                for c in columns
             )
         )
     console.print(table)
+    for u in differ:  # per window: the counts, the per-unit times and spread, and what is compared
+        console.print(u["note"], highlight=False, markup=False)
     changed = [o for o in doc["ops"] if o["status"] != "same"][:top]
+    columns = op_columns(doc)
     ops = Table(
         title=f"operators and kernels that moved (top {len(changed)} of "
-        f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window)"
+        f"{sum(o['status'] != 'same' for o in doc['ops'])}, ms per window"
+        + ("; per a unit where the per column says)" if "per" in columns else ")")
     )
-    columns = OP_COLUMNS + (("shape",) if doc["by_shape"] else ())
     for col in columns:
         ops.add_column(col.replace("_ms", ""))
     for o in changed:

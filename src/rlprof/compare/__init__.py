@@ -10,16 +10,17 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .analyze.breakdown import BUCKETS, order_key
-from .analyze.pipeline import load_analysis
-from .analyze.inputs import is_analysis_file
-from .analyze.readers.ascend import is_ascend
-from .errors import RLProfError
-from .vocab import window_label
+from ..analyze.breakdown import BUCKETS, order_key
+from ..analyze.pipeline import load_analysis
+from ..analyze.inputs import is_analysis_file
+from ..analyze.readers.ascend import is_ascend
+from ..errors import RLProfError
+from ..vocab import window_label
+from .units import WindowUnits, compare_units, per_unit_divisors
 
-TABLES = ("stages", "ops", "collectives", "memory")  # the compare document's tables, one CSV each
+TABLES = ("stages", "units", "ops", "collectives", "memory")  # the compare document's tables, one CSV each
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: windows holding different numbers of units compared per unit (units.py)
 INPUTS = "a run directory, a manifest.jsonl, a trace file, an Ascend profiler directory or an analysis.json"
 
 
@@ -53,11 +54,13 @@ def load_side(path: str, flag: str, *, by_shape: bool, workers: int | None, use_
     return input_kind(p, doc), doc  # by content: an Ascend directory of ranks and stages is a run
 
 
-def load_sides(new_path: str, base_path: str, **kw) -> tuple[tuple[str, dict], tuple[str, dict]]:
+def load_sides(
+    new_path: str, base_path: str, names: tuple[str, str] = ("-d", "-bp"), **kw
+) -> tuple[tuple[str, dict], tuple[str, dict]]:
     """Both sides; where both are traces or runs to read, their files share the cores in one schedule."""
-    from .analyze.pipeline import analyze_each
+    from ..analyze.pipeline import analyze_each
 
-    sides = ((new_path, "-d"), (base_path, "-bp"))
+    sides = ((new_path, names[0]), (base_path, names[1]))
     if kw["use_ray"] or any(not Path(p).exists() or is_analysis_file(Path(p)) for p, _ in sides):
         return tuple(load_side(p, flag, **kw) for p, flag in sides)
     docs = analyze_each([new_path, base_path], top=None, by_shape=kw["by_shape"], workers=kw["workers"])
@@ -71,6 +74,10 @@ def _mean(values) -> float:
 
 def _stage_rows(doc: dict) -> list[dict]:
     return [r for r in doc["rows"] if r.get("unit") is None]
+
+
+def _unit_rows(doc: dict) -> list[dict]:
+    return [r for r in doc["rows"] if r.get("unit") is not None]
 
 
 def _by_key(rows: list[dict], key) -> dict[tuple, list[dict]]:
@@ -125,25 +132,30 @@ def _ratio(b: float, n: float) -> float | None:
     return n / b if b else None
 
 
-def compare_stages(b: dict, n: dict) -> list[dict]:
-    """Per matched window and bucket: the mean over ranks (and steps, when matched by stage)."""
+def compare_stages(b: dict, n: dict, units: dict[tuple, WindowUnits]) -> list[dict]:
+    """Per matched window and bucket: the mean over ranks (and steps, when matched by stage). A window compared per
+    unit (units.py) gives its units' means instead, its windows' own means beside them (`*_window_ms`)."""
     out = []
     for key in [k for k in n if k in b]:  # the new run's order (step, then time)
         step, role, stage = key
+        wu = units.get(key)
         for bucket in BUCKETS:
             bv, nv = _mean(r[bucket] for r in b[key]), _mean(r[bucket] for r in n[key])
-            out.append(
-                {
-                    "step": step,
-                    "role": role,
-                    "stage": stage,
-                    "bucket": bucket.removesuffix("_ms"),
-                    "baseline_ms": bv,
-                    "new_ms": nv,
-                    "diff_ms": nv - bv,
-                    "ratio": _ratio(bv, nv),
-                }
-            )
+            rec = {
+                "step": step,
+                "role": role,
+                "stage": stage,
+                "bucket": bucket.removesuffix("_ms"),
+                "basis": wu.record["basis"] if wu else "window",
+                "unit": wu.unit if wu else None,
+                "baseline_units": wu.record["baseline_units"] if wu else None,
+                "new_units": wu.record["new_units"] if wu else None,
+            }
+            if wu is not None and wu.per_unit:
+                rec.update(baseline_window_ms=bv, new_window_ms=nv, window_ratio=_ratio(bv, nv))
+                bv, nv = _mean(u[bucket] for u in wu.base), _mean(u[bucket] for u in wu.new)
+            rec.update(baseline_ms=bv, new_ms=nv, diff_ms=nv - bv, ratio=_ratio(bv, nv))
+            out.append(rec)
     return out
 
 
@@ -183,8 +195,10 @@ def compare_records(
     windows: tuple[dict, dict],
     fields: tuple[str, ...],
     value,
+    per: dict[tuple, str] | None = None,
 ) -> list[dict]:
-    """Aggregates matched by (role, stage, *fields), per window, sorted by |difference|."""
+    """Aggregates matched by (role, stage, *fields), per window, sorted by |difference|. `windows` holds each
+    side's divisor per (role, stage): its windows, or its units where `per` names the unit (units.py)."""
     tb, tn = _totals(base, matched, mode, fields, value), _totals(new, matched, mode, fields, value)
     out = []
     for key in dict.fromkeys([*tb, *tn]):  # first-seen order, not a set's (which varies from run to run)
@@ -197,6 +211,7 @@ def compare_records(
                 "role": key[0],
                 "stage": key[1],
                 **dict(zip(fields, key[2:])),
+                "per": (per or {}).get(key[:2], "window"),
                 "status": _status(bc, nc, diff),
                 "baseline_count": round(bc, 3),
                 "new_count": round(nc, 3),
@@ -288,30 +303,38 @@ def compare(
     workers: int | None = None,
     new_doc: dict | None = None,
     use_ray: bool = False,
+    names: tuple[str, str] = ("-d", "-bp"),
 ) -> dict:
-    """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once)."""
+    """`new_doc`: NEW already analysed with all operators kept (the report passes its own, read once). `names`: how
+    messages call the two sides (the flags, or NEW and BASELINE where the paths were given as arguments)."""
     if new_doc is not None:
         new_kind, new = input_kind(Path(new_path), new_doc if is_analysis_file(Path(new_path)) else None), new_doc
-        base_kind, base = load_side(base_path, "-bp", by_shape=by_shape, workers=workers, use_ray=use_ray)
+        base_kind, base = load_side(base_path, names[1], by_shape=by_shape, workers=workers, use_ray=use_ray)
     else:
         (new_kind, new), (base_kind, base) = load_sides(
-            new_path, base_path, by_shape=by_shape, workers=workers, use_ray=use_ray
+            new_path, base_path, names, by_shape=by_shape, workers=workers, use_ray=use_ray
         )
     try:
         mode, b, n, warnings = match_windows(base, new)
     except CompareError:
         if new_kind != base_kind:  # the likelier mistake
             raise CompareError(
-                f"-d {new_path} is a {new_kind} but -bp {base_path} is a {base_kind}; allowed: two "
+                f"{names[0]} {new_path} is a {new_kind} but {names[1]} {base_path} is a {base_kind}; allowed: two "
                 "runs (directories, manifests or their analysis.json) or two traces"
             ) from None
         raise
     matched = set(b) & set(n)
+    key = _step_key if mode == "step" else _stage_key
+    units = compare_units(b, n, _by_key(_unit_rows(base), key), _by_key(_unit_rows(new), key))
     windows = (_windows(b, matched), _windows(n, matched))
+    divisors = per_unit_divisors(matched, units)  # operators of a window compared per unit: per unit too
+    for rs, (_, units_b, units_n) in divisors.items():
+        windows[0][rs], windows[1][rs] = units_b, units_n
+    per = {rs: unit for rs, (unit, _, _) in divisors.items()}
     shape = ("shape",) if by_shape else ()
-    ops = compare_records(base["ops"], new["ops"], matched, mode, windows, ("kind", "name") + shape, _op_ms)
+    ops = compare_records(base["ops"], new["ops"], matched, mode, windows, ("kind", "name") + shape, _op_ms, per)
     colls = compare_records(
-        base["collectives"], new["collectives"], matched, mode, windows, ("name",), lambda r: r["total_ms"]
+        base["collectives"], new["collectives"], matched, mode, windows, ("name",), lambda r: r["total_ms"], per
     )
     for doc, side, path in ((base, "baseline", base_path), (new, "new", new_path)):
         warnings += [f"{side}: {w}" for w in doc["warnings"]]
@@ -332,7 +355,8 @@ def compare(
         "by_shape": by_shape,
         "baseline": side_summary(base, base_path, base_kind, "baseline"),
         "new": side_summary(new, new_path, new_kind, "new"),
-        "stages": compare_stages(b, n),
+        "stages": compare_stages(b, n, units),
+        "units": [units[k].record for k in n if k in units],
         "ops": ops,
         "collectives": colls,
         "memory": compare_memory(base, new),
