@@ -32,6 +32,7 @@ BUCKETS = ("compute_ms", "comm_ms", "memcpy_ms", "idle_ms")
 INPUTS = (
     [f"runs/{p.name}" for p in sorted((DATA / "runs").iterdir()) if p.is_dir()]
     + [f"h100/{p.name}" for p in sorted((DATA / "h100").iterdir()) if p.is_dir()]
+    + [f"compare/{p.name}" for p in sorted((DATA / "compare").iterdir()) if p.is_dir()]
     + [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
     + [
         "real/ascend",

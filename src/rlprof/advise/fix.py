@@ -37,7 +37,8 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
     """The overrides that apply the first lever of the first cause the findings rank (or of `cause`), in `dialect`,
     with the values the run's measures give (analyze/savings.py), and the saving predicted for them. A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.findings import finding_parts, prediction_context
+    from ..analyze.cause_groups import finding_parts
+    from ..analyze.findings import prediction_context
 
     check_dialect(dialect)
     found = [f for f in doc.get("findings", []) if f.get("actionable")]

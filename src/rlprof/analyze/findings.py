@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import replace
 from typing import NamedTuple
 
 from ..frameworks.levers import levers
 from .breakdown import order_key
 from .busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
+from .cause_groups import one_per_cause
 from .causes import CAUSES, ORDER, THRESHOLDS, UNIT_WORDS, Judging, predict
 from .finding import Finding
 from .measures import measures
@@ -45,8 +45,6 @@ __all__ = [
     "ranked_document",
     "ranked_findings",
     "busy_windows",
-    "finding_parts",
-    "one_per_cause",
 ]
 
 
@@ -108,87 +106,7 @@ def ranked_findings(doc: dict) -> tuple[list[dict], list[tuple[Finding, dict | N
     found = find(doc, means, found_measures)
     ctx = PredictionContext({**doc, "measures": found_measures}, means, step_total, THRESHOLDS)
     pairs = [(f, _saving(ctx, f) if actionable(f) else None) for f in found]
-    return found_measures, sorted(one_per_cause(pairs), key=lambda pair: _rank(*pair))
-
-
-def one_per_cause(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding, dict | None]]:
-    """A cause found in several stages is one finding, its stages inside it (`evidence.stages`, most saving first),
-    as idle is: the same cause said once per stage only repeats itself, and its first lever differs by stage. The
-    finding's own fields are its first stage's (its measure record as it was); its impact and saving are the
-    stages' sums (each stage's first lever turned). A slow rank stays one finding per rank."""
-    groups: dict[tuple, list[tuple[Finding, dict | None]]] = defaultdict(list)
-    out = []
-    for f, saving in pairs:
-        if f.kind in CAUSES:
-            groups[(f.kind, f.rank if f.kind == "slow_rank" else None)].append((f, saving))
-        else:
-            out.append((f, saving))
-    for group in groups.values():
-        if len(group) == 1:
-            out.append(group[0])
-            continue
-        group.sort(key=lambda pair: _rank(*pair))
-        top, top_saving = group[0]
-        stages = [
-            {
-                **f.evidence,
-                "role": f.role,
-                "stage": f.stage,
-                "rank": f.rank,
-                "impact_ms": f.impact_ms,
-                "saving_ms": (saving or {}).get("saving_ms"),
-            }
-            for f, saving in group
-        ]
-        merged = replace(top, impact_ms=sum(f.impact_ms for f, _ in group), evidence={**top.evidence, "stages": stages})
-        out.append((merged, _summed_saving([saving for _, saving in group]) if top_saving is not None else None))
-    return out
-
-
-def _summed_saving(savings: list[dict | None]) -> dict | None:
-    """The saving of a cause found in several stages: each stage's first lever turned, what each stage saves the most
-    any of them saves there (one lever can act on several stages: rlprof's kept gathers do on every forward stage,
-    and the same saving is not counted once per stage it was found in), summed over the stages; the first stage's
-    reason where none was predicted."""
-    done = [s for s in savings if s and s.get("status") == "predicted"]
-    if not done:
-        return savings[0]
-    out = {**done[0], "by_stage_ms": {}, "profiled_ms": {}, "setting": {}}
-    for s in done:
-        for key in ("by_stage_ms", "profiled_ms"):
-            for stage, ms in (s.get(key) or {}).items():
-                out[key][stage] = max(ms, out[key].get(stage, ms))
-        for key, value in (s.get("setting") or {}).items():
-            mine = out["setting"].get(key)
-            merged = {**mine, **value} if isinstance(mine, dict) and isinstance(value, dict) else None
-            out["setting"][key] = merged if merged is not None else (value if mine is None else mine)
-    out["saving_ms"] = sum(out["by_stage_ms"].values())
-    basis = out.get("step_ms")
-    out["saving_share"] = out["saving_ms"] / basis if basis else None
-    out["assumption"] = " / ".join(dict.fromkeys(s["assumption"] for s in done))
-    left = [s for s in savings if not (s and s.get("status") == "predicted")]
-    if left:
-        out["assumption"] += f"; {len(left)} of its stages not predicted ({left[0]['why'] if left[0] else ''})"
-    return out
-
-
-def finding_parts(entry: dict) -> list[dict]:
-    """The per-stage findings a document's finding holds (a cause found in several stages), else the finding
-    itself: what `rlprof advise --fix` and a captured window's verdict take stage by stage."""
-    stages = entry.get("evidence", {}).get("stages")
-    if entry.get("kind") not in CAUSES or not stages:
-        return [entry]
-    return [
-        {
-            **entry,
-            "evidence": {k: v for k, v in s.items() if k not in ("impact_ms", "saving_ms")},
-            "role": s["role"],
-            "stage": s["stage"],
-            "rank": s["rank"],
-            "impact_ms": s["impact_ms"],
-        }
-        for s in stages
-    ]
+    return found_measures, sorted(one_per_cause(pairs, _rank), key=lambda pair: _rank(*pair))
 
 
 def actionable(f: Finding) -> bool:
