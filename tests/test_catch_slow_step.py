@@ -634,3 +634,35 @@ def test_async_rollout_replicas_follow_the_drivers_decision(tmp_path):
         first["trigger"]["step"] + 1,
     )
     assert [rank for rank, _ in timeline_ranks(d)] == [0]  # the driver keeps the timeline; replicas follow
+
+
+def test_a_cause_found_in_several_stages_of_a_captured_window_is_said_once():
+    """A launch-bound device in three stages of the captured step (a GPU step's whole window) is one cause with its
+    three stages inside, not three causes in a row; the stages its impact grew in are its evidence."""
+    from conftest import window_doc, window_row
+    from rlprof.analyze.capture_cause import judge
+
+    def window(bound_share):
+        return window_doc(
+            [
+                window_row(
+                    stage,
+                    role,
+                    100.0,
+                    device_gap_ms=100.0 * bound_share,
+                    launch_bound_ms=100.0 * bound_share,
+                    launch_unlinked_ms=0.0,
+                )
+                for stage, role in (
+                    ("rollout_generate", "rollout"),
+                    ("actor_compute_log_prob", "actor"),
+                    ("actor_update", "actor"),
+                )
+            ]
+        )
+
+    verdict = judge(window(0.9), window(0.05), wall_growth_ms=250.0)
+    (cause,) = verdict["causes"]
+    assert cause["cause"] == "launch_bound" and cause["how"] == "new" and cause["impact_ms"] == pytest.approx(270.0)
+    assert verdict["text"].count("launch-bound") == 1
+    assert {lv["key"] for lv in cause["levers"]["rlprof"]} >= {"rollout.engine", "actor.micro_batch_size"}
