@@ -27,6 +27,7 @@ from rlprof.analyze.pipeline import analyze
 from rlprof.analyze.readers.kineto import read_kineto
 from rlprof.analyze.result import Row
 from rlprof.analyze.table import DEVICE_KINDS
+from rlprof.report.charts import timeline
 
 BUCKETS = ("compute_ms", "comm_ms", "memcpy_ms", "idle_ms")
 INPUTS = (
@@ -119,6 +120,17 @@ def test_the_h100_decode_window_stage_row_holds_its_units_launch_bound_time(docu
     assert len(units) == 20 and stage["launch_bound_ms"] > 10 * max(u["launch_bound_ms"] for u in units)
     (launch,) = [x for x in doc["launch"] if x["stage"] == "rollout_generate"]
     assert stage["launch_bound_ms"] <= launch["launch_bound_ms"] and stage["launch_bound_ms"] > 0.9 * stage["idle_ms"]
+    # the report's host lane draws the stage from its first unit's host start to its last unit's host end
+    (hosts,) = [t for t in timeline(doc)["data"] if t["name"] == "host range"]
+    (bar,) = [x for x, c in zip(hosts["x"], hosts["customdata"]) if c[2] == "rollout_generate"]
+    first, last = min(units, key=lambda u: u["host_start_us"]), max(units, key=lambda u: u["host_start_us"])
+    assert bar == pytest.approx((last["host_start_us"] + last["host_wall_ms"] * 1e3 - first["host_start_us"]) / 1e3)
+    assert bar > 15 * units[0]["host_wall_ms"]  # not one decode step's sliver
+    # and the diagnosis names it: launch-bound, rollout first, with a lever in every dialect, rlprof's trainer's too
+    (found,) = [f for f in doc["findings"] if f["kind"] == "launch_bound"]
+    assert (found["role"], found["stage"]) == ("rollout", "rollout_generate")
+    rollout_keys = {d: [lv["key"] for lv in lvs] for d, lvs in found["levers"].items()}
+    assert "rollout.engine" in rollout_keys["rlprof"] and set(rollout_keys) == {"verl", "mindspeed", "rlprof"}
 
 
 # ---- the buckets fill the wall ---------------------------------------------------------------------------------------
@@ -305,3 +317,13 @@ def test_each_findings_numbers_are_its_measures(documents, name):
     for kind in CAUSES:  # one finding per cause (a slow rank: per rank)
         ranks = [f["rank"] for f in doc["findings"] if f["kind"] == kind]
         assert len(ranks) == len(set(ranks)) if kind == "slow_rank" else len(ranks) <= 1, (name, kind, kinds)
+
+
+def test_the_h100_whole_step_names_the_same_cause_for_rollout(documents):
+    """The same trainer profiled end to end: launch-bound is one finding, rollout among its stages with its lever."""
+    doc, _ = documents("h100/e2e-step")
+    (found,) = [f for f in doc["findings"] if f["kind"] == "launch_bound"]
+    stages = {s["stage"]: s for s in found["evidence"]["stages"]}
+    assert stages["rollout_generate"]["value"] >= THRESHOLDS["launch_bound_share"]
+    assert "rollout.engine" in [lv["key"] for lv in found["levers"]["rlprof"]]
+    assert found["text"].count("launch-bound") == 1 and "rollout/rollout_generate" in found["text"]
