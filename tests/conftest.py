@@ -71,6 +71,24 @@ def pytest_sessionfinish(session, exitstatus):
 
 _BEFORE = pytest.StashKey[tuple]()
 
+NO_CUDA = (
+    "needs a CUDA device: the GPU lane (bash bench/gpu_lane.sh on a GPU machine); torch.cuda.is_available() is False "
+    "here"
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` (the GPU lane, tests/test_gpu_lane.py) run only where a CUDA device is; elsewhere each is
+    skipped, saying why."""
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
+
 
 def unpack_msinsight(dest: Path, under: str = "pytorch/") -> Path:
     """Real torch_npu collections (MindStudio Insight's test data, tests/data/ascend/SOURCES.md), those whose path

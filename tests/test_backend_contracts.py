@@ -87,6 +87,19 @@ class RecordingTorchNpu:
             )
         )
 
+        # torch.npu's memory queries (torch_npu answers as torch.cuda does): one initialised 64 GiB device 0
+        self.device = SimpleNamespace(
+            is_available=lambda: True,
+            is_initialized=lambda: True,
+            current_device=lambda: 0,
+            get_device_properties=lambda i: SimpleNamespace(name="Ascend stand-in", total_memory=64 * 2**30),
+            mem_get_info=lambda i=None: (60 * 2**30, 64 * 2**30),
+            memory_reserved=lambda i=None: 2**30,
+            max_memory_reserved=lambda i=None: 2 * 2**30,
+            memory_allocated=lambda i=None: 2**29,
+            max_memory_allocated=lambda i=None: 2**30,
+        )
+
     def named(self, name):
         return [c for c in self.calls if c[0] == name]
 
@@ -139,7 +152,8 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
         overrides.append(f"{npu}.schedule={schedule}")
     plan = load_plan(None, overrides)
     standin = RecordingTorchNpu()
-    with Profiler(plan, run_id="r", role="actor", backends={"npu": lambda s: NpuBackend(s, torch_npu=standin)}) as p:
+    factory = {"npu": lambda s: NpuBackend(s, torch_npu=standin, device_api=standin.device)}
+    with Profiler(plan, run_id="r", role="actor", backends=factory) as p:
         tiny_loop(p)
     want = set(contents.strip("[]").split(",")) | {"cpu"}  # verl's npu tool records CPU activity always
     window_dir = str(tmp_path / "r" / "step1_actor_actor_update_rank0")
@@ -190,6 +204,11 @@ def test_npu_backend_maps_plan_to_torch_npu_profiler(tmp_path, level, export, co
     (row,) = rows(tmp_path / "r")
     assert row["tool"] == "npu" and row["status"] == "complete"
     assert row["path"].startswith("step1_actor_actor_update_rank0_") and row["path"].endswith("_ascend_pt")
+    if "memory" in want:  # the device's capacity beside a window that records memory: what memory_use needs
+        assert row["device_memory"]["device"] == "npu:0" and row["device_memory"]["capacity_bytes"] == 64 * 2**30
+        assert row["device_memory"]["max_reserved_bytes"] == 2 * 2**30
+    else:
+        assert "device_memory" not in row
 
 
 def test_npu_e2e_window_covers_all_stages(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 
 
-META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes")
+META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes", "device_memory")
 LOAD_KEYS = ("cpu_ms", "run_wait_ms", "span_ms", "host_busy_ms", "job_cpu_ms", "host_cpus")  # the machine's load
 
 

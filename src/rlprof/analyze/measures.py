@@ -223,7 +223,8 @@ def launch_bound(doc: dict) -> list[dict]:
 
 
 def memory_headroom(doc: dict) -> list[dict]:
-    """Peak allocated bytes against the device's capacity (the trace's deviceProperties): peak / capacity."""
+    """Peak allocated bytes against the device's capacity (the trace's deviceProperties, else the device memory its
+    window recorded: a torch_memory snapshot's is only there): peak / capacity."""
     out = []
     for m in doc.get("memory", []):
         if m.get("peak_bytes") is None:
@@ -239,7 +240,8 @@ def memory_headroom(doc: dict) -> list[dict]:
                     rank=m.get("rank"),
                     file=m.get("file"),
                     peak_bytes=m["peak_bytes"],
-                    why="the trace does not give the device's memory capacity (deviceProperties), or "
+                    why=m.get("capacity_why")
+                    or "the trace does not give the device's memory capacity (deviceProperties), or "
                     "the memory recorded is host memory",
                 )
             )

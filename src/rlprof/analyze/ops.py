@@ -189,6 +189,44 @@ def memory(t: EventTable, points: int = 400, capacities: dict[int, float] | None
     return out
 
 
+RECORDED_KEYS = ("free_bytes", "max_reserved_bytes")  # what the window's device record adds to a memory record
+
+
+def with_device_record(mem: dict, recorded: dict | None, snapshot: bool = False) -> dict:
+    """A memory record with the device memory its window recorded (the manifest row's or the trace's
+    `device_memory`, collect/device_memory.py): the device's capacity where the file gives none, its name, what the
+    caching allocator had reserved; else `capacity_why`, why the capacity is not known (the memory measure says it).
+    A snapshot's record takes the recorded device; a trace's, only where it is the device its counter is."""
+    if mem.get("peak_bytes") is None:
+        return mem
+    out = dict(mem)
+    rec = recorded if isinstance(recorded, dict) and recorded.get("capacity_bytes") else None
+    same = rec is not None and (snapshot or out.get("device") == rec.get("index"))
+    if same:
+        if snapshot:
+            out["device"] = rec.get("index")
+        out.setdefault("capacity_bytes", float(rec["capacity_bytes"]))
+        out["device_name"] = rec.get("name")
+        out.setdefault("reserved_bytes", float(rec.get("reserved_bytes") or 0.0))
+        out.update({k: float(rec[k]) for k in RECORDED_KEYS if isinstance(rec.get(k), (int, float))})
+    if out.get("capacity_bytes"):
+        return out
+    if out.get("device") == "cpu":
+        out["capacity_why"] = "the memory recorded is host memory, not a device's"
+    elif snapshot:
+        out["capacity_why"] = (
+            "a memory snapshot holds no capacity and its window recorded none (a recording made before rlprof "
+            "recorded the device's memory beside each window, or a snapshot read without its run's manifest.jsonl)"
+        )
+    elif out.get("device") is None:
+        out["capacity_why"] = "the trace does not say which device its memory counter is"
+    else:
+        out["capacity_why"] = (
+            f"the trace gives no capacity for device {out['device']} (no deviceProperties) and its window recorded none"
+        )
+    return out
+
+
 def device_capacities(properties: list | None) -> dict[int, float]:
     """Device id -> total memory in bytes, from a Kineto trace's deviceProperties."""
     out = {}

@@ -13,7 +13,16 @@ from ..where import this_process
 from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
 from .document import SCHEMA_VERSION
 from .manifest import LOAD_KEYS
-from .ops import LaunchGaps, collectives, device_capacities, launch_overhead, memory, top_ops, unit_signatures
+from .ops import (
+    LaunchGaps,
+    collectives,
+    device_capacities,
+    launch_overhead,
+    memory,
+    top_ops,
+    unit_signatures,
+    with_device_record,
+)
 from .readers.kineto import NotATrace, read_kineto, stream_size
 from .table import release_free_memory
 
@@ -87,7 +96,13 @@ def analyze_file(
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
         "collectives": _tagged(collectives(trace.table, device, groups), tag, windows),
         "launch": launch,
-        "memory": {**tag, **memory(trace.table, capacities=device_capacities(trace.meta.deviceProperties))},
+        "memory": {
+            **tag,
+            **with_device_record(
+                memory(trace.table, capacities=device_capacities(trace.meta.deviceProperties)),
+                info.get("device_memory"),
+            ),
+        },
     }
 
 
@@ -216,7 +231,7 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
     else:
         rows = window_rows(table, True, info, lanes, span=span)
     groups, windows = stage_of_events(table, rows)
-    mem = memory(table) if len(table.memory) else None
+    mem = with_device_record(memory(table), meta.get("device_memory")) if len(table.memory) else None
     for row in rows:  # back to epoch µs, as every other reader (the windows are these same rows)
         for key in ("start_us", "host_start_us", "device_start_us"):
             if row.get(key) is not None:
@@ -265,7 +280,7 @@ def analyze_snapshot(path: Path, meta: dict) -> dict:
     from .readers.memory_snapshot import read_snapshot, snapshot_memory
 
     try:
-        mem = snapshot_memory(read_snapshot(path))
+        mem = with_device_record(snapshot_memory(read_snapshot(path)), meta.get("device_memory"), snapshot=True)
     except NotATrace as exc:
         return failed(path, exc)
     tag = {k: meta.get(k) for k in ("rank", "step", "role", "stage")} | {"file": path.name}

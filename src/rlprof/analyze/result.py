@@ -135,7 +135,7 @@ class Launch(InWindow, kw_only=True):
 
 
 class Memory(InWindow, kw_only=True):
-    """One allocator's peak and its down-sampled timeline of [ts_us, allocated_bytes]."""
+    """One allocator's peak, its timeline of [ts_us, allocated_bytes], the device's capacity (or why unknown)."""
 
     peak_bytes: Number | None
     device: int | str | None | UnsetType = UNSET
@@ -143,6 +143,10 @@ class Memory(InWindow, kw_only=True):
     capacity_bytes: Number | UnsetType = UNSET
     reserved_bytes: Number | UnsetType = UNSET
     live_bytes: Number | UnsetType = UNSET
+    device_name: str | None | UnsetType = UNSET
+    free_bytes: Number | UnsetType = UNSET
+    max_reserved_bytes: Number | UnsetType = UNSET
+    capacity_why: str | UnsetType = UNSET
 
 
 class AnalysedOn(Record, kw_only=True):

@@ -254,6 +254,7 @@ class WindowWriter:
             "status": out.status if out else "failed",
             "roles": list(self.roles),
             **({"trigger": w.trigger} if w.trigger is not None else {}),
+            **({"device_memory": out.device_memory} if out is not None and out.device_memory else {}),
             **w.cpu,
             **self.where,
         }

@@ -94,6 +94,42 @@ def _short_saving(f: dict) -> str:
     )
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def memory_lines(doc: dict, limit: int = 4) -> list[str]:
+    """Each window's peak allocated memory, and against the device's capacity its use and headroom (or why that
+    cannot be said); the caching allocator's reservations where its window recorded them. The largest peaks first."""
+    held = sorted((m for m in doc.get("memory", []) if m.get("peak_bytes") is not None), key=lambda m: -m["peak_bytes"])
+    lines = []
+    for m in held[:limit]:
+        where = " ".join(
+            str(part)
+            for part in (
+                f"step {m['step']}" if m.get("step") is not None else None,
+                "/".join(str(x) for x in (m.get("role"), m.get("stage")) if x),
+                f"rank {m['rank']}" if m.get("rank") is not None else None,
+            )
+            if part
+        )
+        device = m.get("device_name") or (f"device {m['device']}" if m.get("device") not in (None, "cpu") else "")
+        head = f"memory ({where}{', ' + device if device else ''}): peak {_gib(m['peak_bytes'])} allocated"
+        if m.get("capacity_bytes"):
+            cap = m["capacity_bytes"]
+            line = f"{head} of {_gib(cap)}, {m['peak_bytes'] / cap:.1%} used, headroom {_gib(cap - m['peak_bytes'])}"
+        else:
+            line = f"{head}; use of the device not measurable: {m.get('capacity_why') or 'no capacity recorded'}"
+        if m.get("reserved_bytes"):
+            line += f"; the caching allocator held {_gib(m['reserved_bytes'])} reserved"
+            if m.get("max_reserved_bytes"):
+                line += f" (at most {_gib(m['max_reserved_bytes'])})"
+        lines.append(line)
+    if len(held) > limit:
+        lines.append(f"  ... and {len(held) - limit} more windows' memory in analysis.json (memory)")
+    return lines
+
+
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
     print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
@@ -101,6 +137,11 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         from .over_time import print_over_time
 
         print_over_time(console, doc)
+    for line in memory_lines(doc):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if not doc["rows"] and all(i.get("kind") == "memory_snapshot" for i in doc["inputs"]):
+        console.print("no time windows: these inputs are memory snapshots (torch_memory records allocations, not time)")
+        return
     rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
     table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
     for col in ("step", "role", "stage", "rank") + BUCKETS:

@@ -114,12 +114,14 @@ def policy_update(
     mini_batch=_no_unit,
     micro_batch=_no_unit,
     slow_ms: float = 0.0,
+    lr_schedule=None,
 ) -> dict:
-    """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW."""
+    """ppo_epochs x mini-batches x micro-batches with gradient accumulation, clipping and AdamW (its learning rate
+    stepped by `lr_schedule` after each optimizer step, where given)."""
     a = cfg.actor
     clip_high, kl_coef, agg = cfg.clip_high(), cfg.kl_coef(), cfg.loss_agg()
     n = batch.response_ids.shape[0]
-    stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+    stats = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy": 0.0, "grad_norm": 0.0, "lr": 0.0}
     tokens_seen = micro_batches = updates = 0
     params = [p for p in model.parameters() if p.requires_grad]
     for _ in range(a.ppo_epochs):
@@ -161,7 +163,10 @@ def policy_update(
                 if hasattr(grad_norm, "full_tensor"):
                     grad_norm = grad_norm.full_tensor()
                 stats["grad_norm"] += float(grad_norm)
+                stats["lr"] = optimizer.param_groups[0]["lr"]  # the rate this update used
                 optimizer.step()
+                if lr_schedule is not None:
+                    lr_schedule.step()
                 updates += 1
     for key in ("pg_loss", "clip_frac", "entropy", "kl"):
         stats[key] /= max(tokens_seen, 1.0)

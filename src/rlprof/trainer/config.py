@@ -85,9 +85,15 @@ class RolloutConfig:
     share_actor_weights: bool = False  # 2+ ranks: rollout reads the actor's FSDP shards (no full-weight copy)
 
 
+# The learning rate when actor.lr is unset: BASE_LR for the tiny default (BASE_WIDTH wide, BASE_DEPTH layers), inversely
+# with the model's width and depth (docs/trainer.md, scaled_lr).
+BASE_LR, BASE_WIDTH, BASE_DEPTH = 5e-3, 64, 2
+
+
 @dataclass(frozen=True)
 class ActorConfig:
-    lr: float = 5e-3
+    lr: Optional[float] = None  # null: scaled with the model's width and depth (scaled_lr)
+    lr_warmup_steps: int = 10  # optimizer steps of linear warm-up from lr / lr_warmup_steps to lr (verl's optim key)
     weight_decay: float = 0.0
     ppo_epochs: int = 1
     mini_batch_size: int = 32  # sequences per optimizer step, per rank
@@ -119,6 +125,15 @@ class DapoConfig:
     overlong_penalty: float = 0.5
 
 
+def scaled_lr(width: int, depth: int) -> float:
+    """BASE_LR x (BASE_WIDTH / width) x (BASE_DEPTH / depth). Adam moves every weight by about lr per update whatever
+    its gradient's size (at the first update, by exactly lr: m / sqrt(v) is +-1), so a layer's output moves by about
+    lr x its fan-in, and each of the layers adds its move to the residual stream: keeping lr x width x depth constant
+    keeps what one update does to the logits what it is in the tiny default (muP's width rule for Adam's hidden
+    weights, with the depth rule of a residual stack without branch scaling). The tiny default keeps its 5e-3."""
+    return BASE_LR * (BASE_WIDTH / width) * (BASE_DEPTH / depth)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     trainer: TrainerSection = field(default_factory=TrainerSection)
@@ -142,6 +157,14 @@ class TrainConfig:
 
     def kl_coef(self) -> float:
         return self.actor.kl_coef if self.uses_reference() else 0.0
+
+    def actor_lr(self, width: int, depth: int) -> tuple[float, str]:
+        """The actor's learning rate for a model `width` wide (hidden size) and `depth` layers deep, and whence."""
+        if self.actor.lr is not None:
+            return self.actor.lr, "actor.lr"
+        return scaled_lr(width, depth), (
+            f"actor.lr unset: {BASE_LR:g} x {BASE_WIDTH}/{width} (hidden size) x {BASE_DEPTH}/{depth} (layers)"
+        )
 
     @property
     def log_prob_micro_batch_size(self) -> int:
@@ -224,8 +247,11 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     ):
         if value < 1:
             raise ConfigError(key, value, "an integer >= 1")
-    for key, value in (("actor.lr", a.lr), ("rollout.temperature", r.temperature)):
-        _positive(key, value)
+    _positive("rollout.temperature", r.temperature)
+    if a.lr is not None:
+        _positive("actor.lr", a.lr, "a number > 0, or null (scaled with the model's width)")
+    if a.lr_warmup_steps < 0:
+        raise ConfigError("actor.lr_warmup_steps", a.lr_warmup_steps, "an integer >= 0 (0: no warm-up)")
     if a.log_prob_micro_batch_size is not None and a.log_prob_micro_batch_size < 1:
         raise ConfigError("actor.log_prob_micro_batch_size", a.log_prob_micro_batch_size, "an integer >= 1 or null")
     if cfg.reward.cost_ms < 0:

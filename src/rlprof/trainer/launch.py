@@ -69,7 +69,8 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         out_dir = Path(cfg.trainer.output_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
         metrics_path = write_metrics(history, out_dir)
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
-        write_run_config(cfg, [out_dir, *run_dirs], threads={"threads": threads, "why": why})
+        lr = {"lr": trainer.lr, "from": trainer.lr_from, "warmup_steps": cfg.actor.lr_warmup_steps}
+        write_run_config(cfg, [out_dir, *run_dirs], threads={"threads": threads, "why": why}, lr=lr)
         for run_dir in run_dirs:  # beside the traces too: the run's unprofiled timings, which predictions scale to
             if run_dir.is_dir():
                 write_metrics(history, run_dir)

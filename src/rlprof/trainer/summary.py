@@ -55,6 +55,7 @@ class ProgressPrinter:
     def update(self, m: dict) -> None:
         if self.enabled:
             self.progress.console.print(metrics_line(m), highlight=False)
+            self.progress.console.file.flush()  # each step's line reaches a log file or pipe as it is printed
             self.progress.advance(self.task)
 
 

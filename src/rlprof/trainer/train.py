@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from ..collect import Profiler
 from ..collect.cpu_wait import current_thread_wait_ms, sample, since
+from ..warn_once import warn_once
 from .actor import batched_log_probs, policy_update
 from .algorithms import group_advantages, informative_groups, overlong_penalty
 from .config import TrainConfig
@@ -63,8 +65,15 @@ class Trainer:
                 self.rollout_model = copy.deepcopy(self.actor).eval()
             _shard(self.actor, cfg.actor.reshard_after_forward)
             _shard(self.ref)
-        self.optimizer = torch.optim.AdamW(
-            self.actor.parameters(), lr=cfg.actor.lr, weight_decay=cfg.actor.weight_decay
+        shape = getattr(self.actor, "config", None)  # a checkpoint's own width and depth (model.path)
+        width = getattr(shape, "hidden_size", None) or cfg.model.hidden_size
+        depth = getattr(shape, "num_hidden_layers", None) or cfg.model.num_layers
+        self.lr, self.lr_from = cfg.actor_lr(int(width), int(depth))
+        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=self.lr, weight_decay=cfg.actor.weight_decay)
+        # Adam's first updates are sign-like (m / sqrt(v) is +-1 at step 1), however small the gradient: ramp them
+        warmup = cfg.actor.lr_warmup_steps
+        self.lr_schedule = (
+            torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda k: min(1.0, (k + 1) / warmup)) if warmup else None
         )
         self.sample_gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + rank)
         self.shuffle_gen = torch.Generator().manual_seed(seed + rank)
@@ -263,6 +272,7 @@ class Trainer:
                     mini_batch=self.unit("mini_batch"),
                     micro_batch=self.unit("micro_batch"),
                     slow_ms=self.slow_ms,
+                    lr_schedule=self.lr_schedule,
                 )
         lengths = rollout.response_mask.sum(1).float()
         acc = exact_match(rollout.response_ids.cpu(), rollout.response_mask.cpu(), answers, self.tok)
@@ -289,6 +299,7 @@ class Trainer:
             "entropy": ent,
             "grad_norm": stats["grad_norm"],
             "pg_loss": stats["pg_loss"],
+            "lr": stats["lr"],
             "micro_batches": stats["micro_batches"],
             "step_ms": (time.perf_counter() - t0) * 1e3,
             "stage_ms": dict(self.timings),
@@ -324,9 +335,32 @@ def run_training(
             history.append(metrics)
             if on_step is not None:
                 on_step(metrics)
+            why = diverging(metrics)
+            if why and rank == 0:
+                warn_once(
+                    "diverging",
+                    "rlprof train: the run diverges at step %d: %s; lr %.3g (%s): set a lower actor.lr (docs/trainer.md)",
+                    step,
+                    why,
+                    trainer.lr,
+                    trainer.lr_from,
+                )
     finally:
         trainer.replica_steps = trainer.close()
     return history, trainer
+
+
+KL_DIVERGED = 10.0  # nats per token from the reference: far beyond any run that trains (the tiny default stays < 7)
+
+
+def diverging(m: dict) -> str | None:
+    """Why a step's numbers say the run diverges, or None: its loss or KL not finite, or its KL exploding."""
+    for key in ("pg_loss", "kl", "entropy"):
+        if not math.isfinite(m[key]):
+            return f"{key} is {m[key]}"
+    if m["kl"] > KL_DIVERGED:
+        return f"KL from the reference {m['kl']:.4g} per token (above {KL_DIVERGED:g})"
+    return None
 
 
 def write_metrics(history: list[dict], out_dir: Path) -> Path:
@@ -338,10 +372,10 @@ def write_metrics(history: list[dict], out_dir: Path) -> Path:
     return path
 
 
-def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None) -> None:
+def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None, lr: dict | None = None) -> None:
     """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh, how many threads
-    ran and why), as `trainer_config.json` in each run directory that exists: the whole config and what it
-    implies."""
+    ran and why, the learning rate the actor used and where it came from), as `trainer_config.json` in each run
+    directory that exists: the whole config and what it implies."""
     import dataclasses
 
     text = json.dumps(
@@ -351,6 +385,7 @@ def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None) -> Non
             "reference_pass": cfg.uses_reference(),
             "kl_coef": cfg.kl_coef(),
             "threads": threads,
+            "lr": lr,
         },
         indent=1,
     )

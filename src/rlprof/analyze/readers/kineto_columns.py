@@ -223,7 +223,7 @@ class _Sink:
         Returns the batch positions of the flow ends (their threads come after)."""
         is_instant = phase == _INSTANT
         if is_instant.any():  # memory counters (profile_memory traces): their args decoded in one call
-            instants = compress(events, is_instant.tolist())
+            instants = list(compress(events, is_instant.tolist()))  # read twice below: a list, not an iterator
             counters = list(compress(instants, map("[memory]".__eq__, map(_NAME, instants))))
             if counters:
                 if type(counters[0]) is LeanEvent:

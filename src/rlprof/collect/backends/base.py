@@ -25,6 +25,7 @@ class Output:
     bytes: int = 0
     error: str | None = None
     finalize_to: str | None = None  # raw Chrome-trace JSON: the final .json.gz name it becomes
+    device_memory: dict | None = None  # the accelerator's capacity and allocator at the close (device_memory.py)
 
 
 @dataclasses.dataclass

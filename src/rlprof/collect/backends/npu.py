@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from .base import Backend, Output, PushPopRange
+from ..device_memory import device_memory
 
 LEVELS = {"level_none": "Level_none", "level0": "Level0", "level1": "Level1", "level2": "Level2"}
 EXPORT_TYPES = {"text": "Text", "db": "Db"}
@@ -53,12 +54,13 @@ def profiler_kwargs(tnp, plan, dir_name: str, worker_name: str) -> dict:
 class NpuBackend(Backend):
     tool = "npu"
 
-    def __init__(self, spec, torch_npu=None):
+    def __init__(self, spec, torch_npu=None, device_api=None):
         super().__init__(spec)
         if torch_npu is None:
             import torch_npu
         self._tnp = torch_npu.profiler
         self._mstx = torch_npu.npu.mstx
+        self._device_api = device_api  # torch.npu (torch_npu's, answering as torch.cuda does) where None
         self._dir = spec.run_dir / spec.base_name(None)
         self._prof = None
         self._t0 = 0
@@ -80,6 +82,8 @@ class NpuBackend(Backend):
     def stop(self) -> list[Output]:
         self._prof.stop()
         t1 = time.time_ns()
+        # the device's memory beside a window that records memory: its capacity, for the analysis's memory measure
+        memory = device_memory("npu", self._device_api) if "memory" in self.spec.plan.contents else None
         written = sorted(p for p in self._dir.iterdir() if p.is_dir() and p.name.endswith("_ascend_pt"))
         multi = self.spec.multi_cycle or len(written) > 1
         return [
@@ -89,6 +93,7 @@ class NpuBackend(Backend):
                 start_ns=self._t0,
                 end_ns=t1,
                 bytes=sum(f.stat().st_size for f in p.rglob("*") if f.is_file()),
+                device_memory=memory,
             )
             for i, p in enumerate(written)
         ]

@@ -1,4 +1,7 @@
-"""CUDA caching-allocator history + snapshot (torch.cuda.memory). Needs CUDA."""
+"""CUDA caching-allocator history + snapshot (torch.cuda.memory). Needs CUDA.
+
+A snapshot does not hold the device's capacity: each one's manifest row carries the device's memory at the dump
+(`device_memory.py`), which the analysis's memory measure is computed against."""
 
 from __future__ import annotations
 
@@ -6,19 +9,21 @@ import time
 from contextlib import nullcontext
 
 from .base import Backend, CycleTracker, Output
+from ..device_memory import device_memory
 from ..naming import MEMORY_SUFFIX
 
 
 class TorchMemoryBackend(Backend):
     tool = "torch_memory"
 
-    def __init__(self, spec, memory_api=None):
+    def __init__(self, spec, memory_api=None, device_api=None):
         super().__init__(spec)
-        if memory_api is None:
+        if memory_api is None or device_api is None:
             import torch
 
-            memory_api = torch.cuda.memory
-        self._mem = memory_api
+            memory_api = memory_api or torch.cuda.memory
+            device_api = device_api or torch.cuda
+        self._mem, self._device = memory_api, device_api
         self._cycles = CycleTracker(spec.schedule)
         self._recording_since: int | None = None
         self._outputs: list[Output] = []
@@ -38,7 +43,12 @@ class TorchMemoryBackend(Backend):
         self._mem._record_memory_history(enabled=None)
         self._outputs.append(
             Output(
-                path=path, index=index, start_ns=self._recording_since, end_ns=time.time_ns(), bytes=path.stat().st_size
+                path=path,
+                index=index,
+                start_ns=self._recording_since,
+                end_ns=time.time_ns(),
+                bytes=path.stat().st_size,
+                device_memory=device_memory("cuda", self._device),
             )
         )
         self._recording_since = None
