@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
+import warnings
 from pathlib import Path
 
-import warnings
-
-from .base import Backend, Output
+from .base import Backend, Output, export_raw
 from ..naming import TRACE_SUFFIX
 
 # A schedule without warmup and one file per cycle are deliberate choices of the plan, not mistakes.
@@ -62,10 +59,8 @@ class TorchBackend(Backend):
         self._prof.start()
 
     def _export(self, prof, index: int | None) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=self.spec.run_dir)
-        os.close(fd)
-        prof.export_chrome_trace(tmp)
-        self._raw.append((Path(tmp), index, self._cycle_start, time.time_ns()))
+        raw = export_raw(self.spec.run_dir, self.spec.base_name(index), prof.export_chrome_trace)
+        self._raw.append((raw, index, self._cycle_start, time.time_ns()))
 
     def _on_ready(self, prof) -> None:
         # Called by torch at the end of each active cycle; index = the cycle (the _w{K} of the name).
@@ -81,9 +76,14 @@ class TorchBackend(Backend):
 
     def stop(self) -> list[Output]:
         prof, self._prof = self._prof, None
-        prof.stop()
-        if self.spec.schedule is None:
-            self._export(prof, None)
+        try:
+            prof.stop()
+            if self.spec.schedule is None:
+                self._export(prof, None)
+        except Exception:
+            for raw, *_ in self._raw:  # the cycles exported before the fault go with the failed window
+                raw.unlink(missing_ok=True)
+            raise
         return [
             Output(path=raw, index=index, start_ns=t0, end_ns=t1, finalize_to=self.spec.base_name(index) + TRACE_SUFFIX)
             for raw, index, t0, t1 in self._raw
