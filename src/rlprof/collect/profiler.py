@@ -36,6 +36,7 @@ from .window import Window, WindowWriter
 log = logging.getLogger("rlprof")
 
 _current: "Profiler | None" = None
+LOST_LINES = 20  # windows lost to one kind of fault said a line each; past them, counted and said at close
 
 
 def current() -> "Profiler | None":
@@ -212,8 +213,8 @@ class Profiler(Watching):
             self._close_window(self._open[-1])
         self._e2e = None
         self._select({})
-        self._stop_watch()
         late = self._writer.wait(deadline, why)
+        self._stop_watch()  # after the windows' rows: a heartbeat that says the job ended says they are in
         if deadline is None and self._finish_hook is not None:
             self._finish_hook.closing(self)
         if deadline is None:
@@ -342,6 +343,8 @@ class Profiler(Watching):
                     del self._ticks[unit]
         t0 = time.perf_counter_ns()
         outputs = w.stop()
+        if w.trigger is not None and w.trigger.get("request_id") is not None:
+            self._note_captured(w, outputs)  # what `rlprof capture` waits for from this rank
         if outputs is None:
             return
         if w.probe:  # kept or dropped at the step's end, when the trigger has judged the step
@@ -351,34 +354,46 @@ class Profiler(Watching):
         self._writer.write(w, outputs)
 
     def _fault(self, w: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
-        """A window's backend or its writing failed (window.py): the window's row marked failed, and one line for the
-        first window of each kind of fault (naming it and the reason); later ones are counted and named at close."""
+        """A window's backend or its writing failed (window.py): the window's row marked failed; the first window
+        of each kind of fault is one line naming it and the reason, the next ones a short line each, counted (up to
+        LOST_LINES; past them the count is said at close)."""
         with HELD:
             unwritten = None if already else self._writer.failed_row(w, message)
             kind = ("fault", w.plan.tool, phase, type(exc).__name__, getattr(exc, "errno", None))
             lost = self._lost.setdefault(kind, [])
-            if w.spec.base_name(None) not in lost:
-                lost.append(w.spec.base_name(None))
-            if phase == "write the manifest row of":
-                outcome = "its trace is kept: `rlprof analyze` recovers it from the run directory"
-            else:
-                outcome = "window marked failed"
-            if unwritten is not None:
-                outcome += f"; its manifest row could not be written either ({unwritten})"
-            warn_once(kind, "rlprof: %s (%s; training goes on)", message, outcome, said=self.said)
+            name = w.spec.base_name(None)
+            if name in lost:
+                return
+            lost.append(name)
+            if len(lost) == 1:
+                if phase == "write the manifest row of":
+                    outcome = "its trace is kept: `rlprof analyze` recovers it from the run directory"
+                else:
+                    outcome = "window marked failed"
+                if unwritten is not None:
+                    outcome += f"; its manifest row could not be written either ({unwritten})"
+                warn_once(kind, "rlprof: %s (%s; training goes on)", message, outcome, said=self.said)
+            elif len(lost) <= LOST_LINES:
+                log.warning(
+                    "rlprof: window %s failed the same way (%s %s: %s), %d so far",
+                    name,
+                    phase,
+                    type(exc).__name__,
+                    getattr(exc, "strerror", None) or exc,
+                    len(lost),
+                )
 
     def _say_lost(self) -> None:
-        """At close: the windows lost to a fault already said once, counted and named."""
+        """At close: the count of each kind of fault that went past its lines."""
         for kind, names in self._lost.items():
-            if len(names) > 1:
-                shown = ", ".join(names[1:11]) + (", ..." if len(names) > 11 else "")
+            if len(names) > LOST_LINES:
                 log.warning(
-                    "rlprof: %d more window(s) failed the same way (%s, %s: %s): %s",
-                    len(names) - 1,
+                    "rlprof: %d windows in all failed the same way (%s, %s: %s); the last: %s",
+                    len(names),
                     kind[1],
                     kind[2],
                     kind[3],
-                    shown,
+                    names[-1],
                 )
         self._lost.clear()
 

@@ -159,6 +159,18 @@ def write_response(run_dir: Path, request_id: int, **fields) -> None:
     _write_atomic(d / f"{request_id}.json", json.dumps({"id": request_id, **fields}))
 
 
+def rank_note_path(run_dir: Path, request_id: int, rank: int) -> Path:
+    return Path(run_dir) / RESPONSE_DIR / f"{request_id}.rank{rank}.json"
+
+
+def write_rank_note(run_dir: Path, request_id: int, rank: int, **fields) -> None:
+    """What one rank captured for a request (its windows, written at the captured step's end, before their rows):
+    `rlprof capture` waits for each one's manifest row, and names those still being written when its wait ends."""
+    path = rank_note_path(run_dir, request_id, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, json.dumps({"id": request_id, "rank": rank, **fields}))
+
+
 def read_request(run_dir: Path, seen: set) -> dict | None:
     """The request file's contents when it holds a request not seen before; None otherwise."""
     p = Path(run_dir) / REQUEST_FILE

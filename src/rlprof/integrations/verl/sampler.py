@@ -6,11 +6,15 @@ call one window of collect/window.py's lifecycle, the file named and placed as v
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import time
 import weakref
 from pathlib import Path
 
 from ...collect.backends import WindowSpec, backend_class
+from ...collect.preemption import HELD, finish_on_signal
+from ...collect.profiler import LOST_LINES
 from ...collect.scopes import unit_range_name
 from ...collect.window import Window, discard
 from ...config import resolve_plan
@@ -115,6 +119,10 @@ class MicroBatchSampler:
         self.plan, self.layout = plan, layout
         self.step_n: int | None = None
         self.windows: weakref.WeakSet = weakref.WeakSet()
+        self.faults: dict[
+            tuple, list[str]
+        ] = {}  # kind of fault -> the stage windows it failed: first said, rest counted
+        finish_on_signal(self)  # SIGTERM / SIGINT in verl's worker: its open windows finished, verl's handler chained
 
     @classmethod
     def build(cls, prof) -> "MicroBatchSampler | None":
@@ -147,6 +155,7 @@ class MicroBatchSampler:
     def stop(self, *args, **kwargs):
         for window in list(self.windows):  # a stage left open by an error: closed and kept
             window.close()
+        self.say_counted()
         if self.plan.mode == "discrete":
             return getattr(self.inner, "stop", lambda *a, **k: None)(*args, **kwargs)
 
@@ -179,6 +188,37 @@ class MicroBatchSampler:
             return wrapper
 
         return decorator
+
+    def fault(self, kind: tuple, stage: str, message: str) -> None:
+        """The first window of each kind of fault is one line naming it and the reason; the next ones a short line
+        each, counted (past LOST_LINES, the count is said at the step's stop)."""
+        failed = self.faults.setdefault(kind, [])
+        failed.append(f"{stage} window of step {self.step_n}")
+        if len(failed) == 1:
+            warn_once(kind, message)
+        elif len(failed) <= LOST_LINES:
+            logging.getLogger("rlprof").warning(
+                "rlprof: the %s failed the same way (%s: %s), %d so far", failed[-1], kind[0], kind[1], len(failed)
+            )
+
+    def say_counted(self) -> None:
+        for kind, failed in self.faults.items():
+            if len(failed) > LOST_LINES:
+                logging.getLogger("rlprof").warning(
+                    "rlprof: %d windows in all failed the same way (%s: %s); the last: %s",
+                    len(failed),
+                    kind[0],
+                    kind[1],
+                    failed[-1],
+                )
+
+    def finish_on_signal(self, deadline: float, why: str) -> str:
+        """A terminating signal (collect/preemption.py): each open stage window closed and written while the grace
+        time lasts; past it, its raw export is kept for `rlprof analyze` and named."""
+        open_windows = list(self.windows)
+        for window in open_windows:
+            window.close(deadline=deadline, why=why)
+        return f"{len(open_windows)} verl stage window(s) closed" if open_windows else ""
 
     def open(self, stage: str) -> "SampledStage | None":
         window = SampledStage(self, stage)
@@ -227,24 +267,30 @@ class SampledStage:
 
     def _fault(self, window: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
         if phase == "start":
-            warn_once(
+            self.sampler.fault(
                 ("open", type(exc).__name__),
+                self.stage,
                 f"rlprof: could not open a window for {self.stage} "
                 f"({type(exc).__name__}: {exc}); verl goes on unprofiled there",
             )
         else:
-            warn_once(
+            self.sampler.fault(
                 ("fault", type(exc).__name__),
+                self.stage,
                 f"rlprof: sampling {self.stage} failed ({type(exc).__name__}: "
                 f"{exc}); the window is dropped and training goes on",
             )
 
     def unit_begins(self, describe) -> None:
+        with HELD:  # a signal's closing of the window waits for the schedule's step
+            self._unit_begins(describe)
+
+    def _unit_begins(self, describe) -> None:
         if self.window.failed or self.window.closed:
             return
         try:
             if self.unit is not None:
-                self.unit_ends()
+                self._unit_ends()
             k = self.k + 1
             phase, _ = self.schedule.phase(k)
             held = describe() if phase == "active" else None  # before the step: its ops stay out of the window
@@ -260,6 +306,10 @@ class SampledStage:
             self.window.fault("step", exc)
 
     def unit_ends(self) -> None:
+        with HELD:
+            self._unit_ends()
+
+    def _unit_ends(self) -> None:
         if self.window.failed or self.window.closed:
             return
         try:
@@ -280,7 +330,13 @@ class SampledStage:
         rng.__enter__()
         return rng
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None, why: str = "") -> None:
+        """The stage call ended: the window stopped and written. With a `deadline` (a terminating signal's grace
+        time, time.monotonic), a raw export not yet written by then stays as it is, named in a warning."""
+        with HELD:
+            self._close(deadline, why)
+
+    def _close(self, deadline: float | None, why: str) -> None:
         if self.window.closed:
             return
         self.sampler.windows.discard(self)
@@ -304,12 +360,20 @@ class SampledStage:
             )
             return
         for out in outputs:
+            if deadline is not None and time.monotonic() >= deadline and out.finalize_to is not None:
+                print(
+                    f"[rlprof] rank {self.sampler.rank}: {self.stage} step {self.sampler.step_n}: {why}; its raw "
+                    f"export {out.path} is kept (`rlprof analyze` reads it)",
+                    flush=True,
+                )
+                continue
             try:
                 self._finish(out)
             except Exception as exc:
                 discard([out])
-                warn_once(
+                self.sampler.fault(
                     ("export", type(exc).__name__),
+                    self.stage,
                     f"rlprof: a {self.stage} window could not be written "
                     f"({type(exc).__name__}: {exc}); training goes on",
                 )
