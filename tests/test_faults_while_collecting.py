@@ -268,3 +268,104 @@ def test_a_handler_installed_from_a_thread_is_not_attempted_and_collection_goes_
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
     (row,) = read_manifest(tmp_path / "p" / "run" / "manifest.jsonl")[0]
     assert row["status"] == "complete" and whole_trace(tmp_path / "p" / "run" / row["path"])
+
+
+# ---- a run directory after a crash: every window accounted for ---------------------------------------------------
+def crashed_run(tmp_path) -> Path:
+    """A real run's directory, then left as a crash leaves one, window by window: step 3's trace unlisted (killed
+    before its row), step 2 only its raw export (killed while its trace was written), step 1 only its trace cut
+    mid-write, step 4 open when the run ended, step 5 failed; the manifest's last line cut mid-line."""
+    from helpers import run
+
+    from rlprof.demo import DemoShape
+
+    d = run(tmp_path, steps="[1,2,3]", shape=DemoShape(steps=3))
+    rows = read_manifest(d / "manifest.jsonl")[0]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    traces = {r["step"]: d / r["path"] for r in rows}
+    raw = gzip.decompress(traces[2].read_bytes())
+    (d / ".raw-step2_actor_e2e_rank0-k2x9q1.json").write_bytes(raw)
+    traces[2].unlink()
+    whole = traces[1].read_bytes()
+    (d / ".step1_actor_e2e_rank0.pt.trace.json.gz.part").write_bytes(whole[: len(whole) // 2])
+    traces[1].unlink()
+    (d / ".step4_actor_e2e_rank0.open").touch()
+    failed = dict(rows[0], step=5, steps=[5], status="failed", path=None, bytes=0, error="torch backend failed")
+    text = json.dumps(failed) + "\n" + json.dumps(rows[2])[:40]  # step 3's row cut by the crash
+    (d / "manifest.jsonl").write_text(text)
+    return d
+
+
+def test_analyze_after_a_crash_recovers_or_names_every_window_and_says_so_first(tmp_path):
+    from rlprof.analyze.pipeline import analyze
+    from rlprof.analyze.result import Analysis
+
+    d = crashed_run(tmp_path)
+    doc = analyze(d, workers=1)
+    fates = {s["step"]: (s["fate"], s["source"]) for s in doc["salvage"]}
+    assert fates == {
+        1: ("recovered", ".step1_actor_e2e_rank0.pt.trace.json.gz.part"),
+        2: ("recovered", ".raw-step2_actor_e2e_rank0-k2x9q1.json"),
+        3: ("recovered", "step3_actor_e2e_rank0.pt.trace.json.gz"),
+        4: ("lost", None),
+        5: ("lost", None),
+    }
+    assert "open when the run ended" in next(s["reason"] for s in doc["salvage"] if s["step"] == 4)
+    assert "torch backend failed" in next(s["reason"] for s in doc["salvage"] if s["step"] == 5)
+    inputs = {Path(i["path"]).name: i for i in doc["inputs"]}
+    assert {i["window_status"] for i in inputs.values()} == {"recovered"}
+    assert inputs[".step1_actor_e2e_rank0.pt.trace.json.gz.part"]["partial"]  # what was readable of the cut file
+    assert not inputs[".raw-step2_actor_e2e_rank0-k2x9q1.json"]["partial"]  # the complete raw export: whole
+    assert {r["step"] for r in doc["rows"]} == {1, 2, 3}
+    warnings = doc["warnings"]
+    assert [w.split(" ")[1] for w in warnings[:5]] == [f"step{n}_actor_e2e_rank0" for n in (1, 2, 3, 4, 5)]
+    assert "manifest.jsonl: line 2 is cut" in warnings[5]
+    typed = Analysis.from_document(doc)  # the typed result knows the field
+    assert [s.fate for s in typed.salvage] == ["recovered"] * 3 + ["lost"] * 2
+    assert json.loads(typed.to_json())["salvage"] == doc["salvage"]
+
+
+def test_analyze_and_report_say_the_recovered_and_lost_windows_in_their_first_lines(tmp_path):
+    d = crashed_run(tmp_path)
+    for args in (("analyze", d), ("report", d, "-o", tmp_path / "report.html")):
+        proc = run_cli(*args)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        first = proc.stderr.splitlines()[:5]
+        assert [" ".join(line.split()[3:5]) for line in first] == [
+            f"step{n}_actor_e2e_rank0 {fate}" for n, fate in [(1, "recovered"), (2, "recovered"), (3, "recovered")]
+        ] + [f"step{n}_actor_e2e_rank0 lost:" for n in (4, 5)], first
+    page = (tmp_path / "report.html").read_text()
+    assert "recovered after the run stopped: step1_actor_e2e_rank0" in page and "lost: step4_actor_e2e_rank0" in page
+
+
+def test_a_run_killed_before_its_first_manifest_row_is_analysed_from_what_it_left(tmp_path):
+    from rlprof.analyze.pipeline import analyze
+
+    d = crashed_run(tmp_path)
+    (d / "manifest.jsonl").unlink()
+    doc = analyze(d, workers=1)
+    assert {s["step"]: s["fate"] for s in doc["salvage"]} == {1: "recovered", 2: "recovered", 3: "recovered", 4: "lost"}
+
+
+def test_a_cut_line_is_read_up_to_the_cut_and_the_row_after_it_kept(tmp_path):
+    rows = [
+        {"run_id": "r", "step": n, "role": "actor", "stage": "e2e", "rank": 0, "status": "complete"} for n in (1, 2)
+    ]
+    path = tmp_path / "manifest.jsonl"
+    # a writer cut mid-row; a later one appended its whole row right after, on the same line
+    path.write_text(json.dumps(rows[0])[:30] + json.dumps(rows[1]) + "\n")
+    read, warnings = read_manifest(path)
+    assert read == [rows[1]] and len(warnings) == 1 and "line 1 is cut" in warnings[0]
+
+
+def test_manifest_rows_on_a_full_disk_are_whole_or_absent(small_disk):
+    from rlprof.collect.manifest import append_row
+
+    disk = small_disk("64k")
+    row = {"run_id": "r", "step": 1, "role": "actor", "stage": "e2e", "rank": 0, "pad": "x" * 900}
+    written = 0
+    with pytest.raises(OSError):
+        for written in range(1000):
+            append_row(disk, dict(row, step=written + 1))
+    rows, cut = read_manifest(disk / "manifest.jsonl")
+    assert not cut and [r["step"] for r in rows] == list(range(1, written + 1))  # no half row left by the full disk

@@ -199,6 +199,7 @@ def account(run_dir: Path, rows: list[dict]) -> tuple[list[tuple[Path, dict]], l
         if key4 not in accounted:
             reason = "open when the run ended (the process was killed while it recorded): nothing of it was written"
             records.append(_record(window, (*key4, 0), "lost", None, reason))
+    records.sort(key=lambda r: (r["step"], r["rank"], r["role"], r["stage"], r["window"]))
     return inputs, records
 
 
