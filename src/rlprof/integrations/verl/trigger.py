@@ -224,6 +224,7 @@ class DriverTrigger:
         self.indexed: set = set()  # files already in the manifest
         self.captured: dict[int, list[dict]] = {}  # captured step -> the manifest rows of its files so far
         self.settled: set = set()  # captured steps whose answer says every file is indexed
+        self.writing: dict[int, list[str]] = {}  # captured step -> its files seen still being written
         self._last_boundary = 0  # the last step that ended
         self.closed = False
         if not self.enabled:
@@ -326,7 +327,7 @@ class DriverTrigger:
         at the end of the run)."""
         if not self.taken:
             return
-        if settled_s and self._last_boundary > max(self.taken) + 2:
+        if settled_s and self._last_boundary > max(self.taken) + 2 and not any(self.writing.values()):
             self._settle()  # the last capture's files are in: save_path is not listed again until the end
             return
         from ...analyze.inputs import TRACE_SUFFIXES
@@ -379,7 +380,8 @@ class DriverTrigger:
             append_row(self.run_dir, row)
         for row in rows:
             self.captured.setdefault(row["step"], []).append(row)
-        for step in {r["step"] for r in rows} | set(writing):
+        before, self.writing = self.writing, writing
+        for step in {r["step"] for r in rows} | set(writing) | set(before):
             self._answer_captured(step, writing=writing.get(step, []))
         if not settled_s:
             self._settle()  # the run is over: what is there is written
@@ -402,12 +404,13 @@ class DriverTrigger:
                     note=_WHOLE_STEP,
                 )
 
-    def _answer_captured(self, step: int, writing: list[str] = (), settled: bool = False) -> None:
+    def _answer_captured(self, step: int, writing: list[str] = ()) -> None:
         """The request's answer for a captured step: the ranks of every file indexed for it so far, the files seen
         still being written, and whether the driver has them all (`settled`: `rlprof capture` waits for it)."""
         from ...collect.watch import write_response
 
         rows = self.captured.get(step, [])
+        settled = step in self.settled and not writing
         for cap in self.taken.get(step, ()):
             if cap.request_id is not None and (rows or writing or settled):
                 write_response(
@@ -427,7 +430,7 @@ class DriverTrigger:
         """Every captured step's files are indexed: its answer says so, once."""
         for step in sorted(set(self.captured) - self.settled):
             self.settled.add(step)
-            self._answer_captured(step, settled=True)
+            self._answer_captured(step)
 
     def _heartbeat(self, **fields) -> None:
         from ...collect.watch import write_live
