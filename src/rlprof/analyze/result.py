@@ -426,8 +426,9 @@ class Timeline(Record, kw_only=True):
 
 
 class Salvaged(Record, kw_only=True):
-    """A window of an rlprof run that its manifest does not list as written (a crash, a fault, a signal's grace
-    time): recovered from what the directory holds, or lost (analyze/salvage.py)."""
+    """A window of an rlprof run its manifest does not list as written: recovered from the directory, or lost.
+
+    After a crash, a fault or a terminating signal's grace time (analyze/salvage.py)."""
 
     window: str
     step: Label
