@@ -150,7 +150,7 @@ def test_a_full_disk_is_one_line_per_window_and_leaves_nothing_behind(small_disk
             s.stop()
     said = [r.getMessage() for r in caplog.records]
     first = [m for m in said if "sampling actor_update failed" in m or "could not be written" in m]
-    later = [m for m in said if "actor_update window of step 4 failed the same way" in m]
+    later = [m for m in said if "window actor_update of step 4 failed the same way" in m]
     assert len(first) == 1 and "OSError" in first[0] and len(later) == 1, said
     assert sorted(p.name for p in disk.rglob("*") if p.is_file()) == ["filler"]  # no raw export, .part or empty trace
 

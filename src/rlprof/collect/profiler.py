@@ -26,6 +26,7 @@ from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..warn_once import warn_once
 from .backends import Backend, WindowSpec, backend_class, why_unavailable
 from .manifest import written_where
+from .lost import LostWindows
 from .naming import shared_run_id, window_name
 from .preemption import HELD, finish_on_signal
 from .scopes import E2E, NULL, SelectedStage, StepScope, UnitScope, null
@@ -36,7 +37,6 @@ from .window import Window, WindowWriter
 log = logging.getLogger("rlprof")
 
 _current: "Profiler | None" = None
-LOST_LINES = 20  # windows lost to one kind of fault said a line each; past them, counted and said at close
 
 
 def current() -> "Profiler | None":
@@ -142,7 +142,7 @@ class Profiler(Watching):
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
         self._writer = WindowWriter(self.run_id, hosted, self._where)
-        self._lost: dict[tuple, list[str]] = {}  # kind of fault -> the windows it failed, in order
+        self._lost = LostWindows(self.said)  # the windows lost to faults, said without flooding the log
         self._closed = False
         self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)
         self._init_watching(watched, decides)
@@ -217,18 +217,15 @@ class Profiler(Watching):
         self._stop_watch()  # after the windows' rows: a heartbeat that says the job ended says they are in
         if deadline is None and self._finish_hook is not None:
             self._finish_hook.closing(self)
-        if deadline is None:
-            self._writer.close(wait_analysis)
-        else:
-            self._writer.abandon()
-        self._say_lost()
+        self._writer.close(wait_analysis) if deadline is None else self._writer.abandon()
+        self._lost.say_total()
         if _current is self:
             _current = None
         return late
 
     def finish_on_signal(self, deadline: float, why: str) -> str:
         """A terminating signal (collect/preemption.py): the windows in flight finished by `deadline` or listed as
-        partial; the Profiler collects nothing after it. Returns what it did, for the one line said."""
+        partial, nothing collected after it. Returns what it did (for the one line said)."""
         opened = len(self._open)
         written = self._writer.written
         late = self._close(False, deadline, why)
@@ -294,7 +291,7 @@ class Profiler(Watching):
         self._writer.wait()
 
     def _open_window(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
-        with HELD:
+        with HELD:  # a terminating signal that lands while a window opens is taken once it is open
             return self._open_window_held(rp, stage, steps)
 
     def _open_window_held(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
@@ -354,48 +351,19 @@ class Profiler(Watching):
         self._writer.write(w, outputs)
 
     def _fault(self, w: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
-        """A window's backend or its writing failed (window.py): the window's row marked failed; the first window
-        of each kind of fault is one line naming it and the reason, the next ones a short line each, counted (up to
-        LOST_LINES; past them the count is said at close)."""
+        """A window's backend or its writing failed (window.py): the window's row marked failed, and the window said
+        lost (collect/lost.py: the first of each kind in full, the next ones counted)."""
         with HELD:
             unwritten = None if already else self._writer.failed_row(w, message)
+            if phase == "write the manifest row of":
+                outcome = "its trace is kept: `rlprof analyze` recovers it from the run directory"
+            else:
+                outcome = "window marked failed"
+            if unwritten is not None:
+                outcome += f"; its manifest row could not be written either ({unwritten})"
+            reason = f"{phase} {type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
             kind = ("fault", w.plan.tool, phase, type(exc).__name__, getattr(exc, "errno", None))
-            lost = self._lost.setdefault(kind, [])
-            name = w.spec.base_name(None)
-            if name in lost:
-                return
-            lost.append(name)
-            if len(lost) == 1:
-                if phase == "write the manifest row of":
-                    outcome = "its trace is kept: `rlprof analyze` recovers it from the run directory"
-                else:
-                    outcome = "window marked failed"
-                if unwritten is not None:
-                    outcome += f"; its manifest row could not be written either ({unwritten})"
-                warn_once(kind, "rlprof: %s (%s; training goes on)", message, outcome, said=self.said)
-            elif len(lost) <= LOST_LINES:
-                log.warning(
-                    "rlprof: window %s failed the same way (%s %s: %s), %d so far",
-                    name,
-                    phase,
-                    type(exc).__name__,
-                    getattr(exc, "strerror", None) or exc,
-                    len(lost),
-                )
-
-    def _say_lost(self) -> None:
-        """At close: the count of each kind of fault that went past its lines."""
-        for kind, names in self._lost.items():
-            if len(names) > LOST_LINES:
-                log.warning(
-                    "rlprof: %d windows in all failed the same way (%s, %s: %s); the last: %s",
-                    len(names),
-                    kind[1],
-                    kind[2],
-                    kind[3],
-                    names[-1],
-                )
-        self._lost.clear()
+            self._lost.lost(kind, w.spec.base_name(None), f"rlprof: {message} ({outcome}; training goes on)", reason)
 
 
 def _close_at_exit(ref) -> None:

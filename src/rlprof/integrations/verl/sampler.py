@@ -1,12 +1,14 @@
 """The verl plugin's sampler: verl's DistProfiler backend when its config asks for micro-batches. Imported by the
 loader only then; it reads the config with `config`'s verl dialect and samples with `collect`'s backends, each stage
 call one window of collect/window.py's lifecycle, the file named and placed as verl's own profiler names its traces.
+
+Over 400 lines because it is one backend: verl's interface, each stage call's window and the micro-batch schedule
+inside it, and what a fault or a terminating signal does to those windows, all on the sampler's one state.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import time
 import weakref
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from ...collect.backends import WindowSpec, backend_class
 from ...collect.preemption import HELD, finish_on_signal
-from ...collect.profiler import LOST_LINES
+from ...collect.lost import LostWindows
 from ...collect.scopes import unit_range_name
 from ...collect.window import Window, discard
 from ...config import resolve_plan
@@ -119,9 +121,7 @@ class MicroBatchSampler:
         self.plan, self.layout = plan, layout
         self.step_n: int | None = None
         self.windows: weakref.WeakSet = weakref.WeakSet()
-        self.faults: dict[
-            tuple, list[str]
-        ] = {}  # kind of fault -> the stage windows it failed: first said, rest counted
+        self.lost = LostWindows()  # the stage windows lost to faults, said without flooding verl's log
         finish_on_signal(self)  # SIGTERM / SIGINT in verl's worker: its open windows finished, verl's handler chained
 
     @classmethod
@@ -155,7 +155,7 @@ class MicroBatchSampler:
     def stop(self, *args, **kwargs):
         for window in list(self.windows):  # a stage left open by an error: closed and kept
             window.close()
-        self.say_counted()
+        self.lost.say_total()
         if self.plan.mode == "discrete":
             return getattr(self.inner, "stop", lambda *a, **k: None)(*args, **kwargs)
 
@@ -190,27 +190,8 @@ class MicroBatchSampler:
         return decorator
 
     def fault(self, kind: tuple, stage: str, message: str) -> None:
-        """The first window of each kind of fault is one line naming it and the reason; the next ones a short line
-        each, counted (past LOST_LINES, the count is said at the step's stop)."""
-        failed = self.faults.setdefault(kind, [])
-        failed.append(f"{stage} window of step {self.step_n}")
-        if len(failed) == 1:
-            warn_once(kind, message)
-        elif len(failed) <= LOST_LINES:
-            logging.getLogger("rlprof").warning(
-                "rlprof: the %s failed the same way (%s: %s), %d so far", failed[-1], kind[0], kind[1], len(failed)
-            )
-
-    def say_counted(self) -> None:
-        for kind, failed in self.faults.items():
-            if len(failed) > LOST_LINES:
-                logging.getLogger("rlprof").warning(
-                    "rlprof: %d windows in all failed the same way (%s: %s); the last: %s",
-                    len(failed),
-                    kind[0],
-                    kind[1],
-                    failed[-1],
-                )
+        """A stage window lost: the first of each kind in full, the next ones counted (collect/lost.py)."""
+        self.lost.lost(kind, f"{stage} of step {self.step_n}", message, f"{kind[0]}: {kind[1]}")
 
     def finish_on_signal(self, deadline: float, why: str) -> str:
         """A terminating signal (collect/preemption.py): each open stage window closed and written while the grace
