@@ -93,10 +93,13 @@ def row_key(row: dict) -> tuple | None:
 
 
 def has_leftovers(run_dir: Path) -> bool:
-    """Whether a directory holds what a collection cut short leaves (an open mark, a raw export, a .part)."""
+    """Whether a directory holds what rlprof's collection cut short leaves of its windows (an open mark, a raw
+    export, a .part, named by an rlprof window: the verl plugin's own leftovers in verl's directory are not)."""
     try:
         return any(
-            (c := classify(p.name)) is not None and c[0] != "trace" for p in Path(run_dir).iterdir() if p.is_file()
+            (c := classify(p.name)) is not None and c[0] != "trace" and window_key(c[1]) is not None
+            for p in Path(run_dir).iterdir()
+            if p.is_file()
         )
     except OSError:
         return False

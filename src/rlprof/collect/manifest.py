@@ -56,17 +56,11 @@ def _take_back(fd: int, end: int) -> None:
 
 
 def read_rows(path: str | os.PathLike) -> list[dict]:
-    """Rows of a manifest (a run directory or the file itself); skips a torn last line."""
+    """Rows of a manifest (a run directory or the file itself); a line cut by a crash is read up to the cut
+    (analyze/salvage.py)."""
+    from ..analyze.salvage import read_manifest
+
     path = Path(path)
     if path.is_dir():
         path = path / MANIFEST
-    rows = []
-    with open(path, "rb") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(msgspec.json.decode(line))
-                except msgspec.DecodeError:
-                    continue
-    return rows
+    return read_manifest(path)[0]
