@@ -369,3 +369,70 @@ def test_manifest_rows_on_a_full_disk_are_whole_or_absent(small_disk):
             append_row(disk, dict(row, step=written + 1))
     rows, cut = read_manifest(disk / "manifest.jsonl")
     assert not cut and [r["step"] for r in rows] == list(range(1, written + 1))  # no half row left by the full disk
+
+
+def test_the_watch_timeline_and_heartbeat_on_a_full_disk_keep_whole_records_and_no_temporary(small_disk):
+    from rlprof.analyze.timeline_file import RECORD
+    from rlprof.collect.watch import Watch, write_live
+    from rlprof.vocab import STAGES
+
+    disk = small_disk("64k")
+    watch = Watch(disk, 0)
+    n = 0
+    with pytest.raises(OSError):
+        for n in range(1, 100000):
+            watch.write(n, 0, 1.0, [0.5] * (2 * len(STAGES)))
+    size = watch.path.stat().st_size
+    assert size % RECORD.size == 0 and size // RECORD.size == n - 1  # the cut record was taken back
+    fill(disk)
+    with pytest.raises(OSError):
+        write_live(disk, step=n)
+    assert not [p.name for p in disk.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_vanished_run_directory_loses_the_window_in_flight_with_one_line_and_training_goes_on(tmp_path, caplog):
+    import logging
+    import shutil
+
+    from helpers import profiler, rows
+
+    prof = profiler(tmp_path, steps="[1,2,3]")
+    with caplog.at_level(logging.WARNING, logger="rlprof"), prof:
+        for n in (1, 2, 3):
+            with prof.step(n), prof.stage("actor_update"):
+                sum(i * i for i in range(20000))
+                if n == 2:
+                    prof.wait_written()
+                    shutil.rmtree(prof.run_dir())  # a cleanup job removes the run directory mid-run
+    said = [r.getMessage() for r in caplog.records if "step2_actor_e2e_rank0" in r.getMessage()]
+    assert len(said) == 1 and "FileNotFoundError" in said[0] and "training goes on" in said[0], said
+    listed = rows(prof.run_dir())
+    assert [(r["step"], r["status"]) for r in listed] == [(3, "complete")]  # the directory made again for step 3
+    assert whole_trace(prof.run_dir() / listed[0]["path"])
+
+
+def test_an_io_error_on_the_manifest_keeps_the_trace_for_analyze_to_recover(tmp_path, monkeypatch, caplog):
+    import errno
+    import logging
+
+    import rlprof.collect.window as window
+    from helpers import run
+    from rlprof.analyze.pipeline import analyze
+
+    append_row = window.append_row
+
+    def eio_for_step_2(run_dir, row):  # the disk fails under step 2's row (and under its failed row)
+        if row["step"] == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        append_row(run_dir, row)
+
+    monkeypatch.setattr(window, "append_row", eio_for_step_2)
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        d = run(tmp_path, steps="[1,2,3]")
+    said = [r.getMessage() for r in caplog.records if "manifest row" in r.getMessage()]
+    assert len(said) == 1 and "step2_actor_e2e_rank0" in said[0] and "Input/output error" in said[0], said
+    assert "rlprof analyze` recovers it" in said[0]
+    assert [r["step"] for r in read_manifest(d / "manifest.jsonl")[0]] == [1, 3]
+    doc = analyze(d, workers=1)
+    assert [(s["step"], s["fate"]) for s in doc["salvage"]] == [(2, "recovered")]
+    assert {r["step"] for r in doc["rows"]} == {1, 2, 3}

@@ -203,8 +203,7 @@ class Profiler(Watching):
             self._close(wait_analysis)
 
     def _close(self, wait_analysis: bool, deadline: float | None = None, why: str = "") -> int:
-        """Close; with a `deadline` (a terminating signal's grace time) the windows still being written then are
-        listed as partial (their count returned) and the finish hook is not run."""
+        """Close; by a `deadline` (a signal's grace time) without the finish hook: how many were listed partial."""
         global _current
         if self._closed:
             return 0
@@ -215,9 +214,12 @@ class Profiler(Watching):
         self._select({})
         late = self._writer.wait(deadline, why)
         self._stop_watch()  # after the windows' rows: a heartbeat that says the job ended says they are in
-        if deadline is None and self._finish_hook is not None:
-            self._finish_hook.closing(self)
-        self._writer.close(wait_analysis) if deadline is None else self._writer.abandon()
+        if deadline is not None:
+            self._writer.abandon()  # what is still being written is listed as partial; the process is ending
+        else:
+            if self._finish_hook is not None:
+                self._finish_hook.closing(self)
+            self._writer.close(wait_analysis)
         self._lost.say_total()
         if _current is self:
             _current = None

@@ -240,7 +240,8 @@ class WindowWriter:
         self._cut = True  # the finalizer writes nothing it has not started
         for w, out, raw in late:
             row = self.row(w, out)
-            row.update(status="partial", path=raw.name if raw is not None else None, bytes=_size(raw))
+            kept = raw if raw is not None else out.path  # the raw export; a tool's own file or directory as written
+            row.update(status="partial", path=kept.name if kept is not None else None, bytes=_size(raw))
             row["error"] = f"{why}: still being written when the grace time ran out"
             try:
                 with self._lock:
