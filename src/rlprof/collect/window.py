@@ -26,6 +26,7 @@ from ..errors import CollectError
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
 from .manifest import append_row
+from .preemption import HELD
 from .scopes import NULL
 from .tracefile import finalize_trace
 
@@ -208,7 +209,8 @@ class WindowWriter:
     def write(self, w: Window, outputs: list[Output]) -> None:
         for out in outputs:
             if w.plan.strict:
-                self._finish(w, out)
+                with HELD:  # a row appended here, under its file lock, is never re-entered by a signal's closing
+                    self._finish(w, out)
             else:
                 if self._finalizer is None:
                     self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
@@ -218,7 +220,7 @@ class WindowWriter:
     def failed_row(self, w: Window, message: str) -> str | None:
         """The window's row, marked failed; None once written, else why it could not be (a full disk)."""
         try:
-            with self._lock:
+            with HELD, self._lock:
                 append_row(w.spec.run_dir, self.row(w, None, error=message))
         except OSError as exc:
             return f"{type(exc).__name__}: {exc}"
