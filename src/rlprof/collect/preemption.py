@@ -86,9 +86,6 @@ def finish_on_signal(owner) -> None:
             continue
         try:
             current = signal.getsignal(signum)
-            if current is _handle:
-                _previous[signum] = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
-                continue
             if current is None or current is signal.SIG_IGN:
                 _previous[signum] = None  # a handler from C, or the signal ignored: left as it is
                 continue
