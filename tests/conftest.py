@@ -262,3 +262,42 @@ def window_row(stage, role, wall, unit=None, index=None, step=2, rank=0, start_u
 def window_doc(rows, **extra) -> dict:
     """An analysis document of these rows and nothing else."""
     return {"rows": rows, "inputs": [], "collectives": [], "memory": [], **extra}
+
+
+# ---- a real disk that fills up ------------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """`small_disk(size)`: a directory on a tmpfs of that size, mounted for the test and unmounted after it: a real
+    filesystem that returns ENOSPC when full (CI and this machine run as root; elsewhere the test is skipped)."""
+    mounted = []
+
+    def mount(size: str = "300k") -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        if shutil.which("mount") is None:
+            pytest.skip("no mount command here: the full-disk tests mount a small tmpfs")
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip()}): the full-disk tests need root")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(directory: Path) -> None:
+    """Fills the filesystem `directory` is on, to its last byte."""
+    fd = os.open(Path(directory) / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for chunk in (1 << 20, 1 << 12, 1):
+            try:
+                while os.write(fd, b"\0" * chunk):
+                    pass
+            except OSError:
+                continue
+    finally:
+        os.close(fd)

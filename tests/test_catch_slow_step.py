@@ -259,6 +259,82 @@ def test_capture_says_in_one_line_why_not(tmp_path):
     assert json.loads((d / "capture_request.json").read_text())["step"] is None  # --next
 
 
+def test_capture_waits_for_every_window_each_rank_noted_and_names_those_still_being_written(tmp_path):
+    """The mechanism alone, on files as a two-rank job leaves them: the answer names the ranks, each rank notes the
+    windows it took (at the captured step's end, before their rows), and the command waits for every noted row."""
+    from rlprof.collect.manifest import append_row
+    from rlprof.collect.request import wait_answer
+    from rlprof.collect.watch import write_live, write_rank_note, write_response
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_live(run, step=5)  # this test's process is the live job
+    rid, trigger = 42, {"reason": "request", "request_id": 42}
+
+    def window(rank, stage):
+        return {
+            "role": "actor",
+            "stage": stage,
+            "window": 0,
+            "path": f"step5_actor_{stage}_rank{rank}.pt.trace.json.gz",
+        }
+
+    def row(rank, stage):
+        return {"step": 5, "rank": rank, "bytes": 1, "status": "complete", "trigger": trigger, **window(rank, stage)}
+
+    write_response(run, rid, status="captured", at_step=5, stage=None, role=None, ranks=[0, 1])
+    write_rank_note(run, rid, 0, step=5, windows=[window(0, "actor_update"), window(0, "actor_compute_log_prob")])
+    append_row(run, row(0, "actor_update"))
+    got = wait_answer(run, rid, 0.5)
+    assert not got.whole and [r["stage"] for r in got.rows] == ["actor_update"]
+    assert got.pending == [
+        "rank 0 actor/actor_compute_log_prob: step5_actor_actor_compute_log_prob_rank0.pt.trace.json.gz",
+        "rank 1's windows (it has not said what it captured)",
+    ]
+    write_rank_note(run, rid, 1, step=5, windows=[window(1, "actor_update")])
+    append_row(run, row(0, "actor_compute_log_prob"))
+    assert wait_answer(run, rid, 0.5).pending == [
+        "rank 1 actor/actor_update: step5_actor_actor_update_rank1.pt.trace.json.gz"
+    ]
+    append_row(run, row(1, "actor_update"))
+    got = wait_answer(run, rid, 0.5)
+    assert got.whole and not got.pending and len(got.rows) == 3
+
+
+def test_capture_of_a_whole_step_lists_every_window_the_job_wrote_for_it(tmp_path):
+    """`rlprof capture --next` on a running host whose windows are written in the background: the command lists every
+    window of the capture, or names those still being written when its wait ends, whatever the timing."""
+    prof = Profiler(plan(tmp_path, f"{T}.request=true"), run_id="run")
+    run = prof.watch_dir
+    cli = None
+    with prof:
+        for n in range(1, 400):
+            with prof.step(n):
+                for stage in ("rollout_generate", "actor_compute_log_prob", "actor_update"):
+                    with prof.stage(stage):
+                        sum(i * i for i in range(20000))
+            if n == 2:
+                cli = subprocess.Popen(
+                    [sys.executable, "-m", "rlprof.cli", "capture", str(run), "--next", "--wait", "60"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            if cli is not None and cli.poll() is not None:
+                break
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 0, err
+    taken = [r for r in rows(run) if r.get("trigger")]
+    assert sorted(r["stage"] for r in taken) == ["actor_compute_log_prob", "actor_update", "rollout_generate"]
+    listed = [line for line in out.splitlines() if line.startswith("  rank ")]
+    named = [line.strip() for line in out.splitlines() if line.startswith("    ")]
+    assert all(any(r["path"] in line for r in taken) for line in listed)  # only the capture's windows
+    if "still being written" in out:
+        assert len(listed) < len(taken) and named, out
+    else:
+        assert len(listed) == len(taken), out  # the whole capture
+
+
 # ---- rlprof's trainer ---------------------------------------------------------------------------------------------
 def only_run(path):
     runs = [p for p in path.iterdir() if p.is_dir()]

@@ -284,3 +284,32 @@ def test_compare_says_per_side_that_a_side_is_partial_and_why(tmp_path, damaged)
     assert '<ul class="partial">' in page and note in page and "trace ends early at byte" in page
     as_json = json.loads(run_cli("compare", "-d", sides["new"], "-bp", sides["baseline"], "--json").stdout)
     assert as_json[damaged]["partial_inputs"] == doc[damaged]["partial_inputs"]
+
+
+@pytest.mark.parametrize("given", ["alone", "in a directory"])
+def test_a_trace_whose_file_name_is_not_utf8_is_analysed_and_its_name_kept_in_json_and_csv(tmp_path, given):
+    """Bytes ff fe in a file name (a Latin-1 host, a copied archive): analysed without a traceback; the name kept,
+    escaped, in --json (read back, the same name) and in the CSV tables (as \\udcff\\udcfe)."""
+    import csv
+    import os
+    import shutil
+
+    name = os.fsdecode(b"rank0_\xff\xfe.json.gz")
+    where = tmp_path / "run" if given == "in a directory" else tmp_path
+    where.mkdir(exist_ok=True)
+    shutil.copy(REAL / "cpu_only_rank34.json.gz", where / name)
+    target = where if given == "in a directory" else where / name
+    proc = run_cli("analyze", target, "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert [i["path"].rsplit("/", 1)[-1] for i in doc["inputs"]] == [name]
+    assert {r["file"] for r in doc["rows"]} == {name} and doc["rows"]
+    out = tmp_path / "tables"
+    proc = run_cli("analyze", target, "-o", out)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    escaped = name.encode("utf-8", "backslashreplace").decode()
+    with open(out / "inputs.csv", encoding="utf-8") as f:
+        assert [r["path"].rsplit("/", 1)[-1] for r in csv.DictReader(f)] == [escaped]
+    with open(out / "rows.csv", encoding="utf-8") as f:
+        assert {r["file"] for r in csv.DictReader(f)} == {escaped}
+    assert json.loads((out / "analysis.json").read_text())["inputs"][0]["path"].endswith(name)

@@ -416,4 +416,11 @@ def test_rlprof_capture_next_is_honoured_by_a_running_main_ppo(trigger_run):
     answer = json.loads((run_dir / "capture" / f"{rid}.json").read_text())
     assert answer["status"] == "captured" and answer["at_step"] == step
     listed = [line for line in capture.stdout.splitlines()[1:] if line.startswith("  rank ")]
-    assert len(listed) == len(requested)  # the CLI printed each window the job wrote for it
+    # every window the job wrote for the request is listed, or the command said which were still being written
+    # when its wait ended (the driver indexes verl's files as they settle: whatever the timing, one of the two)
+    assert all(any(r["path"] in line for r in requested) for line in listed)
+    if "still being written" in capture.stdout:
+        named = [line.strip() for line in capture.stdout.splitlines() if line.startswith("    ")]
+        assert len(listed) < len(requested) and named, capture.stdout
+    else:
+        assert len(listed) == len(requested), capture.stdout

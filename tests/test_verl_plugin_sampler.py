@@ -13,6 +13,7 @@ from contextlib import nullcontext
 
 import pytest
 
+from conftest import fill
 from rlprof import warn_once
 from rlprof.collect.backends import Backend, Output
 from rlprof.integrations.verl import layouts, sampler as sampling
@@ -119,3 +120,78 @@ def test_a_stage_with_no_micro_batch_through_the_known_loop_writes_nothing(make_
         assert s.annotate(role="update_actor")(lambda: "done")() == "done"
     assert traces(tmp_path) == [] and not list(tmp_path.glob(".raw-*"))
     assert any("ran no micro-batch through the loop" in r.getMessage() for r in caplog.records)
+
+
+# ---- faults while collecting, on the plugin's own window lifecycle with rlprof's real torch backend --------------
+def torch_update_actor(micro_batches: int) -> str:
+    """update_actor with real work in each micro-batch (torch ops the real backend records)."""
+    import torch
+
+    window = layouts.CURRENT.get()
+    for k in range(micro_batches):
+        if window is not None:
+            window.unit_begins(lambda k=k: {"seqs": 2, "tokens": 10 + k})
+        (torch.ones(64, 64) @ torch.ones(64, 64)).sum()
+    if window is not None:
+        window.unit_ends()
+    return "updated"
+
+
+def test_a_full_disk_is_one_line_per_window_and_leaves_nothing_behind(small_disk, monkeypatch, caplog):
+    disk = small_disk("1m")  # a real tmpfs, filled: the raw export of a window does not fit
+    fill(disk)
+    monkeypatch.setattr(warn_once, "_said_here", set())
+    prof = FakeDistProfiler(disk)
+    s = sampling.MicroBatchSampler(prof, sampling._plan(prof), layout="engine")
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        for step in (3, 4):
+            s.start(profile_step=step)
+            assert s.annotate(role="update_actor")(torch_update_actor)(3) == "updated"  # the stage's work goes on
+            s.stop()
+    said = [r.getMessage() for r in caplog.records]
+    first = [m for m in said if "sampling actor_update failed" in m or "could not be written" in m]
+    later = [m for m in said if "window actor_update of step 4 failed the same way" in m]
+    assert len(first) == 1 and "OSError" in first[0] and len(later) == 1, said
+    assert sorted(p.name for p in disk.rglob("*") if p.is_file()) == ["filler"]  # no raw export, .part or empty trace
+
+
+WORKER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from test_verl_plugin_sampler import FakeDistProfiler, torch_update_actor
+from rlprof.integrations.verl import layouts, sampler as sampling
+
+def ray_like(signum, frame):  # the host's handler, installed before the plugin's sampler (as Ray's worker does)
+    print("host handler", flush=True)
+    sys.exit(7)
+
+signal.signal(signal.SIGTERM, ray_like)
+prof = FakeDistProfiler({save!r})
+s = sampling.MicroBatchSampler(prof, sampling._plan(prof), layout="engine")
+s.start(profile_step=3)
+
+def preempted_mid_update(n):
+    window = layouts.CURRENT.get()
+    window.unit_begins(lambda: {{"seqs": 2, "tokens": 10}})
+    window.unit_begins(lambda: {{"seqs": 2, "tokens": 11}})  # the kept micro-batch (wait 1, active 1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("not reached", flush=True)
+
+s.annotate(role="update_actor")(preempted_mid_update)(2)
+"""
+
+
+def test_sigterm_in_a_verl_worker_writes_the_open_window_then_runs_the_hosts_handler(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.format(tests=str(Path(__file__).parent), save=str(tmp_path / "save")))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 7, proc.stderr[-2000:]  # the host's handler decided how the process ends
+    assert "host handler" in proc.stdout and "not reached" not in proc.stdout
+    (path,) = sorted((tmp_path / "save").glob("*.json.gz"))  # the window in flight, written before it
+    meta = json.loads(gzip.decompress(path.read_bytes()))["rlprof"]
+    assert meta["sampled"] == {"unit": "micro_batch", "kept": [1]} and meta["step"] == 3
+    assert not [p for p in (tmp_path / "save").iterdir() if p.name.startswith(".")]

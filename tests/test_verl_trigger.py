@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import time
 import types
 
 import pytest
@@ -218,3 +219,34 @@ def test_a_bad_trigger_value_is_one_warning_naming_the_key(trainer_class, tmp_pa
     assert trainer.global_steps == 13 and trainer.profiled == []
     (line,) = [r.getMessage() for r in caplog.records if "trigger" in r.getMessage()]
     assert "global_profiler.trigger.slow.factor" in line and "> 1" in line
+
+
+def test_rlprof_capture_hears_of_every_file_of_the_capture_or_the_ones_still_being_written(trainer_class, tmp_path):
+    """verl writes a captured step's traces from its workers, some after the step (a rollout's, a slow disk's): the
+    driver's answer lists those it has indexed, names those it sees still being written, and says when it has them
+    all (`settled`); `rlprof capture` answers for the whole capture from it (collect/request.py)."""
+    from rlprof.collect.request import wait_answer
+
+    asked, seen = {}, {}
+    late = "actor-rollout_compute-log-prob_step5_rank0-of-1_pid1_20261122185740099.json.gz"
+
+    def on_step(trainer):
+        run_dir = run_dir_of(tmp_path)
+        if trainer.global_steps == 4:
+            asked["id"] = submit(run_dir, step=None, role=None, stage=None, ranks=None)
+        if trainer.global_steps == 6:  # step 5's first trace is settled by now; its second one is being written
+            time.sleep(0.6)
+            with gzip.open(tmp_path / late, "wt") as f:
+                json.dump({"traceEvents": []}, f)
+        if trainer.global_steps == 7:  # step 6's boundary has indexed what it could
+            seen["mid"] = wait_answer(run_dir, asked["id"], 0.0)
+
+    trainer = trainer_class(config(tmp_path, {"request": True}, steps=8), lambda n: 1.0, on_step=on_step)
+    trainer.fit()
+    assert trainer.profiled == [5]
+    mid = seen["mid"]
+    assert mid.answer["status"] == "captured" and not mid.whole and mid.answer["settled"] is False
+    assert [r["step"] for r in mid.rows] == [5] and [p.rsplit("/", 1)[-1] for p in mid.pending] == [late]
+    end = wait_answer(run_dir_of(tmp_path), asked["id"], 0.0)  # the run ended: everything is indexed
+    assert end.whole and end.answer["settled"] is True and not end.pending
+    assert sorted(r["path"].rsplit("/", 1)[-1] for r in end.rows)[0] == late and len(end.rows) == 2

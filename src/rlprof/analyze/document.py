@@ -8,6 +8,7 @@ from .beside import attach_beside
 from .breakdown import BUCKETS, UNIT_ARGS, order_key
 from .findings import diagnose
 from .inputs import directory_warnings, run_config
+from .salvage import run_accounts, salvage_lines
 from .timeline import run_timeline
 
 SCHEMA_VERSION = 1
@@ -38,6 +39,10 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["warnings"].extend(warnings)
     doc["warnings"].extend(directory_warnings(path))
     doc["warnings"].extend(_same_window_twice(doc["rows"]))
+    salvaged, cut_lines = run_accounts(path)  # windows a crash or a fault left (analyze/salvage.py): said first
+    doc["warnings"][:0] = salvage_lines(salvaged) + cut_lines
+    if salvaged:
+        doc["salvage"] = salvaged
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/timeline.py)
     if timeline is not None:

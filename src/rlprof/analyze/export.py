@@ -33,7 +33,8 @@ def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "")
     for name, records in tables.items():
         path = out_dir / f"{prefix}{name}.csv"
         cols = scalar_columns(records) or ["empty"]
-        with open(path, "w", newline="") as f:
+        # a file name that is not UTF-8 (its bytes surrogate-escaped) is kept, written as \\udcXX escapes
+        with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
             w.writerows(records)
@@ -60,6 +61,11 @@ def sql_type(values: list) -> str:
     return "VARCHAR"
 
 
+def _text(value) -> str:
+    """A value as DuckDB text: a file name that is not UTF-8 as the CSV writes it (\\udcXX escapes)."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def write_duckdb(doc: dict, path: Path) -> Path:
     """One DuckDB file with the same tables as the CSV export (query them with SQL)."""
     import duckdb
@@ -74,7 +80,7 @@ def write_duckdb(doc: dict, path: Path) -> Path:
             types = {c: sql_type([r.get(c) for r in records]) for c in cols}
             con.execute(f'CREATE TABLE "{name}" (' + ", ".join(f'"{c}" {types[c]}' for c in cols) + ")")
             rows = [
-                [(str(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
+                [(_text(r.get(c)) if types[c] == "VARCHAR" and r.get(c) is not None else r.get(c)) for c in cols]
                 for r in records
             ]
             con.executemany(f'INSERT INTO "{name}" VALUES (' + ", ".join("?" * len(cols)) + ")", rows)

@@ -16,6 +16,7 @@ RUN_CONFIG = "trainer_config.json"  # the reference trainer's settings beside it
 def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
     """(trace file, manifest metadata) pairs for a run directory, a manifest, or one trace."""
     from .manifest import manifest_inputs
+    from .salvage import has_leftovers
 
     path = Path(path)
     if not path.exists():
@@ -24,7 +25,7 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
         return manifest_inputs(path)
     if path.is_file():
         return [(path, {})]
-    if (path / "manifest.jsonl").exists():
+    if (path / "manifest.jsonl").exists() or has_leftovers(path):  # an rlprof run, cut short before its manifest
         return manifest_inputs(path / "manifest.jsonl")
     from .mindspeed_output import unparsed, unparsed_message
     from .readers.ascend import is_ascend

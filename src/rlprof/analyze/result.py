@@ -15,6 +15,7 @@ Over 400 lines because it is the schema: one line per field of every record.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Union
 
@@ -428,6 +429,21 @@ class Timeline(Record, kw_only=True):
     beside: list[Beside] | UnsetType = UNSET
 
 
+class Salvaged(Record, kw_only=True):
+    """A window of an rlprof run its manifest does not list as written: recovered from the directory, or lost.
+
+    After a crash, a fault or a terminating signal's grace time (analyze/salvage.py)."""
+
+    window: str
+    step: Label
+    role: str | None
+    stage: str | None
+    rank: Label
+    fate: str
+    source: str | None
+    reason: str
+
+
 class Analysis(Record, kw_only=True):
     """The analysis of one run, trace or directory: analysis.json as typed values.
 
@@ -439,6 +455,7 @@ class Analysis(Record, kw_only=True):
     inputs: list[Input]
     warnings: list[str]
     partial: bool
+    salvage: list[Salvaged] | UnsetType = UNSET
     rows: list[Row]
     ops: list[Op]
     collectives: list[Collective]
@@ -463,7 +480,10 @@ class Analysis(Record, kw_only=True):
 
     def to_json(self, indent: int | None = None) -> str:
         """analysis.json's text: the same keys and values as the document it was made from."""
-        text = msgspec.json.encode(self)
+        try:
+            text = msgspec.json.encode(self)
+        except UnicodeEncodeError:  # a file name that is not UTF-8 (its bytes surrogate-escaped): JSON escapes
+            return json.dumps(_finite(self.to_dict()), indent=indent)  # as json.loads gives the same name back
         return (msgspec.json.format(text, indent=indent) if indent is not None else text).decode()
 
     def to_dict(self) -> dict:
@@ -495,6 +515,17 @@ class Analysis(Record, kw_only=True):
             else:
                 out[name] = np.array(values, dtype=object)
         return out
+
+
+def _finite(value):
+    """NaN and infinities as null, as msgspec writes them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _typed(doc: dict, what: str) -> Analysis:
@@ -529,6 +560,7 @@ def analyze(
 REFERENCE_ORDER = (
     Analysis,
     Input,
+    Salvaged,
     AnalysedOn,
     Buckets,
     Row,

@@ -145,8 +145,15 @@ def run_timeline(path) -> dict | None:
 
 def timeline_only(path) -> bool:
     """A run directory with a timeline and no windows (nothing was captured): analysed from the timeline alone."""
+    from .salvage import has_leftovers
+
     path = Path(path)
-    return path.is_dir() and not (path / "manifest.jsonl").exists() and bool(timeline_ranks(path))
+    return (
+        path.is_dir()
+        and not (path / "manifest.jsonl").exists()
+        and bool(timeline_ranks(path))
+        and not has_leftovers(path)  # windows a crash left before the first manifest row
+    )
 
 
 def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) -> dict | None:

@@ -146,9 +146,15 @@ def report(
     ray: bool = RAY_OPTION,
 ):
     """One self-contained HTML report: timeline, breakdown, operators, memory, cluster, compare."""
+    from ..analyze.pipeline import load_analysis
+    from ..analyze.salvage import salvage_lines
     from ..report import write_report
 
-    target = write_report(path, out, baseline, workers=workers, use_ray=ray)
+    # compare needs every operator of the run, so with a baseline it is read once with all of them kept
+    doc = load_analysis(path, workers=workers, top=None if baseline else 50, use_ray=ray)
+    for line in salvage_lines(doc.get("salvage") or []):  # first: the windows a crash left, recovered or lost
+        typer.echo(f"rlprof: warning: {line}", err=True)
+    target = write_report(path, out, baseline, doc=doc, workers=workers, use_ray=ray)
     typer.echo(f"report: {target} ({target.stat().st_size / 1e6:.1f} MB, opens offline)")
 
 

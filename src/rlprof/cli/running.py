@@ -132,7 +132,8 @@ def capture(
     if wait <= 0:
         typer.echo(f"asked {path} for a capture of {what} (request {rid}); the job takes it at its next step end")
         return
-    answer, rows = wait_answer(path, rid, wait)
+    got = wait_answer(path, rid, wait)
+    answer, rows = got.answer, got.rows
     if answer is None:
         fail(f"capture: the job on {path} did not pick the request up within {wait:g} s (request {rid} stands)")
     if answer["status"] == "refused":
@@ -144,10 +145,12 @@ def capture(
         )
         return
     typer.echo(f"captured step {answer['at_step']} {what} on ranks {answer['ranks']} in {path}:")
-    for r in sorted(rows, key=lambda r: (r["rank"], r["stage"])):
+    for r in sorted(rows, key=lambda r: (r["rank"], r["role"] or "", r["stage"] or "", r.get("window") or 0)):
         typer.echo(f"  rank {r['rank']} {r['role']}/{r['stage']}: {r['path']} ({r['bytes']} bytes, {r['status']})")
-    if rows and {r["rank"] for r in rows} < set(answer["ranks"]):
-        typer.echo(f"  (not every rank's row was in within {wait:g} s)")
+    if not got.whole:  # the answer covers the whole capture: what is not listed yet is named
+        typer.echo(f"  still being written when the wait ended ({wait:g} s, or the job ended):")
+        for name in got.pending or ["windows the job has not named yet (it had not settled the capture)"]:
+            typer.echo(f"    {name}")
 
 
 def _print_manifest(run_dir, rows) -> None:

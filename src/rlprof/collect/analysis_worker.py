@@ -13,11 +13,13 @@ from pathlib import Path
 def main() -> int:
     from ..analyze.per_file import analyze_file, cache_key, cache_path
 
+    failed: dict[str, list[str]] = {}  # kind of failure -> the windows it failed: the first said, the rest counted
     for line in sys.stdin:
         line = line.strip()
         if not line:
             continue
         job = json.loads(line)
+        tmp = None
         try:
             path, meta = Path(job["path"]), job.get("meta") or {}
             result = analyze_file(path, meta)
@@ -27,7 +29,15 @@ def main() -> int:
             tmp.write_text(json.dumps(result))
             tmp.replace(out)
         except Exception as exc:  # one bad window must not stop the others
-            print(f"rlprof: analysis of {job['path']} failed: {exc}", file=sys.stderr)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
+            kind = f"{type(exc).__name__} {getattr(exc, 'errno', '')}"
+            failed.setdefault(kind, []).append(job["path"])
+            if len(failed[kind]) == 1:
+                print(f"rlprof: analysis of {job['path']} failed: {exc}", file=sys.stderr)
+    for names in failed.values():
+        if len(names) > 1:
+            print(f"rlprof: the analysis of {len(names) - 1} more window(s) failed the same way", file=sys.stderr)
     return 0
 
 

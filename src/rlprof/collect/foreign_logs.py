@@ -14,11 +14,14 @@ says so of a range still open when a cycle stops. The torch backend closes its r
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 import threading
 from contextlib import contextmanager
+
+from .preemption import before_exit_by_signal, forget
 
 # Kineto's glog-style lines ("USDT:2026-11-25 17:44:11 5938:5938 SyncActivityProfilerHandler.cpp:52] profiler_start"),
 # and torch's warning naming a range of rlprof's (above)
@@ -64,11 +67,19 @@ def foreign_log_filter(enabled: bool = True):
         return
     pump = threading.Thread(target=_pump, args=(read_fd, real_stderr), name="rlprof-stderr-filter", daemon=True)
     pump.start()
+
+    def drain(timeout: float = 5) -> None:
+        sys.stderr.flush()
+        os.dup2(real_stderr, 2)  # the pipe's last writer in this process closes: the pump drains and ends
+        pump.join(timeout=timeout)
+
+    # a signal that ends the process (collect/preemption.py) first drains what is in the pipe to the real stderr
+    before_exit = functools.partial(drain, 1)
+    before_exit_by_signal(before_exit)
     try:
         yield
     finally:
-        sys.stderr.flush()
-        os.dup2(real_stderr, 2)  # the pipe's last writer in this process closes: the pump drains and ends
-        pump.join(timeout=5)
+        forget(before_exit)
+        drain()
         if not pump.is_alive():  # a child process still holding the pipe keeps the pump (and this fd) alive
             os.close(real_stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -24,29 +25,42 @@ def written_where() -> dict:
 
 
 def append_row(run_dir: Path, row: dict) -> None:
-    # One write() of one line under an exclusive lock: rows from many ranks never interleave.
+    """One write() of one line under an exclusive lock: rows from many ranks never interleave. All or nothing: a
+    write the disk cut short (full) is taken back, so the next row starts on a line of its own; the OSError is the
+    caller's (a window's fault)."""
     line = _encoder.encode(row) + b"\n"
     fd = os.open(run_dir / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)
+        end = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+        except OSError:
+            written = -1
+            raise
+        finally:
+            if written != len(line):
+                _take_back(fd, end)
+        if written != len(line):
+            raise OSError(errno.ENOSPC, f"only {written} of {len(line)} bytes of a manifest row were written")
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
+def _take_back(fd: int, end: int) -> None:
+    try:
+        os.ftruncate(fd, end)
+    except OSError:
+        pass  # the reader reads a cut line up to the cut (analyze/salvage.py)
+
+
 def read_rows(path: str | os.PathLike) -> list[dict]:
-    """Rows of a manifest (a run directory or the file itself); skips a torn last line."""
+    """Rows of a manifest (a run directory or the file itself); a line cut by a crash is read up to the cut
+    (analyze/salvage.py)."""
+    from ..analyze.salvage import read_manifest
+
     path = Path(path)
     if path.is_dir():
         path = path / MANIFEST
-    rows = []
-    with open(path, "rb") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(msgspec.json.decode(line))
-                except msgspec.DecodeError:
-                    continue
-    return rows
+    return read_manifest(path)[0]

@@ -26,7 +26,9 @@ from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..warn_once import warn_once
 from .backends import Backend, WindowSpec, backend_class, why_unavailable
 from .manifest import written_where
+from .lost import LostWindows
 from .naming import shared_run_id, window_name
+from .preemption import HELD, finish_on_signal
 from .scopes import E2E, NULL, SelectedStage, StepScope, UnitScope, null
 from .verl_finish_hook import FinishHook
 from .watching import Watching
@@ -140,11 +142,14 @@ class Profiler(Watching):
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
         self._writer = WindowWriter(self.run_id, hosted, self._where)
+        self._lost = LostWindows(self.said)  # the windows lost to faults, said without flooding the log
         self._closed = False
         self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)
         self._init_watching(watched, decides)
         _current = self
         atexit.register(_close_at_exit, weakref.ref(self))
+        if self._collecting or self._capturable:
+            finish_on_signal(self)  # SIGTERM / SIGINT: the windows in flight finished, then the signal goes on
 
     # ---- public API -------------------------------------------------------------------------
     @classmethod
@@ -174,8 +179,9 @@ class Profiler(Watching):
         """A `unit` boundary (mini_batch, micro_batch, decode_step) has passed: drives schedules."""
         windows = self._ticks.get(unit)
         if windows:
-            for w in tuple(windows):
-                w.tick()
+            with HELD:  # a backend's schedule step is not interrupted by a signal's closing of the window
+                for w in tuple(windows):
+                    w.tick()
 
     def unit(self, unit: str, **args: int):
         """`with prof.unit("micro_batch", seqs=8, tokens=512):` marks one unit as a range and ticks at its end.
@@ -193,21 +199,42 @@ class Profiler(Watching):
 
     def close(self, wait_analysis: bool = True) -> None:
         """Close windows left open (an exception, an early exit), flush files and the manifest."""
+        with HELD:  # a terminating signal that lands meanwhile is taken once this is done
+            self._close(wait_analysis)
+
+    def _close(self, wait_analysis: bool, deadline: float | None = None, why: str = "") -> int:
+        """Close; by a `deadline` (a signal's grace time) without the finish hook: how many were listed partial."""
         global _current
         if self._closed:
-            return
+            return 0
         self._closed = True
         while self._open:
             self._close_window(self._open[-1])
         self._e2e = None
         self._select({})
-        self._stop_watch()
-        self.wait_written()
-        if self._finish_hook is not None:
-            self._finish_hook.closing(self)
-        self._writer.close(wait_analysis)
+        late = self._writer.wait(deadline, why)
+        self._stop_watch()  # after the windows' rows: a heartbeat that says the job ended says they are in
+        if deadline is not None:
+            self._writer.abandon()  # what is still being written is listed as partial; the process is ending
+        else:
+            if self._finish_hook is not None:
+                self._finish_hook.closing(self)
+            self._writer.close(wait_analysis)
+        self._lost.say_total()
         if _current is self:
             _current = None
+        return late
+
+    def finish_on_signal(self, deadline: float, why: str) -> str:
+        """A terminating signal (collect/preemption.py): the windows in flight finished by `deadline` or listed as
+        partial, nothing collected after it. Returns what it did (for the one line said)."""
+        opened = len(self._open)
+        written = self._writer.written
+        late = self._close(False, deadline, why)
+        done = self._writer.written - written
+        if not (opened or done or late):
+            return ""
+        return f"{opened} window(s) open, {done} written" + (f", {late} listed as partial" if late else "")
 
     def __enter__(self):
         return self
@@ -221,6 +248,8 @@ class Profiler(Watching):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError("step", n, "a positive integer (steps are 1-based)")
         self._step = n
+        if self._closed:  # closed (by a terminating signal the host's handler survived): nothing more is collected
+            return
         capture_e2e, capture_stages = self._watch_begin(n) if self._watch is not None else (None, {})
         if not self._collecting and capture_e2e is None and not capture_stages:
             return
@@ -263,17 +292,16 @@ class Profiler(Watching):
         """Block until every window this process closed is on disk, with its manifest row."""
         self._writer.wait()
 
-    def _run_dir_for(self, rp: RolePlan) -> Path:
-        path = self.run_dir(rp.role)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def _open_window(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
+        with HELD:  # a terminating signal that lands while a window opens is taken once it is open
+            return self._open_window_held(rp, stage, steps)
+
+    def _open_window_held(self, rp: RolePlan, stage: str | None, steps: tuple[int, ...]) -> Window:
         if rp.schedule is not None and rp.schedule_for(stage) is None:
             rp = msgspec.structs.replace(rp, schedule=None)  # a stage the schedule does not sample: in full
         role, rank = rp.role, self.rank
         spec = WindowSpec(
-            run_dir=self._run_dir_for(rp),
+            run_dir=self.run_dir(rp.role),  # made by the window's start: a fault there is the window's
             steps=steps,
             role=role,
             stage=stage,
@@ -283,7 +311,7 @@ class Profiler(Watching):
             plan=rp,
             base_name=functools.partial(window_name, steps, role, stage, rank),
         )
-        w = Window(spec, self._fault)
+        w = Window(spec, self._fault, mark_open=True)
         w.trigger = self._capture_rows.get(stage or "e2e")
         w.probe = w.trigger is None and stage in self._probing and rp.mode == "discrete"
         self._open.append(w)
@@ -298,6 +326,10 @@ class Profiler(Watching):
         return w
 
     def _close_window(self, w: Window) -> None:
+        with HELD:
+            self._close_window_held(w)
+
+    def _close_window_held(self, w: Window) -> None:
         if w.closed:
             return
         w.closed = True
@@ -310,6 +342,8 @@ class Profiler(Watching):
                     del self._ticks[unit]
         t0 = time.perf_counter_ns()
         outputs = w.stop()
+        if w.trigger is not None and w.trigger.get("request_id") is not None:
+            self._note_captured(w, outputs)  # what `rlprof capture` waits for from this rank
         if outputs is None:
             return
         if w.probe:  # kept or dropped at the step's end, when the trigger has judged the step
@@ -319,15 +353,19 @@ class Profiler(Watching):
         self._writer.write(w, outputs)
 
     def _fault(self, w: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
-        """A window's backend failed (window.py): said once per kind, the window's manifest row marked failed."""
-        warn_once(
-            ("fault", w.plan.tool, phase, type(exc).__name__),
-            "rlprof: %s (window marked failed; training goes on)",
-            message,
-            said=self.said,
-        )
-        if not already:
-            self._writer.failed_row(w, message)
+        """A window's backend or its writing failed (window.py): the window's row marked failed, and the window said
+        lost (collect/lost.py: the first of each kind in full, the next ones counted)."""
+        with HELD:
+            unwritten = None if already else self._writer.failed_row(w, message)
+            if phase == "write the manifest row of":
+                outcome = "its trace is kept: `rlprof analyze` recovers it from the run directory"
+            else:
+                outcome = "window marked failed"
+            if unwritten is not None:
+                outcome += f"; its manifest row could not be written either ({unwritten})"
+            reason = f"{phase} {type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+            kind = ("fault", w.plan.tool, phase, type(exc).__name__, getattr(exc, "errno", None))
+            self._lost.lost(kind, w.spec.base_name(None), f"rlprof: {message} ({outcome}; training goes on)", reason)
 
 
 def _close_at_exit(ref) -> None:

@@ -15,7 +15,7 @@ from ..errors import RLProfError
 from ..vocab import ROLES, STAGE_ROLE, STAGES
 from .manifest import read_rows
 from .naming import MANIFEST
-from .watch import LIVE_FILE, REQUEST_FILE, RESPONSE_DIR, _write_atomic
+from .watch import LIVE_FILE, REQUEST_FILE, RESPONSE_DIR, _write_atomic, rank_note_path
 
 STALE_STEPS = 20  # a heartbeat older than this many of its steps (and STALE_S) means the job is gone
 STALE_S = 120.0
@@ -109,23 +109,62 @@ def submit(run_dir: Path, *, step: int | None, role: str | None, stage: str | No
     return rid
 
 
-def wait_answer(run_dir: Path, rid: int, wait_s: float) -> tuple[dict | None, list[dict]]:
-    """(the job's last answer, the manifest rows of the captured windows) once captured and every capturing
-    rank's row is in, or when `wait_s` runs out."""
+class Answer:
+    """What `rlprof capture` learnt of its request: the job's last answer, the manifest rows of the windows it
+    captured, and those still being written (or not yet said) when the wait ended. `whole`: every window of the
+    capture is listed."""
+
+    def __init__(self, answer: dict | None, rows: list[dict], pending: list[str], whole: bool):
+        self.answer, self.rows, self.pending, self.whole = answer, rows, pending, whole
+
+
+def wait_answer(run_dir: Path, rid: int, wait_s: float) -> Answer:
+    """Waits until the request is refused, or captured with every window of the capture listed in the manifest, or
+    `wait_s` runs out, or the job is gone. Every window: the rlprof Profiler's ranks each note the windows they took
+    for it (`capture/<id>.rank<R>.json`) and the command waits for each one's row; verl's driver, which indexes the
+    files verl wrote, says when it has them all (`settled`) and names those it saw still being written."""
     deadline = time.monotonic() + wait_s
-    answer, rows = None, []
     while True:
-        try:
-            answer = json.loads((run_dir / RESPONSE_DIR / f"{rid}.json").read_text())
-        except (OSError, ValueError):
-            pass
+        answer = _read_json(run_dir / RESPONSE_DIR / f"{rid}.json")
         if answer and answer.get("status") == "refused":
-            return answer, []
-        if answer and answer.get("status") == "captured" and (run_dir / MANIFEST).exists():
-            rows = [r for r in read_rows(run_dir) if (r.get("trigger") or {}).get("request_id") == rid]
-            ranks = answer.get("ranks")
-            if isinstance(ranks, list) and {r["rank"] for r in rows} >= set(ranks):
-                return answer, rows
-        if time.monotonic() >= deadline:
-            return answer, rows
+            return Answer(answer, [], [], True)
+        got = None
+        if answer and answer.get("status") == "captured":
+            got = _captured(run_dir, rid, answer)
+            if got.whole:
+                return got
+        gone = not _alive(_read_live(run_dir) or {"ended": True})
+        if time.monotonic() >= deadline or gone:
+            if gone and answer and answer.get("status") == "captured":
+                got = _captured(run_dir, rid, answer)  # what the job wrote before it ended
+            return got or Answer(answer, [], [], False)
         time.sleep(0.2)
+
+
+def _captured(run_dir: Path, rid: int, answer: dict) -> Answer:
+    rows = []
+    if (run_dir / MANIFEST).exists():
+        rows = [r for r in read_rows(run_dir) if (r.get("trigger") or {}).get("request_id") == rid]
+    if "settled" in answer:  # verl's driver: it lists what verl wrote, and says when it has it all
+        listed = {r.get("path") for r in rows}
+        pending = [p for p in answer.get("writing") or () if p not in listed]
+        return Answer(answer, rows, pending, bool(answer["settled"]) and not pending)
+    have = {(r.get("rank"), r.get("role"), r.get("stage"), r.get("window") or 0) for r in rows}
+    pending = []
+    for rank in answer.get("ranks") or ():
+        note = _read_json(rank_note_path(run_dir, rid, rank))
+        if note is None:
+            pending.append(f"rank {rank}'s windows (it has not said what it captured)")
+            continue
+        for w in note.get("windows") or ():
+            if (rank, w.get("role"), w.get("stage"), w.get("window") or 0) not in have:
+                pending.append(f"rank {rank} {w.get('role')}/{w.get('stage')}: {w.get('path')}")
+    return Answer(answer, rows, pending, not pending)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

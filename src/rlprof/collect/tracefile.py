@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
+
+from ..analyze.salvage import part_path
 
 CHUNK = 1 << 20
 
@@ -14,13 +17,21 @@ def finalize_trace(src: Path, dest: Path, meta: dict, budget: int | None) -> tup
 
     Streams: memory stays flat however large the trace. Returns (bytes on disk, truncated).
     When the result passes `budget`, the trace is cut to the earliest events that fit.
+    Written as a hidden `.{dest name}.part` and renamed whole: a fault (a full disk) or a kill midway never leaves
+    a cut or empty file under a trace's name, and the .part is removed on a fault.
     """
-    _inject(src, dest, meta)
-    size = dest.stat().st_size
-    if budget is not None and size > budget:
-        size = _cut_to_budget(src, dest, meta, budget, size)
-        return size, True
-    return size, False
+    part = part_path(dest)
+    try:
+        _inject(src, part, meta)
+        size = part.stat().st_size
+        truncated = budget is not None and size > budget
+        if truncated:
+            size = _cut_to_budget(src, part, meta, budget, size)
+        os.replace(part, dest)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return size, truncated
 
 
 def _inject(src: Path, dest: Path, meta: dict) -> None:

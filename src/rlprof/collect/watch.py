@@ -5,6 +5,7 @@ calls and a list update; a step end adds one 48-byte write and the machine-load 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -103,7 +104,21 @@ class Watch:
             if not header.exists():
                 _write_atomic(header, json.dumps(columns()))
             self._file = open(self.path, "ab", buffering=0)  # one write() per step: readers see whole records
-        self._file.write(RECORD.pack(step, flags, step_s, *stages))
+        record = RECORD.pack(step, flags, step_s, *stages)
+        end = self._file.tell()
+        try:
+            written = self._file.write(record)
+        except OSError:
+            written = -1
+            raise
+        finally:
+            if written != len(record):  # a full disk cut it: taken back, so the records after it stay aligned
+                try:
+                    self._file.truncate(end)
+                except OSError:
+                    pass
+        if written != len(record):
+            raise OSError(errno.ENOSPC, f"only {written} of {len(record)} bytes of step {step}'s record were written")
 
     def close(self) -> None:
         if self._file is not None:
@@ -113,8 +128,12 @@ class Watch:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no temporary behind
+        raise
 
 
 def write_live(run_dir: Path, trigger=None, **fields) -> None:
@@ -138,6 +157,18 @@ def write_response(run_dir: Path, request_id: int, **fields) -> None:
     d = Path(run_dir) / RESPONSE_DIR
     d.mkdir(parents=True, exist_ok=True)
     _write_atomic(d / f"{request_id}.json", json.dumps({"id": request_id, **fields}))
+
+
+def rank_note_path(run_dir: Path, request_id: int, rank: int) -> Path:
+    return Path(run_dir) / RESPONSE_DIR / f"{request_id}.rank{rank}.json"
+
+
+def write_rank_note(run_dir: Path, request_id: int, rank: int, **fields) -> None:
+    """What one rank captured for a request (its windows, written at the captured step's end, before their rows):
+    `rlprof capture` waits for each one's manifest row, and names those still being written when its wait ends."""
+    path = rank_note_path(run_dir, request_id, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, json.dumps({"id": request_id, "rank": rank, **fields}))
 
 
 def read_request(run_dir: Path, seen: set) -> dict | None:

@@ -16,7 +16,7 @@ from ..analyze.timeline_file import BUSY, CAPTURED, WARMUP
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
 from .trigger import REQ_COLS, Capture, Exchange, Trigger, encode_request
-from .watch import Timers, Watch, read_request, write_live, write_response
+from .watch import Timers, Watch, read_request, write_live, write_rank_note, write_response
 
 HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
 
@@ -36,6 +36,7 @@ class Watching:
         self._requests_seen: set = set()
         self._beat_at = 0.0
         self._delegated: dict = {}
+        self._captured: dict = {}  # request id -> the windows this rank closed for it this step
         if watched:
             self._start_watch(decides)
 
@@ -205,6 +206,13 @@ class Watching:
             return
         kept = self._settle_probes(decision.flagged) if self._held else False
         self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept)
+        if self._captured:
+            try:
+                for rid, windows in self._captured.items():
+                    write_rank_note(self.watch_dir, rid, self.rank, step=n, windows=windows)
+            except Exception as exc:
+                self._watch_fault("say what it captured", exc)
+            self._captured = {}
         if self.rank == 0:
             try:
                 self._answer(n, decision)
@@ -215,6 +223,17 @@ class Watching:
             except Exception as exc:
                 self._watch_fault("write the heartbeat", exc)
         self._capture_rows, self._taken = {}, []
+
+    def _note_captured(self, w, outputs) -> None:
+        """A window taken for a `rlprof capture` request closed: the rank's note at the step's end lists it (each
+        output by the (role, stage, window) of its manifest row), so that the command waits for its row."""
+        spec = w.spec
+        base = {"role": spec.role, "stage": spec.stage or "e2e"}
+        listed = [
+            {**base, "window": out.index or 0, "path": out.finalize_to or (out.path.name if out.path else None)}
+            for out in outputs or ()
+        ] or [{**base, "window": 0, "path": spec.base_name(None), "failed": True}]
+        self._captured.setdefault(w.trigger["request_id"], []).extend(listed)
 
     def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool) -> None:
         flags = (

@@ -3,7 +3,11 @@ one spec, its ranges and schedule steps guarded, stopped once, each raw output f
 budget; and, for the Profiler, every window's manifest row and its analysis on collection (`WindowWriter`).
 
 A fault in any phase is the window's owner's to say (`on_fault`); the window is then failed, its backend released and
-its raw outputs dropped, and training goes on. A strict plan raises instead.
+its raw outputs dropped, and training goes on. A strict plan raises instead. A full disk, an I/O error or a vanished
+directory is such a fault wherever it strikes (the export, the final trace, the manifest row): nothing is left under a
+trace's name but a whole trace (analyze/salvage.py names the steps a window leaves on disk, which `rlprof analyze`
+reads back after a crash). On a terminating signal (collect/preemption.py) the writer finishes what it can within the
+grace time and lists the rest as partial.
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
+from ..analyze.salvage import open_mark
 from ..config.plan import RolePlan
 from ..errors import CollectError
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
 from .manifest import append_row
+from .preemption import HELD
 from .scopes import NULL
 from .tracefile import finalize_trace
 
@@ -43,10 +50,14 @@ class Window:
         "trigger",
         "probe",
         "on_fault",
+        "mark",
     )
 
-    def __init__(self, spec: WindowSpec, on_fault: FaultHandler, watch_load: bool = True):
+    def __init__(self, spec: WindowSpec, on_fault: FaultHandler, watch_load: bool = True, mark_open: bool = False):
         self.spec, self.on_fault = spec, on_fault
+        # `.{window}.open` while it records (a run directory of rlprof's): a kill before its export is written
+        # leaves the mark, and `rlprof analyze` names the window as lost rather than not at all
+        self.mark = open_mark(spec.run_dir, spec.base_name(None)) if mark_open else None
         self.backend: Backend | None = None
         self.failed = False
         self.closed = False
@@ -62,8 +73,15 @@ class Window:
         return self.spec.plan
 
     def start(self, factory: Callable[[WindowSpec], Backend]) -> bool:
-        """Build the backend and start it; False (the fault said) where either fails."""
+        """Build the backend and start it; False (the fault said) where either fails (a directory that cannot be
+        made included: a full disk, a vanished parent)."""
         try:
+            self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.mark is not None:
+                try:
+                    self.mark.touch()
+                except OSError:
+                    self.mark = None  # the window goes on; only its mark is missing
             self.backend = factory(self.spec)
             self.backend.start()
         except Exception as exc:
@@ -87,23 +105,37 @@ class Window:
     def stop(self) -> list[Output] | None:
         """Close the window: what its backend wrote, or None where it failed (before, or in stopping)."""
         self.closed = True
-        if self.failed:
-            return None
-        if self.threads_at_start is not None:
-            self.cpu = since(self.threads_at_start)  # before the backend's export, which is rlprof's own time
         try:
-            return self.backend.stop()
-        except Exception as exc:
-            self.fault("stop", exc, stopped=True)
-            return None
+            if self.failed:
+                return None
+            if self.threads_at_start is not None:
+                self.cpu = since(self.threads_at_start)  # before the backend's export, which is rlprof's own time
+            try:
+                return self.backend.stop()
+            except Exception as exc:
+                self.fault("stop", exc, stopped=True)
+                return None
+        finally:
+            self._unmark()  # its raw exports (named by the window) or its failed row account for it from here
+
+    def _unmark(self) -> None:
+        mark, self.mark = self.mark, None
+        if mark is not None:
+            try:
+                mark.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def finalize(self, out: Output, dest: Path, meta: dict) -> bool:
         """A raw Chrome trace becomes its final file `dest`, `meta` inside, cut to the plan's byte budget (True:
-        truncated); the raw file is removed whatever happens."""
+        truncated); the raw file is removed once written, or on a fault (the window is then failed). Interrupted by
+        the process's end (SystemExit, KeyboardInterrupt), the raw export stays for `rlprof analyze` to recover."""
         try:
             out.bytes, truncated = finalize_trace(out.path, dest, meta, self.plan.max_bytes_per_window)
-        finally:
+        except Exception:
             out.path.unlink(missing_ok=True)
+            raise
+        out.path.unlink(missing_ok=True)
         out.path = dest
         if truncated:
             out.status = "truncated"
@@ -112,10 +144,8 @@ class Window:
     def fault(self, phase: str, exc: BaseException, stopped: bool = False) -> None:
         """A backend failure: strict plans raise; otherwise the owner says it, the window is failed and its backend
         released (so later windows can start), and training goes on."""
-        message = (
-            f"{self.plan.tool} backend failed to {phase} window {self.spec.base_name(None)}: "
-            f"{type(exc).__name__}: {exc}"
-        )
+        subject = f"{self.plan.tool} backend" if phase in ("start", "step", "range", "stop") else "rlprof"
+        message = f"{subject} failed to {phase} window {self.spec.base_name(None)}: {type(exc).__name__}: {exc}"
         if self.plan.strict:
             self.failed = True
             raise CollectError(message) from exc
@@ -164,34 +194,63 @@ def discard(outputs) -> None:
 
 class WindowWriter:
     """The Profiler's finished windows on disk: each output finalized (in the background unless the plan is strict),
-    its manifest row appended, its analysis on collection submitted."""
+    its manifest row appended, its analysis on collection submitted. Nothing here raises into training but a strict
+    plan's fault: a write that fails is the window's fault (`Window.fault`)."""
 
     def __init__(self, run_id: str, roles: tuple[str, ...], where: dict):
         self.run_id, self.roles, self.where = run_id, roles, where
         self.written = 0
         self._lock = threading.Lock()
         self._finalizer: ThreadPoolExecutor | None = None
-        self._pending: list[Future] = []
+        self._pending: list[tuple[Future, Window, Output, Path | None]] = []
         self._analysis = None
+        self._cut = False  # a signal's grace time ran out: what is still being written is listed as partial
 
     def write(self, w: Window, outputs: list[Output]) -> None:
         for out in outputs:
             if w.plan.strict:
-                self._finish(w, out)
+                with HELD:  # a row appended here, under its file lock, is never re-entered by a signal's closing
+                    self._finish(w, out)
             else:
                 if self._finalizer is None:
                     self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
-                self._pending.append(self._finalizer.submit(self._finish_quietly, w, out))
+                future = self._finalizer.submit(self._finish_quietly, w, out)
+                self._pending.append((future, w, out, out.path if out.finalize_to is not None else None))
 
-    def failed_row(self, w: Window, message: str) -> None:
-        with self._lock:
-            append_row(w.spec.run_dir, self.row(w, None, error=message))
+    def failed_row(self, w: Window, message: str) -> str | None:
+        """The window's row, marked failed; None once written, else why it could not be (a full disk)."""
+        try:
+            with HELD, self._lock:
+                append_row(w.spec.run_dir, self.row(w, None, error=message))
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
-    def wait(self) -> None:
-        """Block until every window written so far is on disk, with its manifest row."""
-        for fut in self._pending:
-            fut.result()
-        self._pending.clear()
+    def wait(self, deadline: float | None = None, why: str = "") -> int:
+        """Block until every window written so far is on disk, with its manifest row; with a `deadline`
+        (time.monotonic), at most until then: each window still being written is then listed as partial, its raw
+        export kept (what `rlprof analyze` reads it from). Returns how many were listed as partial."""
+        pending, self._pending = self._pending, []
+        late = []
+        for fut, w, out, raw in pending:
+            try:
+                fut.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                late.append((w, out, raw))
+        if not late:
+            return 0
+        self._cut = True  # the finalizer writes nothing it has not started
+        for w, out, raw in late:
+            row = self.row(w, out)
+            kept = raw if raw is not None else out.path  # the raw export; a tool's own file or directory as written
+            row.update(status="partial", path=kept.name if kept is not None else None, bytes=_size(raw))
+            row["error"] = f"{why}: still being written when the grace time ran out"
+            try:
+                with self._lock:
+                    append_row(w.spec.run_dir, row)
+            except OSError:
+                pass  # the raw export is in the directory: `rlprof analyze` recovers it without its row
+        return len(late)
 
     def close(self, wait_analysis: bool) -> None:
         self.wait()
@@ -200,9 +259,20 @@ class WindowWriter:
         if self._analysis is not None:
             self._analysis.close(timeout=600 if wait_analysis else 0)
 
+    def abandon(self) -> None:
+        """After `wait` with a deadline: leave what is still being written (the process is ending)."""
+        if self._finalizer is not None:
+            self._finalizer.shutdown(wait=False, cancel_futures=True)
+        if self._analysis is not None:
+            self._analysis.close(timeout=0)
+
     def _finish_quietly(self, w: Window, out: Output) -> None:
+        if self._cut:
+            return  # listed as partial: its raw export stays as it is
         try:
             self._finish(w, out)
+        except _Unlisted as exc:
+            w.fault("write the manifest row of", exc.__cause__, stopped=True)
         except Exception as exc:
             w.fault("export", exc, stopped=True)
 
@@ -220,9 +290,14 @@ class WindowWriter:
                     out.bytes,
                 )
         row = self.row(w, out)
-        with self._lock:
-            append_row(spec.run_dir, row)
-            self.written += 1
+        try:
+            with self._lock:
+                append_row(spec.run_dir, row)
+                self.written += 1
+        except OSError as exc:
+            if rp.strict:
+                raise
+            raise _Unlisted() from exc  # the trace is whole on disk: `rlprof analyze` recovers it
         if rp.analysis and out.path is not None and out.finalize_to is not None:
             if self._analysis is None:
                 from .analysis_hook import AnalysisHook
@@ -261,3 +336,14 @@ class WindowWriter:
         if error:
             row["error"] = error
         return row
+
+
+class _Unlisted(Exception):
+    """A window written whole whose manifest row could not be appended."""
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0

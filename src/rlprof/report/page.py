@@ -85,10 +85,16 @@ def build_page(
     cluster_result = cluster_result or cluster(doc)
     n_ranks = len({(r.get("rank"), r.get("replica")) for r in doc["rows"]})
     steps = sorted({r["step"] for r in doc["rows"] if r.get("step") is not None}, key=order_key)
+    salvaged = doc.get("salvage") or []
+    recovered = [s["window"] for s in salvaged if s["fate"] == "recovered"]
+    lost = [s["window"] for s in salvaged if s["fate"] == "lost"]
     page = Page(
         f"rlprof report: {source}",
         f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
-        f"{steps or '-'}" + ("; some input was damaged (partial)" if doc.get("partial") else ""),
+        f"{steps or '-'}"
+        + ("; some input was damaged (partial)" if doc.get("partial") else "")
+        + (f"; recovered after the run stopped: {', '.join(recovered)}" if recovered else "")
+        + (f"; lost: {', '.join(lost)} (see the warnings)" if lost else ""),
     )
     page.section(
         "findings", "Findings", fragments.findings_html(doc.get("findings", [])), fragments.next_step_html(doc, run_dir)
@@ -196,5 +202,11 @@ def write_report(
     target = Path(out) if out else (src / "report.html" if src.is_dir() else src.with_name("report.html"))
     page = page_for(src, baseline, doc, workers, use_ray)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    part = target.with_name(f".{target.name}.part")  # renamed whole: a full disk leaves no cut report
+    try:
+        part.write_text(page, encoding="utf-8", errors="backslashreplace")
+        part.replace(target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     return target

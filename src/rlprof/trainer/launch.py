@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
 
     from ..collect.foreign_logs import foreign_log_filter
     from .threads import choose_threads
-    from .train import run_training, write_metrics, write_run_config
+    from .train import run_training, write_run_config
     from .summary import print_summary, ProgressPrinter
 
     if world_size > 1 and not dist.is_initialized():
@@ -59,23 +60,51 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     started = time.perf_counter()
     try:
         with printer, foreign_log_filter():
-            history, trainer = run_training(cfg, plan, rank=rank, world_size=world_size, on_step=printer.update)
+            history, trainer = run_training(
+                cfg,
+                plan,
+                rank=rank,
+                world_size=world_size,
+                on_step=printer.update,
+                metrics_dir=Path(cfg.trainer.output_dir),
+            )
         if dist.is_initialized():
             dist.barrier()  # leave together: gloo aborts a rank whose peer tears down mid-export
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     if rank == 0:
-        out_dir = Path(cfg.trainer.output_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
-        metrics_path = write_metrics(history, out_dir)
+        metrics_path = trainer.metrics_path  # written step by step in the trainer's own output directory
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
         lr = {"lr": trainer.lr, "from": trainer.lr_from, "warmup_steps": cfg.actor.lr_warmup_steps}
-        write_run_config(cfg, [out_dir, *run_dirs], threads={"threads": threads, "why": why}, lr=lr)
-        for run_dir in run_dirs:  # beside the traces too: the run's unprofiled timings, which predictions scale to
-            if run_dir.is_dir():
-                write_metrics(history, run_dir)
+        write_run_config(cfg, [metrics_path.parent], threads={"threads": threads, "why": why}, lr=lr)
+        beside_traces(cfg, history, run_dirs, {"threads": threads, "why": why}, lr)
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
     return 0
+
+
+def beside_traces(cfg: TrainConfig, history: list[dict], run_dirs: list[Path], threads: dict, lr: dict) -> None:
+    """The run's settings and metrics beside its traces (the unprofiled timings predictions scale to): on the
+    profile's disk, so a full disk or a vanished directory there is one line, never the training's failure."""
+    from .train import write_metrics, write_run_config
+
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            continue
+        try:
+            write_run_config(cfg, [run_dir], threads=threads, lr=lr)
+            write_metrics(history, run_dir)
+        except OSError as exc:
+            for name in ("trainer_config.json", "metrics.jsonl"):  # nothing half written left behind
+                try:
+                    (run_dir / name).unlink(missing_ok=True)
+                except OSError:
+                    pass
+            print(
+                f"rlprof: the run's settings and metrics could not be written beside its traces in {run_dir}: "
+                f"{type(exc).__name__}: {exc}; they are in the trainer's output directory",
+                file=sys.stderr,
+            )
 
 
 def cli_main(argv: list[str] | None = None) -> int:

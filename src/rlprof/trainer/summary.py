@@ -96,7 +96,11 @@ def print_summary(
         manifest = run_dir / "manifest.jsonl"
         if not manifest.exists():
             continue
-        rows = read_rows(run_dir)
+        try:
+            rows = read_rows(run_dir)
+        except OSError as exc:  # the profile's disk: never the training's failure
+            console.print(f"profiled windows in {run_dir}: unreadable ({type(exc).__name__}: {exc})")
+            continue
         table = Table(title=f"profiled windows in {run_dir}")
         for col in ("step", "role", "stage", "rank", "tool", "status", "MB", "file"):
             table.add_column(col)
@@ -119,10 +123,10 @@ def print_summary(
 
         try:
             doc = analyze(run_dir, workers=1)
-        except AnalyzeError as exc:
-            console.print(f"analysis skipped: {exc}")
+            written = write_analysis(doc, run_dir / "analysis")
+        except (AnalyzeError, OSError) as exc:  # a full disk there is the profile's, not the training's
+            console.print(f"analysis skipped: {type(exc).__name__ + ': ' if isinstance(exc, OSError) else ''}{exc}")
             continue
-        written = write_analysis(doc, run_dir / "analysis")
         print_analysis(doc, max_rows=24)  # findings first, then the windows and operators per stage
         console.print(f"analysis: {written[0]}")
         from ..report import write_report

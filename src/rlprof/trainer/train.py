@@ -325,14 +325,29 @@ class Trainer:
 
 
 def run_training(
-    cfg: TrainConfig, plan, *, rank: int = 0, world_size: int = 1, on_step=None, run_id: str | None = None
+    cfg: TrainConfig,
+    plan,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    on_step=None,
+    run_id: str | None = None,
+    metrics_dir: Path | None = None,
 ) -> tuple[list[dict], Trainer]:
+    """Train; with `metrics_dir`, rank 0 appends each step's metrics to `<metrics_dir>/<run id>/metrics.jsonl` as
+    the step ends (`trainer.metrics_path`): a job preempted at step 900 keeps its 899 steps."""
     trainer = Trainer(cfg, plan, rank=rank, world_size=world_size, run_id=run_id)
+    log = None
+    if metrics_dir is not None and rank == 0:
+        log = MetricsLog(Path(metrics_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S")))
+    trainer.metrics_path = log.path if log is not None else None
     history = []
     try:
         for step in range(1, cfg.trainer.steps + 1):
             metrics = trainer.train_step(step)
             history.append(metrics)
+            if log is not None:
+                log.append(metrics)
             if on_step is not None:
                 on_step(metrics)
             why = diverging(metrics)
@@ -346,6 +361,8 @@ def run_training(
                     trainer.lr_from,
                 )
     finally:
+        if log is not None:
+            log.close()
         trainer.replica_steps = trainer.close()
     return history, trainer
 
@@ -361,6 +378,23 @@ def diverging(m: dict) -> str | None:
     if m["kl"] > KL_DIVERGED:
         return f"KL from the reference {m['kl']:.4g} per token (above {KL_DIVERGED:g})"
     return None
+
+
+class MetricsLog:
+    """metrics.jsonl, one line per step appended and flushed as the step ends (the trainer's own output directory:
+    never the profile's disk)."""
+
+    def __init__(self, out_dir: Path):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = out_dir / "metrics.jsonl"
+        self._file = open(self.path, "w")
+
+    def append(self, metrics: dict) -> None:
+        self._file.write(json.dumps(metrics) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def write_metrics(history: list[dict], out_dir: Path) -> Path:

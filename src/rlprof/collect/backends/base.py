@@ -8,10 +8,15 @@ returns what was written, one Output per recorded schedule cycle.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
+import shutil
+import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
+from ...analyze.salvage import RAW_CUT_SUFFIX, raw_prefix
 from ...config.plan import RolePlan, Schedule
 
 
@@ -107,3 +112,26 @@ class PushPopRange:
     def __exit__(self, *exc):
         self.pop(self.handle)
         return False
+
+
+def export_raw(run_dir: Path, window: str, export: Callable[[str], None]) -> Path:
+    """A window's raw Chrome-trace export, `export(path)` writing it, as `.raw-{window}-{random}.json` in `run_dir`
+    (analyze/salvage.py finds it by that name after a crash). A failed export leaves nothing: torch's exporter writes
+    `{path}.tmp` and renames it, and on a full disk it says so only in its log and leaves the .tmp and an empty
+    file, so a .tmp still there or an empty file is a failed export too."""
+    fd, name = tempfile.mkstemp(prefix=raw_prefix(window), suffix=".json", dir=run_dir)
+    os.close(fd)
+    raw, cut = Path(name), Path(name[: -len(".json")] + RAW_CUT_SUFFIX)
+    try:
+        export(name)
+        if cut.exists() or raw.stat().st_size == 0:
+            free = shutil.disk_usage(run_dir).free
+            raise OSError(
+                errno.ENOSPC if free < (1 << 20) else errno.EIO,
+                f"the trace export to {raw.name} did not complete ({free} bytes free on its disk)",
+            )
+    except BaseException:
+        raw.unlink(missing_ok=True)
+        cut.unlink(missing_ok=True)
+        raise
+    return raw

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from .base import Backend, Output
+from .base import Backend, Output, export_raw
 from ..naming import TIMELINE_SUFFIX
 
 _now = time.perf_counter_ns
@@ -91,7 +89,6 @@ class MarkersBackend(Backend):
 
     def stop(self) -> list[Output]:
         end = time.time_ns()
-        fd, raw = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=self.spec.run_dir)
         offset = self._wall0 - self._perf0  # perf_counter -> wall clock, so ranks line up
         pid = os.getpid()
         events = [
@@ -116,11 +113,15 @@ class MarkersBackend(Backend):
                     "dur": (t1 - t0) / 1e3,
                 }
             )
-        with os.fdopen(fd, "w") as f:
-            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f, separators=(",", ":"))
+
+        def write(path: str) -> None:
+            with open(path, "w") as f:
+                json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f, separators=(",", ":"))
+
+        raw = export_raw(self.spec.run_dir, self.spec.base_name(None), write)
         return [
             Output(
-                path=Path(raw),
+                path=raw,
                 index=None,
                 start_ns=self._wall0,
                 end_ns=end,

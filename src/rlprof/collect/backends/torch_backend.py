@@ -8,15 +8,13 @@ a range opened before its cycle began recording would be missing from the trace 
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
-import warnings
 
-from .base import Backend, Output
+from .base import Backend, Output, export_raw
 from ..device_memory import device_memory
 from ..naming import TRACE_SUFFIX
 
@@ -111,11 +109,9 @@ class TorchBackend(Backend):
         self._prof.start()
 
     def _export(self, prof, index: int | None) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".raw-", suffix=".json", dir=self.spec.run_dir)
-        os.close(fd)
-        prof.export_chrome_trace(tmp)
+        raw = export_raw(self.spec.run_dir, self.spec.base_name(index), prof.export_chrome_trace)
         memory = device_memory("cuda", self._device_api) if self._device_memory else None
-        self._raw.append((Path(tmp), index, self._cycle_start, time.time_ns(), memory))
+        self._raw.append((raw, index, self._cycle_start, time.time_ns(), memory))
 
     def _on_ready(self, prof) -> None:
         # Called by torch at the end of each active cycle; index = the cycle (the _w{K} of the name).
@@ -146,9 +142,14 @@ class TorchBackend(Backend):
         for r in reversed(self._ranges):  # still open at the window's end: closed in the trace, not left open
             if r.thread == threading.get_ident():
                 r.suspend()
-        prof.stop()
-        if self.spec.schedule is None:
-            self._export(prof, None)
+        try:
+            prof.stop()
+            if self.spec.schedule is None:
+                self._export(prof, None)
+        except Exception:
+            for raw, *_ in self._raw:  # the cycles exported before the fault go with the failed window
+                raw.unlink(missing_ok=True)
+            raise
         return [
             Output(
                 path=raw,

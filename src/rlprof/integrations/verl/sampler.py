@@ -1,16 +1,22 @@
 """The verl plugin's sampler: verl's DistProfiler backend when its config asks for micro-batches. Imported by the
 loader only then; it reads the config with `config`'s verl dialect and samples with `collect`'s backends, each stage
 call one window of collect/window.py's lifecycle, the file named and placed as verl's own profiler names its traces.
+
+Over 400 lines because it is one backend: verl's interface, each stage call's window and the micro-batch schedule
+inside it, and what a fault or a terminating signal does to those windows, all on the sampler's one state.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 import weakref
 from pathlib import Path
 
 from ...collect.backends import WindowSpec, backend_class
+from ...collect.preemption import HELD, finish_on_signal
+from ...collect.lost import LostWindows
 from ...collect.scopes import unit_range_name
 from ...collect.window import Window, discard
 from ...config import resolve_plan
@@ -115,6 +121,8 @@ class MicroBatchSampler:
         self.plan, self.layout = plan, layout
         self.step_n: int | None = None
         self.windows: weakref.WeakSet = weakref.WeakSet()
+        self.lost = LostWindows()  # the stage windows lost to faults, said without flooding verl's log
+        finish_on_signal(self)  # SIGTERM / SIGINT in verl's worker: its open windows finished, verl's handler chained
 
     @classmethod
     def build(cls, prof) -> "MicroBatchSampler | None":
@@ -147,6 +155,7 @@ class MicroBatchSampler:
     def stop(self, *args, **kwargs):
         for window in list(self.windows):  # a stage left open by an error: closed and kept
             window.close()
+        self.lost.say_total()
         if self.plan.mode == "discrete":
             return getattr(self.inner, "stop", lambda *a, **k: None)(*args, **kwargs)
 
@@ -179,6 +188,18 @@ class MicroBatchSampler:
             return wrapper
 
         return decorator
+
+    def fault(self, kind: tuple, stage: str, message: str) -> None:
+        """A stage window lost: the first of each kind in full, the next ones counted (collect/lost.py)."""
+        self.lost.lost(kind, f"{stage} of step {self.step_n}", message, f"{kind[0]}: {kind[1]}")
+
+    def finish_on_signal(self, deadline: float, why: str) -> str:
+        """A terminating signal (collect/preemption.py): each open stage window closed and written while the grace
+        time lasts; past it, its raw export is kept for `rlprof analyze` and named."""
+        open_windows = list(self.windows)
+        for window in open_windows:
+            window.close(deadline=deadline, why=why)
+        return f"{len(open_windows)} verl stage window(s) closed" if open_windows else ""
 
     def open(self, stage: str) -> "SampledStage | None":
         window = SampledStage(self, stage)
@@ -227,24 +248,30 @@ class SampledStage:
 
     def _fault(self, window: Window, message: str, phase: str, exc: BaseException, already: bool) -> None:
         if phase == "start":
-            warn_once(
+            self.sampler.fault(
                 ("open", type(exc).__name__),
+                self.stage,
                 f"rlprof: could not open a window for {self.stage} "
                 f"({type(exc).__name__}: {exc}); verl goes on unprofiled there",
             )
         else:
-            warn_once(
+            self.sampler.fault(
                 ("fault", type(exc).__name__),
+                self.stage,
                 f"rlprof: sampling {self.stage} failed ({type(exc).__name__}: "
                 f"{exc}); the window is dropped and training goes on",
             )
 
     def unit_begins(self, describe) -> None:
+        with HELD:  # a signal's closing of the window waits for the schedule's step
+            self._unit_begins(describe)
+
+    def _unit_begins(self, describe) -> None:
         if self.window.failed or self.window.closed:
             return
         try:
             if self.unit is not None:
-                self.unit_ends()
+                self._unit_ends()
             k = self.k + 1
             phase, _ = self.schedule.phase(k)
             held = describe() if phase == "active" else None  # before the step: its ops stay out of the window
@@ -260,6 +287,10 @@ class SampledStage:
             self.window.fault("step", exc)
 
     def unit_ends(self) -> None:
+        with HELD:
+            self._unit_ends()
+
+    def _unit_ends(self) -> None:
         if self.window.failed or self.window.closed:
             return
         try:
@@ -280,7 +311,13 @@ class SampledStage:
         rng.__enter__()
         return rng
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None, why: str = "") -> None:
+        """The stage call ended: the window stopped and written. With a `deadline` (a terminating signal's grace
+        time, time.monotonic), a raw export not yet written by then stays as it is, named in a warning."""
+        with HELD:
+            self._close(deadline, why)
+
+    def _close(self, deadline: float | None, why: str) -> None:
         if self.window.closed:
             return
         self.sampler.windows.discard(self)
@@ -304,12 +341,20 @@ class SampledStage:
             )
             return
         for out in outputs:
+            if deadline is not None and time.monotonic() >= deadline and out.finalize_to is not None:
+                print(
+                    f"[rlprof] rank {self.sampler.rank}: {self.stage} step {self.sampler.step_n}: {why}; its raw "
+                    f"export {out.path} is kept (`rlprof analyze` reads it)",
+                    flush=True,
+                )
+                continue
             try:
                 self._finish(out)
             except Exception as exc:
                 discard([out])
-                warn_once(
+                self.sampler.fault(
                     ("export", type(exc).__name__),
+                    self.stage,
                     f"rlprof: a {self.stage} window could not be written "
                     f"({type(exc).__name__}: {exc}); training goes on",
                 )

@@ -222,6 +222,9 @@ class DriverTrigger:
         self.started: dict[int, float] = {}  # profiled step -> its start (epoch seconds): files after it are its
         self.taken: dict[int, list] = {}  # captured step -> its captures
         self.indexed: set = set()  # files already in the manifest
+        self.captured: dict[int, list[dict]] = {}  # captured step -> the manifest rows of its files so far
+        self.settled: set = set()  # captured steps whose answer says every file is indexed
+        self.writing: dict[int, list[str]] = {}  # captured step -> its files seen still being written
         self._last_boundary = 0  # the last step that ended
         self.closed = False
         if not self.enabled:
@@ -322,14 +325,17 @@ class DriverTrigger:
         that began before it was written (or the step its name says); those of captured steps go into the
         manifest with their trigger row. Files still being written at one boundary are indexed at the next (or
         at the end of the run)."""
-        if not self.taken or (settled_s and self._last_boundary > max(self.taken) + 2):
-            return  # no capture, or the last one's files are in: save_path is not listed again until the end
+        if not self.taken:
+            return
+        if settled_s and self._last_boundary > max(self.taken) + 2 and not any(self.writing.values()):
+            self._settle()  # the last capture's files are in: save_path is not listed again until the end
+            return
         from ...analyze.inputs import TRACE_SUFFIXES
         from ...analyze.verl_output import file_meta
         from ...collect.manifest import append_row
 
         first = min(self.started.values())
-        rows = []
+        rows, writing = [], {}
         for p in sorted(self.save_path.rglob("*")):
             if p in self.indexed or not p.name.endswith(TRACE_SUFFIXES) or self.run_dir in p.parents:
                 continue
@@ -337,12 +343,16 @@ class DriverTrigger:
                 stat = p.stat()
             except OSError:
                 continue
-            if not p.is_file() or stat.st_mtime < first or time.time() - stat.st_mtime < settled_s:
-                continue  # written before anything was profiled, or still being written
+            if not p.is_file() or stat.st_mtime < first:
+                continue  # written before anything was profiled
             meta = _meta_of(p, self.save_path, file_meta)
             step = meta.get("step")
             if step not in self.started:
                 step = max((s for s, t in self.started.items() if t <= stat.st_mtime), default=None)
+            if time.time() - stat.st_mtime < settled_s:  # still being written: named to `rlprof capture`
+                if step in self.taken:
+                    writing.setdefault(step, []).append(os.path.relpath(p, self.run_dir))
+                continue
             self.indexed.add(p)
             if step not in self.taken:
                 continue  # a step listed in global_profiler.steps
@@ -368,8 +378,13 @@ class DriverTrigger:
             )
         for row in rows:
             append_row(self.run_dir, row)
-        for step in {r["step"] for r in rows}:
-            self._answer_captured(step, [r for r in rows if r["step"] == step])
+        for row in rows:
+            self.captured.setdefault(row["step"], []).append(row)
+        before, self.writing = self.writing, writing
+        for step in {r["step"] for r in rows} | set(writing) | set(before):
+            self._answer_captured(step, writing=writing.get(step, []))
+        if not settled_s:
+            self._settle()  # the run is over: what is there is written
 
     def _answer(self, n: int, armed, refused) -> None:
         from ...collect.watch import write_response
@@ -389,11 +404,15 @@ class DriverTrigger:
                     note=_WHOLE_STEP,
                 )
 
-    def _answer_captured(self, step: int, rows: list[dict]) -> None:
+    def _answer_captured(self, step: int, writing: list[str] = ()) -> None:
+        """The request's answer for a captured step: the ranks of every file indexed for it so far, the files seen
+        still being written, and whether the driver has them all (`settled`: `rlprof capture` waits for it)."""
         from ...collect.watch import write_response
 
+        rows = self.captured.get(step, [])
+        settled = step in self.settled and not writing
         for cap in self.taken.get(step, ()):
-            if cap.request_id is not None:
+            if cap.request_id is not None and (rows or writing or settled):
                 write_response(
                     self.run_dir,
                     cap.request_id,
@@ -403,7 +422,15 @@ class DriverTrigger:
                     role=cap.role,
                     ranks=sorted({r["rank"] for r in rows}),
                     note=_WHOLE_STEP,
+                    settled=settled,
+                    writing=list(writing),
                 )
+
+    def _settle(self) -> None:
+        """Every captured step's files are indexed: its answer says so, once."""
+        for step in sorted(set(self.captured) - self.settled):
+            self.settled.add(step)
+            self._answer_captured(step)
 
     def _heartbeat(self, **fields) -> None:
         from ...collect.watch import write_live
