@@ -4,7 +4,7 @@ A change that moves code and means to change no number (a restructure, a speed-u
 run, H100 recording, real public trace and framework output under tests/data is copied once to one temporary path,
 analysed by both sides (each its own process, `--workers 1`, the commit run from a `git worktree` of it with the
 libraries installed here), and the two documents compared byte for byte. Prints one JSON object: the inputs, which
-differ, and for a differing one its first differing key. Exit code 1 where any differs.
+differ (with the first differing key), and any the commit could not analyse. Exit code 1 where any differs or failed.
 
     python3 bench/same_documents.py c16ebdf
 """
@@ -72,18 +72,20 @@ def main() -> int:
         before = tmp / "before"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(before), args.commit], cwd=ROOT, check=True)
         try:
-            differ, names = {}, inputs()
+            differ, failed, names = {}, [], inputs()
             for name in names:
                 source, copy = DATA / name, tmp / "inputs" / name.replace("/", "__")
                 copy.parent.mkdir(exist_ok=True)
                 (shutil.copytree if source.is_dir() else shutil.copy)(source, copy)
                 a, b = document(before / "src", copy), document(ROOT / "src", copy)
-                if a != b:
+                if not a.startswith(b"{"):
+                    failed.append(name)  # no document from the commit: nothing to compare against
+                elif a != b:
                     differ[name] = first_difference(a, b)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=False)
-    print(json.dumps({"commit": args.commit, "inputs": len(names), "differ": differ}, indent=1))
-    return 1 if differ else 0
+    print(json.dumps({"commit": args.commit, "inputs": len(names), "differ": differ, "failed": failed}, indent=1))
+    return 1 if differ or failed else 0
 
 
 if __name__ == "__main__":
