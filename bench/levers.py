@@ -118,10 +118,10 @@ def step_times(metrics: list[dict]) -> dict:
 
 def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
     """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired."""
-    from rlprof.analyze.causes import CAUSES, THRESHOLDS
-    from rlprof.analyze.findings import stage_means
+    from rlprof.analyze.diagnosis.causes import CAUSES, THRESHOLDS
+    from rlprof.analyze.diagnosis.findings import stage_means
 
-    # the measure the cause is judged on and its threshold (analyze/causes.py); a slow rank's, here, the time the
+    # the measure the cause is judged on and its threshold (analyze/diagnosis/causes.py); a slow rank's, here, the time the
     # others wait for it (its finding's impact)
     measure, threshold_key = (
         ("slow_rank_wait_ms", None) if cause == "slow_rank" else (CAUSES[cause].measure, CAUSES[cause].threshold)

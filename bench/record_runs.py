@@ -44,9 +44,9 @@ def keep(run_dir: Path, train_dir: Path, dest: Path) -> None:
 
 
 def waits(dest: Path) -> str:
-    """Each window's run-queue wait and other processes' share of the CPUs, and whether analyze/busy_machine.py calls it
+    """Each window's run-queue wait and other processes' share of the CPUs, and whether analyze/inputs/busy_machine.py calls it
     busy (the analysis leaves a busy window out of the causes: a recording must have none)."""
-    from rlprof.analyze.busy_machine import machine_load
+    from rlprof.analyze.inputs.busy_machine import machine_load
 
     rows = [json.loads(line) for line in (dest / "manifest.jsonl").read_text().splitlines()]
     parts = []

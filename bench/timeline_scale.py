@@ -1,5 +1,5 @@
 """The run over time at scale: `rlprof analyze RUN` over a synthetic watch timeline of 1,000 ranks x 10,000 steps x 8
-stages (the format collect/watch.py writes: analyze/timeline_file.py), in at most 10 s and 1 GB on this machine.
+stages (the format collect/watch.py writes: analyze/inputs/timeline_file.py), in at most 10 s and 1 GB on this machine.
 
 The synthetic run holds what the analysis must find: rank 617 straggles in reward_compute from step 6,000, a spike
 of actor_update at step 4,321 (the same shares of a smaller run), rollout_generate drifting up by half over the run, and 2% of steps flagged busy.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 from ingest import measured  # noqa: E402
 
-from rlprof.analyze.timeline_file import BUSY, DTYPE, TIMELINE_DIR, WARMUP, columns, rank_file  # noqa: E402
+from rlprof.analyze.inputs.timeline_file import BUSY, DTYPE, TIMELINE_DIR, WARMUP, columns, rank_file  # noqa: E402
 from rlprof.vocab import STAGES  # noqa: E402
 
 USED = (

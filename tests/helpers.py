@@ -100,7 +100,7 @@ def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
 
 # ---- catching the slow step: what the trigger may do, from the busy flags a loaded machine sets ---------------
 def busy_steps(run_dir, rank=0):
-    from rlprof.analyze.timeline_file import BUSY, read_rank
+    from rlprof.analyze.inputs.timeline_file import BUSY, read_rank
 
     rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
     return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & BUSY}

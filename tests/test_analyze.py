@@ -274,8 +274,8 @@ def test_memory_snapshot_peak_and_timeline(tmp_path):
 def test_self_time_of_nested_ops():
     import numpy as np
 
-    from rlprof.analyze.ops import self_times, top_ops
-    from rlprof.analyze.table import CPU_OP, EventTable
+    from rlprof.analyze.window.ops import self_times, top_ops
+    from rlprof.analyze.tables.table import CPU_OP, EventTable
 
     # thread 0: A [0,100) holds B [10,40) (which holds C [15,25)) and D [50,60); thread 1: E [0,30)
     start = np.array([0, 10, 15, 50, 0], dtype=float)
@@ -297,9 +297,9 @@ def test_self_time_of_nested_ops():
 def test_self_times_in_segments_equal_the_whole(monkeypatch):
     import numpy as np
 
-    import rlprof.analyze.ops as ops
-    from rlprof.analyze.readers.kineto import read_kineto
-    from rlprof.analyze.table import CPU_OP
+    import rlprof.analyze.window.ops as ops
+    from rlprof.analyze.inputs.readers.kineto import read_kineto
+    from rlprof.analyze.tables.table import CPU_OP
 
     t = read_kineto(REAL / "gpu_nccl_rank0.json.gz").table
     sel = np.flatnonzero(t.kind == CPU_OP)

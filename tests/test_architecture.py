@@ -36,16 +36,42 @@ def test_the_contracts_hold():
 # The circles that existed before the contracts (issue 27), each reintroduced by one import line.
 CIRCLES = [
     ("rlprof/collect/shutdown.py", "from ..cli import app", "rlprof.collect is not allowed to import rlprof.cli"),
-    ("rlprof/analyze/distributed.py", "from .pipeline import analyze", "No cycles are allowed in rlprof.analyze"),
     (
-        "rlprof/analyze/readers/ascend_db.py",
-        "from .ascend import is_ascend",
-        "No cycles are allowed in rlprof.analyze.readers",
+        "rlprof/analyze/workers/distributed.py",
+        "from ..pipeline import analyze",
+        "rlprof.analyze.workers is not allowed to import rlprof.analyze.pipeline",
     ),
     (
-        "rlprof/analyze/findings.py",
-        "from ..cluster import cluster",
+        "rlprof/analyze/inputs/readers/ascend_db.py",
+        "from .ascend import is_ascend",
+        "No cycles are allowed in rlprof.analyze.inputs.readers",
+    ),
+    (
+        "rlprof/analyze/diagnosis/findings.py",
+        "from ...cluster import cluster",
         "rlprof.analyze is not allowed to import rlprof.cluster",
+    ),
+    # and the arrows up between analyze's rooms (issue 47): the schema version the window room once took from the
+    # document, a reader reaching for a diagnosis, a measure for the run over time, the ground for a reader
+    (
+        "rlprof/analyze/window/per_file.py",
+        "from ..document import document",
+        "rlprof.analyze.window is not allowed to import rlprof.analyze.document",
+    ),
+    (
+        "rlprof/analyze/inputs/find.py",
+        "from ..diagnosis.findings import diagnose",
+        "rlprof.analyze.inputs is not allowed to import rlprof.analyze.diagnosis",
+    ),
+    (
+        "rlprof/analyze/diagnosis/measures.py",
+        "from ..over_time.timeline import run_timeline",
+        "rlprof.analyze.diagnosis is not allowed to import rlprof.analyze.over_time",
+    ),
+    (
+        "rlprof/analyze/tables/table.py",
+        "from ..inputs.readers.kineto import read_kineto",
+        "rlprof.analyze.tables is not allowed to import rlprof.analyze.inputs",
     ),
     (
         "rlprof/compare/__init__.py",
@@ -132,3 +158,22 @@ def test_a_long_module_says_at_its_top_why_it_is_long():
         if text.count("\n") > LONG_MODULE and SAYS_WHY not in (ast.get_docstring(ast.parse(text)) or ""):
             unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert not unexplained, "modules over ~400 lines with no reason at their top: " + ", ".join(unexplained)
+
+
+ROOMS = {"tables", "inputs", "window", "diagnosis", "over_time", "workers"}
+DOOR = {"__init__.py", "pipeline.py", "document.py", "result.py", "export.py"}
+
+
+def test_the_analysis_is_in_its_rooms_and_at_its_door():
+    """No module of analyze/ stands outside its rooms but the door's; each room says what it holds and may use."""
+    analyze = ROOT / "src" / "rlprof" / "analyze"
+    loose = {p.name for p in analyze.glob("*.py")} - DOOR
+    rooms = {p.name for p in analyze.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert not loose and rooms == ROOMS, (loose, rooms)
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c for c in contracts if c.get("containers") == ["rlprof.analyze"]]
+    listed = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
+    assert listed == ROOMS | {p.removesuffix(".py") for p in DOOR - {"__init__.py"}} and layers["exhaustive"]
+    for room in ROOMS:
+        said = ast.get_docstring(ast.parse((analyze / room / "__init__.py").read_text())) or ""
+        assert "Uses" in said or "Imports nothing" in said, room  # what it may use, in one or two lines

@@ -85,8 +85,8 @@ def test_step_rows_equal_torch_npus_own_step_trace():
 
 def _step_rows(db: Path) -> dict:
     """Per-step windows of a db whose stages are marked: each step's device time, through rlprof's reader."""
-    from rlprof.analyze.breakdown import OverlapBreakdown
-    from rlprof.analyze.readers.ascend import read_ascend
+    from rlprof.analyze.window.breakdown import OverlapBreakdown
+    from rlprof.analyze.inputs.readers.ascend import read_ascend
 
     trace = read_ascend(db)
     lanes = OverlapBreakdown(trace.overlap)

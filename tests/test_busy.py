@@ -10,9 +10,10 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from rlprof.analyze.findings import diagnose, findings
-from rlprof.analyze.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
-from rlprof.analyze.step_metrics import diagnose_steps, read_step_metrics
+from rlprof.analyze.diagnosis.findings import diagnose, findings
+from rlprof.analyze.inputs.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
+from rlprof.analyze.inputs.step_metrics import read_step_metrics
+from rlprof.analyze.over_time.step_trends import diagnose_steps
 from rlprof.collect.cpu_wait import sample, since
 from rlprof.trainer.threads import affinity, choose_threads, free_cores
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli
 from helpers import busy_steps, first_judged, rows, trigger_steps
-from rlprof.analyze.timeline_file import read_rank, timeline_ranks
+from rlprof.analyze.inputs.timeline_file import read_rank, timeline_ranks
 from rlprof.collect import Profiler
 from rlprof.config import load_plan
 
@@ -447,7 +447,7 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     assert captured[0]["step"] == first_judged(8, busy) + 1
     assert [r["trigger"] for r in captured][0] == [r["trigger"] for r in captured][1]
     assert [rank for rank, _ in timeline_ranks(d)] == [0, 1]
-    from rlprof.analyze.timeline import analyze_timeline
+    from rlprof.analyze.over_time.timeline import analyze_timeline
 
     over_time = analyze_timeline(d)
     assert any(s["rank"] == 1 and s["stage"] == "reward_compute" for s in over_time["stragglers"])
@@ -716,7 +716,7 @@ def test_a_cause_found_in_several_stages_of_a_captured_window_is_said_once():
     """A launch-bound device in three stages of the captured step (a GPU step's whole window) is one cause with its
     three stages inside, not three causes in a row; the stages its impact grew in are its evidence."""
     from conftest import window_doc, window_row
-    from rlprof.analyze.capture_cause import judge
+    from rlprof.analyze.diagnosis.capture_cause import judge
 
     def window(bound_share):
         return window_doc(

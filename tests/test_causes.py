@@ -1,4 +1,4 @@
-"""The registry of causes (analyze/causes.py): every cause has all its parts, every kind of finding the analysis
+"""The registry of causes (analyze/diagnosis/causes.py): every cause has all its parts, every kind of finding the analysis
 emits is in the registry, and each cause, made to fire, is said from its template with its levers and a saving
 (predicted, or why not). Adding a cause means adding its record there and its firing case here (FIRING)."""
 
@@ -10,21 +10,21 @@ import string
 import pytest
 
 from conftest import ROOT
-from rlprof.analyze import findings as findings_module
-from rlprof.analyze.causes import CAUSES, DESCRIPTIONS, THRESHOLDS, Cause, predict, template
-from rlprof.analyze.finding import Finding
-from rlprof.analyze.findings import diagnose, prediction_context
+from rlprof.analyze.diagnosis import findings as findings_module
+from rlprof.analyze.diagnosis.causes import CAUSES, DESCRIPTIONS, THRESHOLDS, Cause, predict, template
+from rlprof.analyze.diagnosis.finding import Finding
+from rlprof.analyze.diagnosis.findings import diagnose, prediction_context
 from rlprof.analyze.pipeline import analyze
 from rlprof.frameworks.levers import DIALECTS, LEVERS
 from conftest import window_doc, window_row
 
-SRC = ROOT / "src" / "rlprof" / "analyze"
+SRC = ROOT / "src" / "rlprof" / "analyze" / "diagnosis"
 
 
 def missing_parts(cause: Cause) -> list[str]:
     """The parts a cause's record lacks (empty: complete)."""
     missing = [part for part in ("title", "measure", "impact") if not str(getattr(cause, part) or "").strip()]
-    if cause.threshold is None and cause.name != "slow_rank":  # a slow rank is analyze/ranks.py's own test
+    if cause.threshold is None and cause.name != "slow_rank":  # a slow rank is analyze/diagnosis/ranks.py's own test
         missing.append("threshold")
     if cause.threshold is not None and cause.threshold not in THRESHOLDS:
         missing.append(f"threshold ({cause.threshold} is not in THRESHOLDS)")

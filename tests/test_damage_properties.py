@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import complete_events
-from rlprof.analyze.readers.kineto import MAX_DUR_US, MAX_US, NotATrace, read_kineto
+from rlprof.analyze.inputs.readers.kineto import MAX_DUR_US, MAX_US, NotATrace, read_kineto
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

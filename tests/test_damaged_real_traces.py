@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from conftest import REAL, run_cli
-from rlprof.analyze.breakdown import BUCKETS, Breakdown
-from rlprof.analyze.per_file import analyze_file
-from rlprof.analyze.readers.kineto import read_kineto
+from rlprof.analyze.window.breakdown import BUCKETS, Breakdown
+from rlprof.analyze.window.per_file import analyze_file
+from rlprof.analyze.inputs.readers.kineto import read_kineto
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # Kineto's own layout (read in chunks at its separators) and other writers' one-line layout (decoded whole,

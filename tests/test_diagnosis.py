@@ -19,11 +19,12 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import REAL, ROOT, open_page, run_cli
-from rlprof.analyze.breakdown import unit_label
+from rlprof.analyze.window.breakdown import unit_label
 from rlprof.analyze.pipeline import analyze
-from rlprof.analyze.findings import THRESHOLDS, diagnose, findings
-from rlprof.analyze.measures import TAIL_ACTIVE
-from rlprof.analyze.step_metrics import OUTLIER_FACTOR, TREND_R, diagnose_steps, read_step_metrics
+from rlprof.analyze.diagnosis.findings import THRESHOLDS, diagnose, findings
+from rlprof.analyze.diagnosis.measures import TAIL_ACTIVE
+from rlprof.analyze.inputs.step_metrics import read_step_metrics
+from rlprof.analyze.over_time.step_trends import OUTLIER_FACTOR, TREND_R, diagnose_steps
 from rlprof.frameworks.levers import LEVERS
 from rlprof.errors import ConfigError
 from rlprof.trainer.config import TrainConfig

@@ -2,7 +2,7 @@
 preempted (SIGTERM), interrupted (SIGINT) or killed (SIGKILL) at whatever moment. The training never pays: it ends
 as it would have without rlprof, with its metrics; and every window the run started is whole and listed, listed as
 partial with what was kept, or recovered and named by `rlprof analyze` (collect/preemption.py, collect/window.py,
-analyze/salvage.py). The assertions hold whatever moment the signal lands (the busy-machine style)."""
+analyze/inputs/salvage.py). The assertions hold whatever moment the signal lands (the busy-machine style)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, fill, run_cli
-from rlprof.analyze.salvage import classify, read_manifest, window_key
+from rlprof.analyze.inputs.salvage import classify, read_manifest, window_key
 
 A = "actor_rollout_ref.actor.profiler"
 PROFILED = (2, 3, 4, 5, 6)
@@ -372,7 +372,7 @@ def test_manifest_rows_on_a_full_disk_are_whole_or_absent(small_disk):
 
 
 def test_the_watch_timeline_and_heartbeat_on_a_full_disk_keep_whole_records_and_no_temporary(small_disk):
-    from rlprof.analyze.timeline_file import RECORD
+    from rlprof.analyze.inputs.timeline_file import RECORD
     from rlprof.collect.watch import Watch, write_live
     from rlprof.vocab import STAGES
 

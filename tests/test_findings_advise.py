@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REAL, ROOT, plan_json, run_cli
-from rlprof.analyze.findings import THRESHOLDS, findings
+from rlprof.analyze.diagnosis.findings import THRESHOLDS, findings
 from rlprof.frameworks import verl
 
 BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "overlap_ms", "memcpy_ms", "idle_ms")

@@ -21,12 +21,12 @@ import pytest
 
 from conftest import DATA, REAL
 from rlprof.analyze import document as assembly
-from rlprof.analyze.causes import CAUSES, THRESHOLDS
-from rlprof.analyze.measures import TAIL_ACTIVE
+from rlprof.analyze.diagnosis.causes import CAUSES, THRESHOLDS
+from rlprof.analyze.diagnosis.measures import TAIL_ACTIVE
 from rlprof.analyze.pipeline import analyze
-from rlprof.analyze.readers.kineto import read_kineto
+from rlprof.analyze.inputs.readers.kineto import read_kineto
 from rlprof.analyze.result import Row
-from rlprof.analyze.table import DEVICE_KINDS
+from rlprof.analyze.tables.table import DEVICE_KINDS
 from rlprof.report.charts import timeline
 
 BUCKETS = ("compute_ms", "comm_ms", "memcpy_ms", "idle_ms")

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA, REAL
 from helpers import union
-from rlprof.analyze.causes import CAUSES
+from rlprof.analyze.diagnosis.causes import CAUSES
 from rlprof.analyze.pipeline import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -244,7 +244,7 @@ def test_a_node_lost_mid_run_is_a_warning_and_a_partial_result(cluster, tmp_path
 
 
 def test_where_a_file_was_written_decides_its_node():
-    from rlprof.analyze.distributed import place
+    from rlprof.analyze.workers.distributed import place
 
     nodes = {"n1": "hostA", "n2": "hostB", "n3": "hostB"}
     # the manifest's node id wins among the nodes that see the file; soft only where another node sees it too
@@ -258,7 +258,7 @@ def test_where_a_file_was_written_decides_its_node():
 
 
 def test_hosts_from_the_names_torchs_handlers_write(tmp_path):
-    from rlprof.analyze.inputs import find_inputs
+    from rlprof.analyze.inputs.find import find_inputs
     from rlprof.frameworks.torch_profiler import host_of
 
     assert host_of(tmp_path / "gpu-node-7_4242.1732300000123.pt.trace.json.gz") == "gpu-node-7"

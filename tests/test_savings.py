@@ -18,12 +18,12 @@ from hypothesis import given, settings, strategies as st
 from omegaconf import OmegaConf
 
 from conftest import ROOT, run_cli
-from rlprof.analyze import prediction, savings
-from rlprof.analyze.causes import predict
-from rlprof.analyze.finding import Finding
+from rlprof.analyze.diagnosis import prediction, savings
+from rlprof.analyze.diagnosis.causes import predict
+from rlprof.analyze.diagnosis.finding import Finding
 from rlprof.analyze.pipeline import analyze
-from rlprof.analyze.findings import THRESHOLDS, findings, prediction_context
-from rlprof.analyze.busy_machine import machine_load
+from rlprof.analyze.diagnosis.findings import THRESHOLDS, findings, prediction_context
+from rlprof.analyze.inputs.busy_machine import machine_load
 from rlprof.errors import ConfigError
 from conftest import window_row
 
@@ -59,7 +59,7 @@ def _metrics(run) -> list[dict]:
 
 def _steady_median(run, key=None, stage=None) -> float:
     """The median over the run's steady steps, read straight from metrics.jsonl: unprofiled, after the first, not
-    busy (analyze/busy_machine.py's rule over the step's own host fields)."""
+    busy (analyze/inputs/busy_machine.py's rule over the step's own host fields)."""
     later = [m for m in _metrics(run) if not m["profiled"]][1:]
     rows = [m for m in later if not machine_load(m)["busy"]]
     assert rows  # the recorded runs have quiet steady steps

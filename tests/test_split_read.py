@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import REAL
-from rlprof.analyze import per_file, pipeline
-from rlprof.analyze.readers.kineto import _Sink, LeanEvent, byte_ranges, kineto_layout, read_kineto
+from rlprof.analyze.window import per_file
+from rlprof.analyze import pipeline
+from rlprof.analyze.inputs.readers.kineto import _Sink, LeanEvent, byte_ranges, kineto_layout, read_kineto
 
 PRETTY = ("gpu_nccl_rank0", "rocm_mi250_train", "cpu_only_rank34")  # Kineto's own layout: split
 COMPACT = ("compare_base",)  # another writer's one-line layout: read whole whatever is asked
@@ -72,7 +73,7 @@ def test_a_trace_damaged_in_a_later_range_stops_where_one_reader_stops(tmp_path)
 
 def test_an_event_longer_than_a_decode_piece_is_read_whole(tmp_path):
     """An event's args can outgrow the reader's piece (long stacks, concrete inputs): the buffer grows for it."""
-    from rlprof.analyze.readers import kineto
+    from rlprof.analyze.inputs.readers import kineto
 
     path = plain_copy("gpu_nccl_rank0", tmp_path)
     data = path.read_bytes()
@@ -101,7 +102,7 @@ def test_a_thread_written_as_number_and_as_string_is_one_thread():
 @pytest.mark.parametrize("cut", [None, 300_000, 1_000_000])
 def test_a_compressed_trace_in_pieces_gives_the_same_table(cut, tmp_path, monkeypatch):
     """gzip cannot be entered mid-way: one process inflates, workers decode pieces; whole or cut, the same."""
-    from rlprof.analyze.readers import kineto
+    from rlprof.analyze.inputs.readers import kineto
 
     path = tmp_path / "t.json.gz"
     data = (REAL / "gpu_nccl_rank0.json.gz").read_bytes()
@@ -125,7 +126,7 @@ def test_worker_processes_give_the_same_analysis(tmp_path, monkeypatch):
     split = pipeline.analyze(path, workers=2)
     assert json.dumps(split, sort_keys=True) == json.dumps(one, sort_keys=True)
     # the compressed original: inflated here, decoded in pieces by the workers
-    from rlprof.analyze.readers import kineto
+    from rlprof.analyze.inputs.readers import kineto
 
     monkeypatch.setattr(kineto, "PIECE", 512 << 10)
     gz = tmp_path / "rank0.json.gz"

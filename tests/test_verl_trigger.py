@@ -17,7 +17,7 @@ from conftest import run_cli
 
 omegaconf = pytest.importorskip("omegaconf")
 
-from rlprof.analyze.timeline_file import CAPTURED, WARMUP, read_rank, timeline_ranks  # noqa: E402
+from rlprof.analyze.inputs.timeline_file import CAPTURED, WARMUP, read_rank, timeline_ranks  # noqa: E402
 from rlprof.collect.request import submit  # noqa: E402
 from rlprof.integrations.verl import trigger as verl_trigger  # noqa: E402
 

@@ -140,7 +140,7 @@ def test_vllms_detailed_iteration_annotation_in_a_real_capture_is_a_decode_step(
     vLLM's detailed form, `execute_32_context_0(sq0sk0...)_generation_32(sq32sk32785...)`: one decode step of 32
     rows and 32 tokens, none of them in prefill, inside a rollout_generate stage."""
     from conftest import REAL
-    from rlprof.analyze.per_file import analyze_file
+    from rlprof.analyze.window.per_file import analyze_file
 
     res = analyze_file(REAL / "sglang_qwen3_8b_decode_mi300x.json.gz", {})
     stage, unit = res["rows"]

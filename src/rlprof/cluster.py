@@ -1,9 +1,9 @@
 """`rlprof cluster`: the same buckets per rank and stage, their spread, and who holds the others up
-(the analyses themselves are analyze/ranks.py; findings use them too)."""
+(the analyses themselves are analyze/diagnosis/ranks.py; findings use them too)."""
 
 from __future__ import annotations
 
-from .analyze.ranks import THRESHOLD, per_rank, slow_ranks, spread
+from .analyze.diagnosis.ranks import THRESHOLD, per_rank, slow_ranks, spread
 
 
 def cluster(doc: dict, threshold: float = THRESHOLD) -> dict:

@@ -1,15 +1,15 @@
 """`rlprof advise RUN --fix`: the next training config: the overrides that apply the first lever of the first cause
-the findings rank (or of `--cause`), with the values the run's measures give (analyze/savings.py), and the saving
-predicted for them. The causes, their levers and the measure each is judged on are analyze/causes.py's records."""
+the findings rank (or of `--cause`), with the values the run's measures give (analyze/diagnosis/savings.py), and the saving
+predicted for them. The causes, their levers and the measure each is judged on are analyze/diagnosis/causes.py's records."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..analyze import savings
-from ..analyze.causes import CAUSES, predict
-from ..analyze.finding import Finding
-from ..analyze.prediction import predicted
+from ..analyze.diagnosis import savings
+from ..analyze.diagnosis.causes import CAUSES, predict
+from ..analyze.diagnosis.finding import Finding
+from ..analyze.diagnosis.prediction import predicted
 from ..frameworks.levers import levers_for
 from .shared import AdviseError, check_dialect, is_metrics_input, nest
 
@@ -35,10 +35,10 @@ def fix_for_run(run: str | Path, dialect: str, cause: str | None = None) -> dict
 
 def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -> dict:
     """The overrides that apply the first lever of the first cause the findings rank (or of `cause`), in `dialect`,
-    with the values the run's measures give (analyze/savings.py), and the saving predicted for them. A cause
+    with the values the run's measures give (analyze/diagnosis/savings.py), and the saving predicted for them. A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.cause_groups import finding_parts
-    from ..analyze.findings import prediction_context
+    from ..analyze.diagnosis.cause_groups import finding_parts
+    from ..analyze.diagnosis.findings import prediction_context
 
     check_dialect(dialect)
     found = [f for f in doc.get("findings", []) if f.get("actionable")]
@@ -155,7 +155,7 @@ def _fix_record(f: dict, dialect: str, overrides: dict, pred: dict, levers: list
 
 
 def _measure(kind: str) -> tuple[str, str | None] | None:
-    """The measure the cause is judged on and its threshold's key (analyze/causes.py): after the fix the measure
+    """The measure the cause is judged on and its threshold's key (analyze/diagnosis/causes.py): after the fix the measure
     is to fall below it."""
     cause = CAUSES.get(kind)
     return (cause.measure, cause.threshold) if cause else None

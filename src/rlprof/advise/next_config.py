@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analyze.causes import UNIT_WORDS
+from ..analyze.diagnosis.causes import UNIT_WORDS
 from ..frameworks import mindspeed, verl
 from ..vocab import STAGE_ROLE
 from .shared import AdviseError, check_dialect, is_metrics_input, nest, run_windows
@@ -297,7 +297,8 @@ def metrics_target(diag: dict) -> Target:
 
 def advise_from_metrics(path: str | Path, budget: int, dialect: str, save_path: str = "outputs/profile") -> dict:
     """Advice from step metrics alone (no trace): the stage and step they point at, in `dialect`."""
-    from ..analyze.step_metrics import diagnose_steps, read_step_metrics
+    from ..analyze.inputs.step_metrics import read_step_metrics
+    from ..analyze.over_time.step_trends import diagnose_steps
 
     fmt, records = read_step_metrics(path)
     diag = diagnose_steps(records)

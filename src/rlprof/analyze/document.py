@@ -4,14 +4,13 @@ warnings, stage rows made from units, the findings."""
 from __future__ import annotations
 
 from ..errors import AnalyzeError
-from .beside import attach_beside
-from .breakdown import BUCKETS, UNIT_ARGS, order_key
-from .findings import diagnose
-from .inputs import directory_warnings, run_config
-from .salvage import run_accounts, salvage_lines
-from .timeline import run_timeline
-
-SCHEMA_VERSION = 1
+from .over_time.beside import attach_beside
+from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
+from .diagnosis.findings import diagnose
+from .inputs.find import directory_warnings, run_config
+from .inputs.salvage import run_accounts, salvage_lines
+from .over_time.timeline import run_timeline
+from .tables.schema import SCHEMA_VERSION
 
 
 def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
@@ -39,12 +38,12 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["warnings"].extend(warnings)
     doc["warnings"].extend(directory_warnings(path))
     doc["warnings"].extend(_same_window_twice(doc["rows"]))
-    salvaged, cut_lines = run_accounts(path)  # windows a crash or a fault left (analyze/salvage.py): said first
+    salvaged, cut_lines = run_accounts(path)  # windows a crash or a fault left (analyze/inputs/salvage.py): said first
     doc["warnings"][:0] = salvage_lines(salvaged) + cut_lines
     if salvaged:
         doc["salvage"] = salvaged
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
-    timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/timeline.py)
+    timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/over_time/timeline.py)
     if timeline is not None:
         doc["timeline"] = timeline
     if not doc["rows"] and timeline is None and not any(m.get("peak_bytes") is not None for m in doc["memory"]):
@@ -52,7 +51,7 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
     doc["measures"], doc["findings"] = diagnose(doc)
-    attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/beside.py)
+    attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
 
 

@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 
 from ..errors import AnalyzeError
-from .document import SCHEMA_VERSION, document
-from .findings import diagnose
-from .inputs import find_inputs, is_analysis_file
-from .schedule import run_inputs
-from .timeline import timeline_only
+from .document import document
+from .tables.schema import SCHEMA_VERSION
+from .diagnosis.findings import diagnose
+from .inputs.find import find_inputs, is_analysis_file
+from .workers.schedule import run_inputs
+from .over_time.timeline import timeline_only
 
 
 def analyze(
@@ -39,7 +40,7 @@ def analyze_each(
 ) -> list[dict]:
     """One analysis document per path, their files scheduled together (compare's two sides share the cores)."""
     if use_ray:  # the inputs are listed by the nodes that hold them
-        from .distributed import analyze_on_cluster
+        from .workers.distributed import analyze_on_cluster
 
         docs = []
         for path in paths:

@@ -23,7 +23,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from ..errors import AnalyzeError
-from .document import SCHEMA_VERSION
+from .tables.schema import SCHEMA_VERSION
 
 # Numbers a sum over nothing leaves as the integer 0 (or a count) and otherwise floats: kept as written.
 Number = Union[int, float]
@@ -432,7 +432,7 @@ class Timeline(Record, kw_only=True):
 class Salvaged(Record, kw_only=True):
     """A window of an rlprof run its manifest does not list as written: recovered from the directory, or lost.
 
-    After a crash, a fault or a terminating signal's grace time (analyze/salvage.py)."""
+    After a crash, a fault or a terminating signal's grace time (analyze/inputs/salvage.py)."""
 
     window: str
     step: Label

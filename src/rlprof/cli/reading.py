@@ -28,7 +28,7 @@ def analyze(
     from pathlib import Path
 
     from ..analyze.pipeline import analyze as run_analysis
-    from ..analyze.inputs import is_analysis_file
+    from ..analyze.inputs.find import is_analysis_file
     from ..analyze.result import Analysis
 
     if export not in ("csv", "db"):
@@ -147,7 +147,7 @@ def report(
 ):
     """One self-contained HTML report: timeline, breakdown, operators, memory, cluster, compare."""
     from ..analyze.pipeline import load_analysis
-    from ..analyze.salvage import salvage_lines
+    from ..analyze.inputs.salvage import salvage_lines
     from ..report import write_report
 
     # compare needs every operator of the run, so with a baseline it is read once with all of them kept
@@ -243,7 +243,7 @@ def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..analyze.inputs import find_inputs
+    from ..analyze.inputs.find import find_inputs
 
     console = Console(stderr=True)
     if not console.is_terminal:

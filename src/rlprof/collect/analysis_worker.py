@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from ..analyze.per_file import analyze_file, cache_key, cache_path
+    from ..analyze.window.per_file import analyze_file, cache_key, cache_path
 
     failed: dict[str, list[str]] = {}  # kind of failure -> the windows it failed: the first said, the rest counted
     for line in sys.stdin:

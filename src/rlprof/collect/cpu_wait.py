@@ -9,7 +9,7 @@
 
 A window whose threads waited for a core may have waited on its own job (gloo's threads, the other ranks on the same
 cores); it was busy when, besides, other processes used the host (host_busy - job_cpu). The analysis judges it
-(analyze/busy_machine.py). Linux only; {} elsewhere.
+(analyze/inputs/busy_machine.py). Linux only; {} elsewhere.
 """
 
 from __future__ import annotations

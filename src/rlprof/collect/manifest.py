@@ -52,13 +52,13 @@ def _take_back(fd: int, end: int) -> None:
     try:
         os.ftruncate(fd, end)
     except OSError:
-        pass  # the reader reads a cut line up to the cut (analyze/salvage.py)
+        pass  # the reader reads a cut line up to the cut (analyze/inputs/salvage.py)
 
 
 def read_rows(path: str | os.PathLike) -> list[dict]:
     """Rows of a manifest (a run directory or the file itself); a line cut by a crash is read up to the cut
-    (analyze/salvage.py)."""
-    from ..analyze.salvage import read_manifest
+    (analyze/inputs/salvage.py)."""
+    from ..analyze.inputs.salvage import read_manifest
 
     path = Path(path)
     if path.is_dir():

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..analyze.salvage import part_path
+from ..analyze.inputs.salvage import part_path
 
 CHUNK = 1 << 20
 

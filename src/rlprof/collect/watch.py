@@ -1,6 +1,6 @@
 """The watch: every step of this process, each stage's wall time and the step's, from the Profiler's own
 boundaries, appended as one fixed-width record per step to `<run_dir>/timeline/rank<R>.bin`
-(analyze/timeline_file.py says the layout). Cheap enough to leave on: a stage boundary adds two perf_counter_ns
+(analyze/inputs/timeline_file.py says the layout). Cheap enough to leave on: a stage boundary adds two perf_counter_ns
 calls and a list update; a step end adds one 48-byte write and the machine-load sample the busy rule reads."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import socket
 import time
 from pathlib import Path
 
-from ..analyze.busy_machine import machine_load
-from ..analyze.timeline_file import COLUMNS_FILE, RECORD, columns, rank_file
+from ..analyze.inputs.busy_machine import machine_load
+from ..analyze.inputs.timeline_file import COLUMNS_FILE, RECORD, columns, rank_file
 from ..vocab import STAGES
 from .cpu_wait import current_thread_times, sample, since
 
@@ -85,7 +85,7 @@ class Watch:
 
     def end(self) -> tuple[float, list[float], bool]:
         """(step seconds, stage seconds (NaN: did not run) then each stage's first entry in seconds from the
-        step's start, busy) of the open step. Busy: analyze/busy_machine.py's rule
+        step's start, busy) of the open step. Busy: analyze/inputs/busy_machine.py's rule
         over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
         step_s = (_perf_ns() - self.t0) / 1e9
         stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]

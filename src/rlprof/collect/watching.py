@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..analyze.timeline_file import BUSY, CAPTURED, WARMUP
+from ..analyze.inputs.timeline_file import BUSY, CAPTURED, WARMUP
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
 from .trigger import REQ_COLS, Capture, Exchange, Trigger, encode_request

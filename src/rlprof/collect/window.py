@@ -5,7 +5,7 @@ budget; and, for the Profiler, every window's manifest row and its analysis on c
 A fault in any phase is the window's owner's to say (`on_fault`); the window is then failed, its backend released and
 its raw outputs dropped, and training goes on. A strict plan raises instead. A full disk, an I/O error or a vanished
 directory is such a fault wherever it strikes (the export, the final trace, the manifest row): nothing is left under a
-trace's name but a whole trace (analyze/salvage.py names the steps a window leaves on disk, which `rlprof analyze`
+trace's name but a whole trace (analyze/inputs/salvage.py names the steps a window leaves on disk, which `rlprof analyze`
 reads back after a crash). On a terminating signal (collect/preemption.py) the writer finishes what it can within the
 grace time and lists the rest as partial.
 """
@@ -20,7 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
-from ..analyze.salvage import open_mark
+from ..analyze.inputs.salvage import open_mark
 from ..config.plan import RolePlan
 from ..errors import CollectError
 from .backends import Backend, Output, WindowSpec
@@ -303,7 +303,7 @@ class WindowWriter:
                 from .analysis_hook import AnalysisHook
 
                 self._analysis = AnalysisHook()
-            from ..analyze.manifest import row_meta
+            from ..analyze.inputs.manifest import row_meta
 
             self._analysis.submit(str(out.path), str(spec.run_dir), row_meta(row))
 

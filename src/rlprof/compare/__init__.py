@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ..analyze.breakdown import BUCKETS, order_key
+from ..analyze.window.breakdown import BUCKETS, order_key
 from ..analyze.pipeline import load_analysis
-from ..analyze.inputs import is_analysis_file
-from ..analyze.readers.ascend import is_ascend
+from ..analyze.inputs.find import is_analysis_file
+from ..analyze.inputs.readers.ascend import is_ascend
 from ..errors import RLProfError
 from ..vocab import window_label
 from .units import WindowUnits, compare_units, per_unit_divisors

@@ -1,5 +1,5 @@
 """The config keys that act on each cause of a slow RL step, per framework (data, keyed by the cause's name in
-analyze/causes.py, the registry of causes, which refers to them).
+analyze/diagnosis/causes.py, the registry of causes, which refers to them).
 
 They stay here, not in the registry, because they are facts about verl's, MindSpeed-RL's and rlprof's configs, as
 the rest of frameworks/ is, and this layer sits below analyze.
@@ -10,7 +10,7 @@ YAML at 1dda039, MindSpeed-RL's config classes at 05a90d7, rlprof's TrainConfig.
 a cause has no key known to act on it; a finding says so rather than invent one.
 
 `stages` restricts a lever to the stages it acts on (a log-prob micro-batch size does nothing for the update).
-`value` names the setting the run's own measures give a "raise"/"lower" lever (analyze/savings.py computes it:
+`value` names the setting the run's own measures give a "raise"/"lower" lever (analyze/diagnosis/savings.py computes it:
 the cap, the size, the workers), so that `rlprof advise --fix` writes a value, not a direction; `also` are keys
 written with it (a token budget beside the switch that uses it), each a literal or a `{setting}`.
 """
@@ -28,7 +28,7 @@ class Lever:
     set: str  # the value to set, or a direction: "raise", "lower"
     why: str
     stages: tuple[str, ...] = ()  # empty: every stage the cause is found in
-    value: str | None = None  # the setting (analyze/savings.py) a "raise"/"lower" lever is set to by --fix
+    value: str | None = None  # the setting (analyze/diagnosis/savings.py) a "raise"/"lower" lever is set to by --fix
     also: tuple[tuple[str, str], ...] = ()  # (key, literal or "{setting}") written with it by --fix
 
     def text(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
-from ..analyze.breakdown import BUCKETS, order_key
+from ..analyze.window.breakdown import BUCKETS, order_key
 
 STAGE_COLORS = {
     "rollout_generate": "#4c78a8",

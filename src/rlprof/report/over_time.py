@@ -1,4 +1,4 @@
-"""The run over time (the document's `timeline`, analyze/timeline.py): one chart of stage time per step with the
+"""The run over time (the document's `timeline`, analyze/over_time/timeline.py): one chart of stage time per step with the
 captures marked, the flagged spikes, drift and stragglers as a list, and the same in the terminal."""
 
 from __future__ import annotations
@@ -163,11 +163,11 @@ def print_over_time(console, doc: dict) -> None:
 
 
 def captures_beside(doc: dict) -> list[dict]:
-    """The document's `timeline.beside` (analyze/beside.py); computed here for an analysis.json written before it."""
+    """The document's `timeline.beside` (analyze/over_time/beside.py); computed here for an analysis.json written before it."""
     timeline = doc.get("timeline") or {}
     if "beside" in timeline:
         return timeline["beside"]
-    from ..analyze.beside import captures_beside as compute
+    from ..analyze.over_time.beside import captures_beside as compute
 
     return compute(doc)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..analyze.breakdown import order_key
+from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
 

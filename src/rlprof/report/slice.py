@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from ..analyze.classify import RLPROF_RANGE
-from ..analyze.manifest import manifest_inputs
+from ..analyze.tables.classify import RLPROF_RANGE
+from ..analyze.inputs.manifest import manifest_inputs
 from ..errors import RLProfError
 
 

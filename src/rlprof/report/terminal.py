@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..analyze.breakdown import BUCKETS
+from ..analyze.window.breakdown import BUCKETS
 from ..vocab import window_label
 from .shape import fmt, op_columns, ops_by_stage, pivot_columns, stage_pivot, units_differ, where
 
@@ -346,7 +346,7 @@ def print_fix(result: dict) -> None:
     if fx is None:
         console.print(f"no fix: {result['reason']}", highlight=False, soft_wrap=True, markup=False)
         return
-    from ..analyze.sentences import saving_text
+    from ..analyze.diagnosis.sentences import saving_text
 
     console.print(
         f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",

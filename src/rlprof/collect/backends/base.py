@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
-from ...analyze.salvage import RAW_CUT_SUFFIX, raw_prefix
+from ...analyze.inputs.salvage import RAW_CUT_SUFFIX, raw_prefix
 from ...config.plan import RolePlan, Schedule
 
 
@@ -116,7 +116,7 @@ class PushPopRange:
 
 def export_raw(run_dir: Path, window: str, export: Callable[[str], None]) -> Path:
     """A window's raw Chrome-trace export, `export(path)` writing it, as `.raw-{window}-{random}.json` in `run_dir`
-    (analyze/salvage.py finds it by that name after a crash). A failed export leaves nothing: torch's exporter writes
+    (analyze/inputs/salvage.py finds it by that name after a crash). A failed export leaves nothing: torch's exporter writes
     `{path}.tmp` and renames it, and on a full disk it says so only in its log and leaves the .tmp and an empty
     file, so a .tmp still there or an empty file is a failed export too."""
     fd, name = tempfile.mkstemp(prefix=raw_prefix(window), suffix=".json", dir=run_dir)

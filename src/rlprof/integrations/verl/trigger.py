@@ -288,7 +288,7 @@ class DriverTrigger:
         from ...collect.trigger import encode_request
         from ...collect.watch import read_request
         from ...frameworks import verl as facts
-        from ...analyze.timeline_file import BUSY, CAPTURED, WARMUP
+        from ...analyze.inputs.timeline_file import BUSY, CAPTURED, WARMUP
         from ...vocab import STAGES
 
         self.open_step = None
@@ -330,8 +330,8 @@ class DriverTrigger:
         if settled_s and self._last_boundary > max(self.taken) + 2 and not any(self.writing.values()):
             self._settle()  # the last capture's files are in: save_path is not listed again until the end
             return
-        from ...analyze.inputs import TRACE_SUFFIXES
-        from ...analyze.verl_output import file_meta
+        from ...analyze.inputs.find import TRACE_SUFFIXES
+        from ...analyze.inputs.verl_output import file_meta
         from ...collect.manifest import append_row
 
         first = min(self.started.values())

@@ -1,0 +1,308 @@
+"""The registry of causes: every cause of a slow RL step rlprof can name is one record here, with all its parts:
+the measure it is judged on and its threshold, when it fires and what its finding costs per step (impact), the
+formula of what its first lever saves (analyze/diagnosis/savings.py) or why that cannot be predicted, its title and the
+template of its sentence. Its levers (the config keys that act on it per framework) are the one part kept
+elsewhere, as data in frameworks/levers.py under the cause's name: they are facts about verl's, MindSpeed-RL's and
+rlprof's configs, checked against those configs like the rest of frameworks/, and the layer of framework facts
+sits below analyze. Read by analyze/diagnosis/findings.py (judging), `predict` below (the saving), analyze/diagnosis/sentences.py
+(the text), `rlprof advise --fix` (levers, measure, threshold, `--cause`'s names) and, through the findings
+rendered from it, the report (title, levers).
+
+The descriptive findings (where the time goes, not why) have their templates here too (DESCRIPTIONS), so that
+every kind of finding the analysis emits is in one table (tests/test_causes.py checks both).
+
+Adding a cause: one record in CAUSES (its threshold in THRESHOLDS, its levers in frameworks/levers.py, its formula
+beside the others in analyze/diagnosis/savings.py where its saving can be predicted), and its firing case in
+tests/test_causes.py. A cause judged on a measure of analyze/diagnosis/measures.py needs nothing else: `judge` says when it
+fires and its impact, and findings loop over the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ...frameworks.levers import LEVERS
+from . import savings
+from .finding import Finding
+from .prediction import PredictionContext, not_predictable
+
+THRESHOLDS = {
+    "dominant_share": 0.35,  # a stage holding at least this share of the step (with 2+ stages marked)
+    "stage_share": 0.10,  # stages below this share of the step get no bucket finding of their own
+    "idle_share": 0.25,  # idle (device or thread waiting on nothing) at least this share of a stage
+    "comm_share": 0.10,  # communication not hidden behind compute at least this share of a stage
+    "memcpy_share": 0.10,  # copies overlapped by neither at least this share of a stage
+    "min_ms": 0.5,  # below this a bucket is timer noise, whatever its share
+    "variance": 0.25,  # (max - min) / mean of a stage's wall over 2+ steps of one rank
+    "repeat_units": 4,  # at least this many units of one kind in a stage window
+    "repeat_same_ops": 0.8,  # this share of them run the same set of operators
+    "repeat_cv": 0.25,  # and their wall times vary by at most this coefficient of variation
+    "tail_share": 0.30,  # decode-step time in the rollout tail (few rows still active), at least this share
+    "padding_share": 0.30,  # tokens computed in micro-batches that are padding, at least this share
+    "fixed_share": 0.50,  # micro-batch time that does not grow with tokens, at least this share
+    "fixed_units": 4,  # with at least this many micro-batches per pass (fewer: nothing to merge)
+    "reward_share": 0.15,  # the reward stage, at least this share of the step (it runs on the critical path)
+    "weight_sync_share": 0.15,  # weight sync, at least this share of the step
+    "launch_bound_share": 0.25,  # device idle waiting on launches, at least this share of a stage
+    "memory_use_low": 0.50,  # peak allocated below this share of the device's memory: room left
+}
+
+# A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
+# stage, rank, `where`), or a function of those fields where the sentence has parts that come and go.
+Template = str | Callable[[dict], str]
+Formula = Callable[[PredictionContext, Finding, str], dict]
+
+
+class Judging(NamedTuple):
+    """What a measure-based cause is judged with: the thresholds, whether the measure's stage is large enough to
+    matter (`large`), and a stage's time per step."""
+
+    t: dict
+    large: Callable[[dict], bool]
+    stage_ms: Callable[[object], float]
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str  # also its finding's kind and its key in frameworks/levers.py
+    title: str  # the cause in a few words
+    measure: str  # what it is judged on: a measure of analyze/diagnosis/measures.py, or a bucket or time named here
+    threshold: (
+        str | None
+    )  # its key in THRESHOLDS (None: slow ranks are judged by analyze/diagnosis/ranks.py's own test)
+    impact: str  # what its finding's impact_ms holds
+    sentence: Template
+    saving: Formula | str  # the formula of its first lever's saving, or why the data cannot predict it
+    # measure-based causes: the finding's impact where the measure record fires, else None (findings loop over
+    # these); the others are found by a function of analyze/diagnosis/findings.py named in FOUND_BY there
+    judge: Callable[[dict, Judging], float | None] | None = None
+
+    @property
+    def levers(self) -> dict:
+        """{dialect: (Lever, ...)} (frameworks/levers.py)."""
+        return LEVERS[self.name]
+
+
+def where(role, stage) -> str:
+    """A stage as sentences name it."""
+    return f"{role}/{stage}" if stage else "the profiled window"
+
+
+def _memory_sentence(x: dict) -> str:
+    return (
+        f"memory headroom: the peak is {x['value']:.0%} of the device's memory ({x['peak_bytes'] / 2**30:.1f}"
+        f" of {x['capacity_bytes'] / 2**30:.1f} GiB) in {x['file']}: larger micro-batches fit"
+    )
+
+
+def _comm_sentence(x: dict) -> str:
+    text = _bucket_sentence("exposed communication", "collectives not hidden behind compute")(x)
+    if x.get("collectives"):
+        text += " (" + ", ".join(f"{c['name']} {c['ms']:.1f} ms" for c in x["collectives"]) + ")"
+    return text
+
+
+def _bucket_sentence(label: str, why: str) -> Callable[[dict], str]:
+    return lambda x: (
+        f"{label} is {x['share']:.0%} of {x['where']} ({x['bucket_ms']:.1f} of {x['wall_ms']:.1f} ms): {why}"
+    )
+
+
+CAUSES: dict[str, Cause] = {
+    c.name: c
+    for c in (
+        Cause(
+            "rollout_tail",
+            "long-tail responses: most of the batch has finished and the engine decodes for a few",
+            measure="rollout_tail",
+            threshold="tail_share",
+            impact="the decode-step time in the tail, per pass",
+            sentence="rollout tail: {value:.0%} of {where}'s decode time is spent with fewer than half of the rows still "
+            "generating ({tail_steps} of {decode_steps} decode steps; {mean_active_share:.0%} of rows active on "
+            "average)",
+            saving=savings.rollout_tail,
+            judge=lambda m, j: (
+                m["tail_ms"]
+                if m["value"] >= j.t["tail_share"] and j.large(m) and m["tail_ms"] >= j.t["min_ms"]
+                else None
+            ),
+        ),
+        Cause(
+            "padding",
+            "padding: micro-batches compute pad tokens that carry no data",
+            measure="padding",
+            threshold="padding_share",
+            impact="the stage's time per step times its pad share",
+            sentence="padding: {value:.0%} of the tokens {where} computes are pad ({real_tokens} real of {tokens} "
+            "computed over {micro_batches} micro-batches)",
+            saving=savings.padding,
+            judge=lambda m, j: (
+                j.stage_ms(m["stage"]) * m["value"] if m["value"] >= j.t["padding_share"] and j.large(m) else None
+            ),
+        ),
+        Cause(
+            "small_units",
+            "micro-batches too small: a fixed cost per micro-batch (launches, Python) dominates",
+            measure="fixed_cost",
+            threshold="fixed_share",
+            impact="the fixed cost of a pass's micro-batches",
+            sentence="micro-batches too small: {value:.0%} of {where}'s micro-batch time is a fixed {fixed_ms:.2f} ms per "
+            "micro-batch that does not grow with tokens ({units_per_pass:.0f} micro-batches of {mean_seqs:.1f} "
+            "rows per pass)",
+            saving=savings.small_units_lever,
+            judge=lambda m, j: (
+                m["fixed_ms_per_pass"]
+                if m["value"] >= j.t["fixed_share"] and m["units_per_pass"] >= j.t["fixed_units"] and j.large(m)
+                else None
+            ),
+        ),
+        Cause(
+            "unused_reference",
+            "the reference forward runs but its KL term has coefficient 0: no gradient uses it",
+            measure="ref_ms",
+            threshold="min_ms",
+            impact="the reference pass's time per step",
+            sentence="unused reference pass: ref_compute_log_prob takes {ref_ms:.1f} ms per step ({step_share:.0%}) and "
+            "the run's KL coefficient is 0 ({source}): the log-probs it computes change no gradient",
+            saving=savings.unused_reference,
+        ),
+        Cause(
+            "slow_reward",
+            "the reward function runs on the critical path: every device waits while it scores",
+            measure="reward_share",
+            threshold="reward_share",
+            impact="the reward stage's time per step",
+            sentence="slow reward: {stage} takes {value:.0%} of the step ({stage_ms:.1f} of {step_ms:.1f} ms) on the "
+            "critical path: generation is done and training has not begun while it scores",
+            saving=savings.slow_reward,
+            judge=lambda m, j: m["stage_ms"] if m["value"] >= j.t["reward_share"] else None,
+        ),
+        Cause(
+            "weight_sync",
+            "weight sync: the full weights are gathered and copied to the rollout every step",
+            measure="weight_sync_share",
+            threshold="weight_sync_share",
+            impact="the weight-sync stage's time per step",
+            sentence="weight sync takes {value:.0%} of the step ({stage_ms:.1f} of {step_ms:.1f} ms)",
+            saving=savings.weight_sync,
+            judge=lambda m, j: m["stage_ms"] if m["value"] >= j.t["weight_sync_share"] else None,
+        ),
+        Cause(
+            "exposed_comm",
+            "communication the compute does not hide (FSDP all-gathers, reduce-scatters)",
+            measure="comm_share",
+            threshold="comm_share",
+            impact="the stage's communication time not hidden behind compute",
+            sentence=_comm_sentence,
+            saving=savings.exposed_comm,
+        ),
+        Cause(
+            "slow_rank",
+            "one rank is slower and every collective waits for it",
+            measure="slow_rank",
+            threshold=None,
+            impact="the other ranks' wait for it in collectives, less its own",
+            sentence="{summary}",
+            saving=savings.slow_rank,
+        ),
+        Cause(
+            "launch_bound",
+            "launch-bound device: the GPU waits for the host to issue the next kernel",
+            measure="launch_bound",
+            threshold="launch_bound_share",
+            impact="the device's gaps the host had not yet launched into, per pass",
+            sentence="launch-bound: the device waits on the host to launch work {value:.0%} of {where} "
+            "({launch_bound_ms:.1f} of {wall_ms:.1f} ms)",
+            saving=savings.launch_bound,
+            judge=lambda m, j: m["launch_bound_ms"] if m["value"] >= j.t["launch_bound_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "memory_headroom",
+            "unused device memory: the peak is far below the device's capacity",
+            measure="memory_use",
+            threshold="memory_use_low",
+            impact="none (memory left unused costs no time by itself): 0",
+            sentence=_memory_sentence,
+            saving="unused memory costs no time by itself: larger micro-batches use it, and their saving is the fixed "
+            "cost per micro-batch's (fixed_cost) where that was measured",
+            judge=lambda m, j: 0.0 if m["value"] < j.t["memory_use_low"] else None,
+        ),
+    )
+}
+
+
+def _idle_sentence(x: dict) -> str:
+    why = "no operator or kernel running (host overhead, waiting, gaps between launches)"
+    if "stages" not in x:
+        return _bucket_sentence("idle", why)(x)
+    parts = ", ".join(
+        f"{where(s['role'], s['stage'])} {s['share']:.0%} ({s['bucket_ms']:.1f} of {s['wall_ms']:.1f} ms)"
+        for s in x["stages"]
+    )
+    return (
+        f"idle is {x['share']:.0%} of {len(x['stages'])} stages ({x['bucket_ms']:.1f} of {x['wall_ms']:.1f} ms): "
+        f"{parts}: {why}"
+    )
+
+
+def _busy_sentence(x: dict) -> str:
+    step = f" (step {x['step']})" if x.get("step") is not None else ""
+    rest = (
+        "it is left out of the causes and measures, which come from the quieter windows"
+        if x["quiet_left"]
+        else "every window was, so the causes below rank timings that are not the program's own: profile again on "
+        "a quieter machine, or with fewer threads (rlprof's trainer: trainer.threads)"
+    )
+    return (
+        f"the machine was busy while {x['name']}{step} was recorded: other processes used "
+        f"{x['external_share']:.0%} of its CPUs and this process's threads waited for a core "
+        f"{x['wait_share']:.0%} of the time they were ready to run ({x['run_wait_ms']:.0f} of "
+        f"{x['cpu_ms'] + x['run_wait_ms']:.0f} ms), so its timings are not the program's own; {rest}"
+    )
+
+
+UNIT_WORDS = {"micro_batch": "micro-batches", "mini_batch": "mini-batches", "decode_step": "decode steps"}
+
+
+def _repeat_sentence(x: dict) -> str:
+    unit = x["unit"]
+    return (
+        f"the {x['units']} {UNIT_WORDS.get(unit, unit)} of {x['role']}/{x['stage']} run the same operators "
+        f"({x['same_ops']} of {x['units']} alike) at {x['mean_ms']:.2f} ms ± {x['cv']:.0%}: one of them "
+        f"({{unit: {unit}, active: 1}}) represents the rest at 1/{x['units']} of the data"
+    )
+
+
+# The findings that say where the time goes, not why: their sentences, in the order they rank among themselves
+# (after the causes; a cause with no lever for its stage ranks here too, by its kind).
+DESCRIPTIONS: dict[str, Template] = {
+    "busy_machine": _busy_sentence,
+    "slow_rank": CAUSES["slow_rank"].sentence,
+    "dominant_stage": "{stage} dominates the step: {share:.0%} of the staged time ({stage_ms:.1f} of {step_ms:.1f} ms "
+    "per step, mean over {ranks} rank(s)); next is {next} ({next_share:.0%})",
+    "exposed_comm": CAUSES["exposed_comm"].sentence,
+    "idle": _idle_sentence,
+    "memcpy": _bucket_sentence("memcpy", "copies overlapped by neither compute nor communication"),
+    "variance": "{role}/{stage} on rank {rank} varies {spread_share:.0%} from step to step ({low_ms:.1f} ms at step "
+    "{low_step}, {high_ms:.1f} ms at step {high_step}): profile more than one step before trusting one",
+    "truncated": "{path} was cut short by its max_bytes_per_window budget: the stage after the cut is missing from it",
+    "repeating_units": _repeat_sentence,
+}
+ORDER = tuple(DESCRIPTIONS)
+
+
+def template(kind: str) -> Template:
+    """The sentence template of a finding kind (KeyError: a kind the registry does not know)."""
+    return CAUSES[kind].sentence if kind in CAUSES else DESCRIPTIONS[kind]
+
+
+def predict(ctx: PredictionContext, f: Finding, dialect: str | None = None) -> dict:
+    """The saving of a cause finding's first lever in `dialect` (the run's own framework by default): its
+    formula's prediction, or not predictable with the reason its record gives."""
+    dialect = dialect or ctx.dialect
+    saving = CAUSES[f.kind].saving
+    out = not_predictable(saving) if isinstance(saving, str) else saving(ctx, f, dialect)
+    out["dialect"] = dialect
+    return out

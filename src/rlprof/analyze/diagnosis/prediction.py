@@ -1,0 +1,285 @@
+"""What the savings formulas (analyze/diagnosis/savings.py) predict from: one document's stage means, staged step, the run's
+own config and unprofiled steps (PredictionContext), the rows' response lengths, the micro-batch cost model, and
+how a prediction is said (`predicted`, `not_predictable`).
+
+What the predictions rest on, besides the stage and unit times:
+- the rows' response lengths, from the decode steps (`active`: rows still generating at each step, so the rows
+  of length >= k+1 are those active at step k); prompts of about equal length (their mean, from the log-prob
+  pass's real tokens less the response tokens);
+- the micro-batch cost `wall = fixed + per_token x tokens` fitted by the fixed_cost measure; where it could not be
+  fitted, all of a micro-batch's time is taken to grow with its tokens (no fixed part), and a setting may not add
+  micro-batches (their fixed cost is unknown);
+- rows in random order of length (fixed-size micro-batches are random subsets: the expected longest row of m
+  rows drawn from the batch sets their width).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ...frameworks.levers import DIALECTS
+from .measures import _passes, _units_by_stage
+
+
+def predicted(
+    ctx: PredictionContext,
+    parts: dict[str, float],
+    assumption: str,
+    setting: dict | None = None,
+    scaled: bool = True,
+    **detail,
+) -> dict:
+    """A prediction from what each stage saves in the profiled step (`parts`), as ms per step and share of the step.
+    `scaled`: the parts are operators' time, inflated by the profiler's own cost per operator, and are scaled stage
+    by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
+    operators holds none of that cost and is taken as it is."""
+    by_stage = {stage: float(ms * (ctx.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
+    saving = sum(by_stage.values())
+    basis = ctx.step_basis()
+    words = (
+        ctx.basis_words()
+        if scaled
+        else (
+            "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
+            f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
+            + ("the unprofiled steps' median)" if ctx.unprofiled().get("step_ms") else "the profiled step)")
+        )
+    )
+    return {
+        "status": "predicted",
+        "saving_ms": float(saving),
+        "saving_share": saving / basis if basis > 0 else None,
+        "assumption": assumption + "; " + words,
+        "setting": setting or {},
+        "by_stage_ms": by_stage,
+        "profiled_ms": {k: float(v) for k, v in parts.items()},
+        "step_ms": basis,
+        **detail,
+    }
+
+
+def not_predictable(why: str, setting: dict | None = None) -> dict:
+    return {"status": "not predictable", "saving_ms": None, "saving_share": None, "why": why, "setting": setting or {}}
+
+
+class PredictionContext:
+    """What the predictions read from one analysis document: stage means, the staged step, the run's own config,
+    the units per stage and the rows' lengths per (step, rank)."""
+
+    def __init__(self, doc: dict, means: dict, step_ms: float, thresholds: dict):
+        self.doc, self.means, self.step_ms, self.t = doc, means, step_ms, thresholds
+        self.cfg = ((doc.get("run_config") or {}).get("config")) or {}
+        self.micro = _units_by_stage(doc, "micro_batch")
+        self.mini = _units_by_stage(doc, "mini_batch")
+        self.measures = {(m["measure"], m.get("stage")): m for m in doc.get("measures", [])}
+        self.lengths = response_lengths(doc)
+        self.dialect = dialect_of(doc)
+
+    def stage_ms(self, stage) -> float:
+        return sum(v["wall_ms"] for k, v in self.means.items() if k[1] == stage)
+
+    def unprofiled(self) -> dict:
+        return ((self.doc.get("run_config") or {}).get("unprofiled")) or {}
+
+    def scale(self, stage) -> float:
+        """The stage's median time in the run's unprofiled steps over its time in the profiled one (1 where the run
+        left no step metrics)."""
+        u = self.unprofiled().get("stage_ms") or {}
+        profiled = self.stage_ms(stage)
+        return u[stage] / profiled if u.get(stage) and profiled > 0 else 1.0
+
+    def step_basis(self) -> float:
+        return self.unprofiled().get("step_ms") or self.step_ms
+
+    def basis_words(self) -> str:
+        u = self.unprofiled()
+        if u.get("step_ms"):
+            return (
+                f"scaled stage by stage to the run's unprofiled steps {u['steps']} (median step "
+                f"{u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} ms of stages)"
+            )
+        return f"times of the profiled step ({self.step_ms:.1f} ms of stages; the profiler's own cost included)"
+
+    def stage_mean(self, stage, bucket: str) -> float:
+        return sum(v[bucket] for k, v in self.means.items() if k[1] == stage)
+
+    def conf(self, dotted: str, default=None):
+        node = self.cfg
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return default if node is None else node
+
+    def micro_stages(self) -> list[str]:
+        """The stages whose micro-batches say what they hold."""
+        return sorted({stage for (_, stage), units in self.micro.items() if any(u.get("tokens") for u in units)})
+
+    def units(self, stage) -> list[dict]:
+        return [u for (_, s), us in self.micro.items() if s == stage for u in us if u.get("tokens")]
+
+
+def dialect_of(doc: dict) -> str:
+    """The framework whose first levers a finding's prediction is made for: the run's own (rlprof's trainer
+    leaves trainer_config.json), MindSpeed-RL for Ascend collections, else verl."""
+    framework = (doc.get("run_config") or {}).get("framework")
+    if framework in DIALECTS:
+        return framework
+    if any(i.get("kind") == "ascend" for i in doc.get("inputs", [])):
+        return "mindspeed"
+    return "verl"
+
+
+def response_lengths(doc: dict) -> dict[tuple, list[int]]:
+    """(step, rank) -> the response length of every row generated in that step, sorted, from the decode steps'
+    active rows (a row of length L is active in decode steps 0..L-1). A new generation pass starts where the
+    active rows rise or the rows change."""
+    per: dict[tuple, list[dict]] = defaultdict(list)
+    for r in doc["rows"]:
+        if (
+            r.get("unit") == "decode_step"
+            and r.get("stage") == "rollout_generate"
+            and r.get("active") is not None
+            and r.get("seqs")
+        ):
+            per[(r.get("step"), r.get("rank"))].append(r)
+    out = {}
+    for key, units in per.items():
+        units.sort(key=lambda u: (u.get("file") or "", u.get("start_us") or 0.0, u.get("index") or 0))
+        lengths: list[int] = []
+        run: list[int] = []
+        seqs = None
+        for u in units:
+            if run and (u["active"] > run[-1] or u["seqs"] != seqs):
+                lengths += _lengths_of(run, seqs)
+                run = []
+            run.append(u["active"])
+            seqs = u["seqs"]
+        lengths += _lengths_of(run, seqs)
+        out[key] = sorted(lengths)
+    return out
+
+
+def _lengths_of(active: list[int], seqs) -> list[int]:
+    out = []
+    for k, a in enumerate(active):
+        after = active[k + 1] if k + 1 < len(active) else 0
+        out += [k + 1] * max(0, a - after)
+    return out
+
+
+def prompt_width(ctx: PredictionContext, key: tuple) -> float | None:
+    """Mean prompt tokens of a row in (step, rank): a log-prob pass's real tokens less the response tokens."""
+    lengths = ctx.lengths.get(key)
+    if not lengths:
+        return None
+    for stage in ("actor_compute_log_prob", "ref_compute_log_prob"):
+        units = [
+            u
+            for u in ctx.units(stage)
+            if (u.get("step"), u.get("rank")) == key and u.get("real_tokens") is not None and u.get("seqs")
+        ]
+        if units and sum(u["seqs"] for u in units) == len(lengths):
+            return max(0.0, (sum(u["real_tokens"] for u in units) - sum(lengths)) / len(lengths))
+    return None
+
+
+def rows_of(ctx: PredictionContext) -> tuple[list[int], float] | None:
+    """The lengths and prompt width of one profiled (step, rank) that has both (the first in order)."""
+    for key in sorted(ctx.lengths, key=lambda k: (str(k[0]), str(k[1]))):
+        p = prompt_width(ctx, key)
+        if p is not None:
+            return ctx.lengths[key], p
+    return None
+
+
+class Cost:
+    """A stage's micro-batch time: fixed + per_token x tokens, from the fixed_cost fit where it was measured,
+    else all of it per token (fitted = False)."""
+
+    def __init__(self, ctx: PredictionContext, stage: str):
+        units = ctx.units(stage)
+        self.units = units
+        self.passes = _passes(units) if units else 1
+        m = ctx.measures.get(("fixed_cost", stage))
+        tokens = sum(u["tokens"] for u in units)
+        wall = sum(u["wall_ms"] for u in units)
+        self.fitted = bool(m and m.get("status") == "measured" and m.get("fixed_ms") is not None)
+        if self.fitted:
+            self.fixed, self.per_token = m["fixed_ms"], m["per_token_us"] / 1e3
+        else:
+            self.fixed, self.per_token = 0.0, (wall / tokens if tokens else 0.0)
+        self.count = len(units) / self.passes  # micro-batches per pass
+        self.rows = sum(u.get("seqs") or 0 for u in units) / self.passes  # rows computed per pass (x epochs)
+        mini = [u for (_, s), us in ctx.mini.items() if s == stage for u in us]
+        self.minis = (len(mini) / _passes(mini)) if mini else 1.0  # optimizer steps x epochs per pass
+        self.has_minis = bool(mini)  # the update: a micro-batch size must divide the mini-batch
+        self.tokens = tokens / self.passes
+        self.seqs_now = (self.rows / self.count) if self.count else 0.0
+
+    def time(self, groups: float, tokens: float) -> float:
+        return self.fixed * groups + self.per_token * tokens
+
+    def now(self) -> float:
+        return self.time(self.count, self.tokens)
+
+    def words(self) -> str:
+        if self.fitted:
+            return (
+                f"{self.fixed:.2f} ms fixed + {self.per_token * 1e3:.1f} us per token computed per micro-batch "
+                "(the fixed_cost fit)"
+            )
+        return (
+            "all of a micro-batch's time taken to grow with its tokens (no fixed part could be fitted: "
+            f"{self.per_token * 1e3:.1f} us per token)"
+        )
+
+
+def expected_max(lengths: list[int], m: int) -> float:
+    """E[the longest of m rows drawn at random, without replacement, from `lengths` (sorted)]."""
+    n = len(lengths)
+    m = min(m, n)
+    if m <= 0:
+        return 0.0
+    out, prev = 0.0, 0.0
+    below = 0
+    for value in sorted(set(lengths)):
+        below += lengths.count(value)
+        p = 1.0
+        for i in range(m):  # P(all m drawn rows are <= value)
+            p *= max(0, below - i) / (n - i)
+        out += value * (p - prev)
+        prev = p
+    return out
+
+
+def fixed_groups(lengths: list[int], width: float, rows: int, m: int) -> tuple[int, float]:
+    """(micro-batches, tokens computed) for `rows` rows split in groups of m in random order of length, each
+    padded to its longest row (width: the prompt's tokens)."""
+    groups, tokens = 0, 0.0
+    left = rows
+    while left > 0:
+        size = min(m, left)
+        groups += 1
+        tokens += size * (width + expected_max(lengths, size))
+        left -= size
+    return groups, tokens
+
+
+def dynamic_groups(lengths: list[int], width: float, budget: float) -> tuple[int, float]:
+    """(micro-batches, tokens computed) of rlprof's trainer's token-budget packing (trainer/actor.py
+    plan_micro_batches): rows sorted by length, a group grows while rows x its longest row stays in the budget."""
+    w = [width + L for L in sorted(lengths)]
+    groups, tokens, start = 0, 0.0, 0
+    for i in range(1, len(w) + 1):
+        if i == len(w) or (i - start + 1) * w[i] > budget:
+            groups += 1
+            tokens += (i - start) * w[i - 1]
+            start = i
+    return groups, tokens
+
+
+def stratified(lengths: list[int], rows: int) -> list[int]:
+    """`rows` of the sorted lengths spread evenly: what a random mini-batch holds on average."""
+    n = len(lengths)
+    return [lengths[min(n - 1, int((j + 0.5) * n / rows))] for j in range(rows)] if rows < n else list(lengths)

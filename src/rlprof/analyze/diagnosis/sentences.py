@@ -1,0 +1,139 @@
+"""The rendering step of the analysis: a computed finding (analyze/diagnosis/finding.py: numbers and evidence) and its
+predicted saving become the document's finding, with its sentence made from its kind's template in the registry
+(analyze/diagnosis/causes.py), the cause's title, its levers and the saving said in words. Nothing here computes a number
+the findings rank by; the calculations make no text."""
+
+from __future__ import annotations
+
+from ...frameworks.levers import levers
+from .causes import CAUSES, template, where
+from .finding import Finding
+
+
+def sentence(f: Finding) -> str:
+    """The finding's sentence, from its template and fields (its evidence, what only the sentence uses, where)."""
+    fields = {
+        **f.evidence,
+        **f.said,
+        "role": f.role,
+        "stage": f.stage,
+        "rank": f.rank,
+        "impact_ms": f.impact_ms,
+        "where": where(f.role, f.stage),
+    }
+    form = template(f.kind)
+    text = form(fields) if callable(form) else form.format(**fields)
+    others = f.evidence.get("stages", [])[1:] if f.kind in CAUSES else []
+    if others:  # a cause found in several stages (findings.one_per_cause): the first stage's sentence, then the rest
+        text += "; also in " + ", ".join(
+            where(s["role"], s["stage"])
+            + (f" rank {s['rank']}" if f.kind == "slow_rank" or s.get("file") else "")
+            + f" ({_share(s)}{s['impact_ms']:.1f} ms per step)"
+            for s in others
+        )
+    return text
+
+
+def _share(part: dict) -> str:
+    value = part.get("value", part.get("share"))
+    return f"{value:.0%}, " if isinstance(value, (int, float)) else ""
+
+
+def render(f: Finding, saving: dict | None = None) -> dict:
+    """The document's finding: kind, impact, text, evidence, where; the cause's title and levers (none for a
+    descriptive finding); and, for a cause whose saving was predicted or said unpredictable, the saving."""
+    out = {
+        "kind": f.kind,
+        "impact_ms": float(f.impact_ms),
+        "text": sentence(f),
+        "evidence": f.evidence,
+        "role": f.role,
+        "stage": f.stage,
+        "rank": f.rank,
+    }
+    cause = CAUSES.get(f.kind)
+    found = _levers(cause.name, [s["stage"] for s in f.evidence.get("stages", [])] or [f.stage]) if cause else {}
+    out.update(
+        cause=cause.title if cause else None,
+        levers=found,
+        actionable=bool(found),
+        levers_text="; ".join(f"{d}: " + ", ".join(lv["text"] for lv in lvs) for d, lvs in found.items()),
+    )
+    if saving is not None:
+        out.update(
+            saving=saving,
+            saving_ms=saving["saving_ms"],
+            saving_share=saving["saving_share"],
+            saving_text=saving_text(saving),
+        )
+    return out
+
+
+def _levers(cause: str, stages: list) -> dict[str, list[dict]]:
+    """The levers of a cause found in these stages, per dialect: the first stage's first, each lever once."""
+    out: dict[str, list[dict]] = {}
+    for stage in stages:
+        for dialect, found in levers(cause, stage).items():
+            mine = out.setdefault(dialect, [])
+            mine += [lv for lv in found if lv not in mine]
+    return out
+
+
+def saving_text(s: dict) -> str:
+    """A predicted saving in one sentence (or why it is not predictable)."""
+    if s["status"] != "predicted":
+        return f"saving not predictable from this data: {s['why']}"
+    share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
+    return f"predicted saving {s['saving_ms']:.1f} ms per step{share}: {s['assumption']}"
+
+
+# ---- a captured window's cause (analyze/diagnosis/capture_cause.py) -----------------------------------------------------------
+def timeline_slow_rank_sentence(slow, healthy, stage: str, excess_ms: float, extra_wait_ms: float) -> str:
+    """A straggler's slow rank where findings' own rule does not hold and the timeline's straggler rule did."""
+    return (
+        f"slow rank: rank {slow} spends {excess_ms:.1f} ms more than rank {healthy} in {stage} (the timeline's "
+        f"straggler rule), and rank {healthy} waits {extra_wait_ms:.1f} ms more in collectives"
+    )
+
+
+def verdict_sentence(verdict: dict, contrasted: bool) -> str:
+    """What made a captured window slow, in words: its causes (new, or grown from the normal window), those the
+    normal window has too, or that rlprof names none."""
+    causes, in_both = verdict["causes"], verdict["in_both"]
+    if not contrasted:
+        return (
+            "no normal window to contrast with; in the captured window: " + "; ".join(c["title"] for c in causes)
+            if causes
+            else "no cause rlprof names in the captured window"
+        )
+    parts = []
+    if causes:
+        parts.append(
+            "; ".join(
+                f"{c['title']} ({c['cause']}, {_where_captured(c)}, "
+                + (
+                    "not in the normal window"
+                    if c["how"] == "new"
+                    else f"{c['normal_impact_ms']:.1f} -> {c['impact_ms']:.1f} ms"
+                )
+                + ")"
+                for c in causes
+            )
+        )
+    if in_both:
+        parts.append(
+            "in the normal window too, so not why this step was slow: "
+            + "; ".join(f"{c['title']} ({c['cause']}, {_where_captured(c)})" for c in in_both)
+        )
+    if not causes and not in_both:
+        parts.append(
+            "no cause rlprof names in the captured window: what grew is above, its cause is not one rlprof knows"
+        )
+    elif not causes:
+        parts.insert(0, "no cause of this slow step: every cause found in it is the run's own")
+    return "; ".join(parts)
+
+
+def _where_captured(c: dict) -> str:
+    where = f"{c['role']}/{c['stage']}" if c.get("stage") else "the window"
+    return where + (f" rank {c['rank']}" if c.get("rank") is not None else "")

@@ -1,0 +1,3 @@
+"""Reading inputs: finding what a path holds (rlprof's, verl's and MindSpeed-RL's layouts, Ascend collections, a crashed
+run's leftovers) and reading it into tables (`readers/`), manifests, step metrics and the watch's timeline files.
+Uses only `tables`."""
