@@ -111,6 +111,8 @@ def main() -> None:
             "spike": any(s["step"] == spike_step and s["stage"] == "actor_update" for s in doc["spikes"]),
             "spikes": len(doc["spikes"]),
             "drift": [d["stage"] for d in doc["drift"]],
+            # the straggler's slow rank makes reward_compute's job time (its slowest rank) rise from its first step
+            "level_shifts": [(s["stage"], s["from_step"]) for s in doc["level_shifts"]],
         }
         print(
             json.dumps(

@@ -130,7 +130,10 @@ def test_the_driver_captures_the_step_after_the_slowdown_through_verls_own_switc
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert [c["trigger"]["reason"] for c in doc["timeline"]["captures"]] == ["slow"]
-    assert min(s["step"] for s in doc["timeline"]["spikes"]) == 7  # the analysis sees the onset where the driver did
+    # the analysis sees the onset where the driver did: rollout slow from step 7 on, one level shift (not a spike a step)
+    (shift,) = [s for s in doc["timeline"]["level_shifts"] if s["stage"] == "rollout_generate"]
+    assert shift["from_step"] == 7 and shift["after_seconds"] == pytest.approx(4.0)
+    assert not [s for s in doc["timeline"]["spikes"] if s["stage"] == "rollout_generate"]
 
 
 @pytest.mark.parametrize("decode_window", [False, True])

@@ -309,6 +309,18 @@ class Spike(Record, kw_only=True):
     rank: Label
 
 
+class LevelShift(Record, kw_only=True):
+    """A stage that went from one level to another at a step and stayed there (one change point, not a spike a step)."""
+
+    stage: str
+    from_step: int
+    before_seconds: Number
+    after_seconds: Number
+    ratio: Number | None
+    steps: int
+    rank: Label
+
+
 class Drift(Record, kw_only=True):
     """A stage whose last quarter of judged steps is the drift factor x slower than its first."""
 
@@ -423,6 +435,7 @@ class Timeline(Record, kw_only=True):
     captured_steps: list[int]
     per_step: dict[str, PerStep]
     spikes: list[Spike]
+    level_shifts: list[LevelShift]
     drift: list[Drift]
     stragglers: list[Straggler]
     captures: list[Capture]
@@ -577,6 +590,7 @@ REFERENCE_ORDER = (
     Timeline,
     PerStep,
     Spike,
+    LevelShift,
     Drift,
     Straggler,
     Capture,

@@ -70,6 +70,23 @@ def stage_time_chart(timeline: dict) -> dict | None:
                 "hovertemplate": "step %{x}: %{text}<extra></extra>",
             }
         )
+    shifts = timeline.get("level_shifts") or []
+    if shifts:
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "level shift",
+                "x": [s["from_step"] for s in shifts],
+                "y": [s["after_seconds"] for s in shifts],
+                "marker": {"symbol": "triangle-up", "size": 13, "color": "#f58518"},
+                "text": [
+                    esc(f"{s['stage']} from {s['before_seconds']:.3f} s to {s['after_seconds']:.3f} s and stayed")
+                    for s in shifts
+                ],
+                "hovertemplate": "from step %{x}: %{text}<extra></extra>",
+            }
+        )
     busy = timeline.get("busy_steps") or []
     shapes = [
         {
@@ -89,7 +106,8 @@ def stage_time_chart(timeline: dict) -> dict | None:
     return {
         "data": traces,
         "layout": _layout(
-            "Stage time per step (slowest rank); stars: captures, circles: spikes, grey: busy machine",
+            "Stage time per step (slowest rank); stars: captures, circles: spikes, triangles: level shifts, grey: busy"
+            " machine",
             shapes=shapes,
             xaxis={"title": {"text": "step"}},
             yaxis={"title": {"text": "seconds"}},
@@ -100,12 +118,17 @@ def stage_time_chart(timeline: dict) -> dict | None:
 
 
 def flagged_lines(timeline: dict) -> list[str]:
-    """One sentence per flagged spike, drift, straggler and capture (plain text; the caller escapes)."""
+    """One sentence per flagged straggler, level shift, drift, spike and capture (plain text; the caller escapes)."""
     out = []
     for s in timeline.get("stragglers", []):
         out.append(
             f"straggler: rank {s['rank']} in {s['stage']} at {s['steps']} steps from step {s['first_step']} "
             f"(x{s['median_ratio']:.2f} the other ranks' median)"
+        )
+    for s in timeline.get("level_shifts", []):
+        out.append(
+            f"level shift: {s['stage']} went from {s['before_seconds']:.3f} s to {s['after_seconds']:.3f} s at step "
+            f"{s['from_step']} and stayed ({s['steps']} judged steps since; slowest rank {s['rank']} there)"
         )
     for d in timeline.get("drift", []):
         out.append(

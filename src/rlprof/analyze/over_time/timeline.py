@@ -3,8 +3,13 @@ spikes, drift and stragglers flagged by one documented rule each (docs/analysis_
 
 - spike: the job's time of a stage at a step (its slowest rank) over SPIKE_FACTOR x the median of the previous
   WINDOW judged steps, and at least MIN_SECONDS over it;
-- drift: a stage whose median over the last quarter of the judged steps is DRIFT_FACTOR x its median over the first
-  quarter, and at least MIN_SECONDS more;
+- level shift: a stage that goes from one level to another at a step and stays there: its job time at that step over
+  DRIFT_FACTOR x the median of the previous WINDOW judged steps (and MIN_SECONDS over it), the median of the next
+  WINDOW judged steps (SHIFT_STEPS at least, that step first) too, and SHIFT_SHARE of them above the midpoint of the
+  two levels: said once, from that step, not as a spike per step until the median catches up. Spikes after it are
+  judged against the new level (the median restarts there), and drift within the level it ended on;
+- drift: a stage whose median over the last quarter of the judged steps (since its last level shift) is DRIFT_FACTOR
+  x its median over the first quarter, and at least MIN_SECONDS more;
 - straggler: a rank whose time in a stage is over STRAGGLER_FACTOR x the other ranks' median at the same step (with
   3 ranks or more, the median of all ranks stands for it), and at least MIN_SECONDS over it, at STRAGGLER_STEPS
   steps or more and at STRAGGLER_SHARE of the steps after the warm-up (busy ones included: a busy neighbour slows
@@ -30,9 +35,13 @@ STRAGGLER_STEPS = 3
 STRAGGLER_SHARE = 0.25
 MIN_SECONDS = 0.02
 WINDOW = 20
+SHIFT_STEPS = 3
+SHIFT_SHARE = 0.8
 RULES = {
     "spike_factor": SPIKE_FACTOR,
     "drift_factor": DRIFT_FACTOR,
+    "shift_steps": SHIFT_STEPS,
+    "shift_share": SHIFT_SHARE,
     "straggler_factor": STRAGGLER_FACTOR,
     "straggler_steps": STRAGGLER_STEPS,
     "straggler_share": STRAGGLER_SHARE,
@@ -107,6 +116,37 @@ def _rolling_median(series: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+def _levels(series: np.ndarray) -> tuple[np.ndarray, list[tuple[int, float, float, int]]]:
+    """(each position's baseline, the level shifts as (position, level before, level after, steps seen after)):
+    the rolling median of the previous WINDOW judged values (NaN: not judged), restarted at each level shift, so
+    that the steps at a new level are judged against it."""
+    base = _rolling_median(series, WINDOW)
+    where = np.flatnonzero(~np.isnan(series))
+    shifts: list[tuple[int, float, float, int]] = []
+    start = 0  # the judged values from here on are the current level's
+    while True:
+        with np.errstate(invalid="ignore"):
+            jump = (series > DRIFT_FACTOR * base) & (series - base >= MIN_SECONDS)
+        found = None
+        for i in np.flatnonzero(jump[where[start:]] if start < len(where) else []):
+            k = start + int(i)
+            after = series[where[k : k + WINDOW]]
+            if len(after) < SHIFT_STEPS:
+                break
+            before, level = float(base[where[k]]), float(np.median(after))
+            mid = (before + level) / 2
+            if level >= DRIFT_FACTOR * before and level - before >= MIN_SECONDS and (after > mid).mean() >= SHIFT_SHARE:
+                found = (k, before, level, len(after))
+                break
+        if found is None:
+            return base, shifts
+        shifts.append((int(where[found[0]]), *found[1:]))
+        start = found[0]
+        restarted = series.copy()
+        restarted[: where[start]] = np.nan  # the new level's own median, from the shift on
+        base[where[start] :] = _rolling_median(restarted, WINDOW)[where[start] :]
+
+
 def _round(values) -> list:
     """Numbers for JSON: 6 decimals, None where not a number."""
     return [
@@ -172,6 +212,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         "captured_steps": [int(s) for s in steps[(flags & CAPTURED) != 0]],
         "per_step": {},
         "spikes": [],
+        "level_shifts": [],
         "drift": [],
         "stragglers": [],
         "captures": list(captures or []),
@@ -189,9 +230,23 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             median = _median0(times)
         out["per_step"][name] = {"max": _round(job), "median": _round(median)}
         series = np.where(judged, job, np.nan)
-        base = _rolling_median(series, WINDOW)
+        base, shifts = _levels(series)
+        for i, before, after, seen in shifts:
+            out["level_shifts"].append(
+                {
+                    "stage": name,
+                    "from_step": int(steps[i]),
+                    "before_seconds": before,
+                    "after_seconds": after,
+                    "ratio": after / before if before > 0 else None,
+                    "steps": seen,
+                    "rank": ranks[int(np.nanargmax(times[:, i]))],
+                }
+            )
         with np.errstate(invalid="ignore"):
             hit = judged & (job > SPIKE_FACTOR * base) & (job - base >= MIN_SECONDS)
+        for i, *_ in shifts:  # the shift's first step is the change, not a spike
+            hit[i] = False
         for i in np.flatnonzero(hit):
             col = times[:, i]
             out["spikes"].append(
@@ -203,7 +258,8 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
                     "rank": ranks[int(np.nanargmax(col))],
                 }
             )
-        values = series[~np.isnan(series)]
+        values = series[shifts[-1][0] if shifts else 0 :]
+        values = values[~np.isnan(values)]  # the level the stage ended on
         if len(values) >= 8:
             quarter = len(values) // 4
             first, last = float(np.median(values[:quarter])), float(np.median(values[-quarter:]))
