@@ -1,6 +1,6 @@
 """The rollout, sample by sample, as the hosts record it (issue 48's collection side): rlprof's trainer writes one
 record per generated sequence for each step the watch or a window is on (collect/samples.py, trainer/sample_records.py),
-in the layout analyze/samples_file.py reads. The records are checked against what the same run wrote elsewhere: the
+in the layout analyze/inputs/samples_file.py reads. The records are checked against what the same run wrote elsewhere: the
 step's `response_length` in metrics.jsonl, the `rlprof:decode_step` ranges of the step's trace, the rollout window's
 span in the manifest."""
 
@@ -17,7 +17,7 @@ import torch
 from conftest import fill, run_cli
 from helpers import R, profiler
 
-from rlprof.analyze.samples_file import FIELDS, REQUIRED, SAMPLES_DIR, read_samples, sample_files, samples_path
+from rlprof.analyze.inputs.samples_file import FIELDS, REQUIRED, SAMPLES_DIR, read_samples, sample_files, samples_path
 from rlprof.collect.samples import SampleWriter
 
 T = "global_profiler.trigger"

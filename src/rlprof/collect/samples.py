@@ -1,4 +1,4 @@
-"""The rollout's samples as the hosts record them: one record per sample (analyze/samples_file.py says the layout and
+"""The rollout's samples as the hosts record them: one record per sample (analyze/inputs/samples_file.py says the layout and
 the fields), appended as one write() per step (or per engine iteration) to the host's own file in the run directory,
 so that a crash loses at most the records in flight.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..analyze.samples_file import samples_path
+from ..analyze.inputs.samples_file import samples_path
 from ..warn_once import warn_once
 
 log = logging.getLogger("rlprof")

@@ -1,4 +1,4 @@
-"""The trainer's rollout, sample by sample: one record per generated sequence (analyze/samples_file.py names the
+"""The trainer's rollout, sample by sample: one record per generated sequence (analyze/inputs/samples_file.py names the
 fields), written to `samples/rlprof_rank<R>.jsonl` of the run directory (`samples/vllm_rank<R>.jsonl` where vLLM
 generates) for every step the Profiler watches or profiles (`Profiler.samples_wanted`).
 
