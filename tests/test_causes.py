@@ -13,6 +13,7 @@ from conftest import ROOT
 from rlprof.analyze.diagnosis import findings as findings_module
 from rlprof.analyze.diagnosis.causes import CAUSES, DESCRIPTIONS, THRESHOLDS, Cause, predict, template
 from rlprof.analyze.diagnosis.finding import Finding
+from rlprof.analyze.diagnosis.samples import step_summaries
 from rlprof.analyze.diagnosis.findings import diagnose, prediction_context
 from rlprof.analyze.pipeline import analyze
 from rlprof.frameworks.levers import DIALECTS, LEVERS
@@ -187,6 +188,40 @@ def _recorded(name):
 
 
 # cause -> a document where it fires (a function of tmp_path where it is a recorded run)
+def _samples_doc(samples):
+    """A run whose rollout's host recorded its samples (verl's agent loop, a vLLM engine): no decode step says how
+    many rows were active."""
+    return window_doc(
+        [window_row("rollout_generate", "rollout", 100.0), window_row("actor_update", "actor", 50.0)],
+        samples=samples,
+        sample_steps=step_summaries(samples),
+    )
+
+
+def _sample(step, k, ms, **held):
+    return {"step": step, "sample": k, "source": "verl", "start_us": 0.0, "end_us": ms * 1e3, **held}
+
+
+def _slow_tools():
+    return _samples_doc(
+        [_sample(s, k, 100.0 if k == 0 else 20.0, tool_ms=70.0 if k == 0 else 5.0) for s in (1, 2) for k in range(8)]
+    )
+
+
+def _preemption():
+    return _samples_doc([_sample(2, k, 90.0 if k < 2 else 30.0, preemptions=1 if k < 2 else 0) for k in range(16)])
+
+
+def _queued():
+    return _samples_doc([_sample(2, k, 40.0, queue_ms=30.0 if k % 2 else 5.0) for k in range(8)])
+
+
+def _tail_of_samples():
+    return _samples_doc(
+        [_sample(2, k, 100.0 if k == 0 else 20.0, response_tokens=50 if k == 0 else 10) for k in range(8)]
+    )
+
+
 FIRING = {
     "rollout_tail": _tail,
     "padding": _padding,
@@ -198,6 +233,9 @@ FIRING = {
     "memory_headroom": _memory,
     "unused_reference": _unused_reference,
     "slow_rank": _recorded("slow_rank_2"),
+    "slow_tools": _slow_tools,
+    "preemption": _preemption,
+    "queued": _queued,
 }
 
 
@@ -246,3 +284,16 @@ def test_the_analysis_returns_new_values_and_leaves_the_document_alone(name):
     for dialect in DIALECTS:
         fix_from(with_findings, dialect)
     assert with_findings == kept
+
+
+def test_the_rollout_tail_from_samples_where_no_decode_step_says_how_many_ran():
+    """verl's agent loop and vLLM give each sample's start, end and tokens, not decode steps: the tail is measured from
+    the samples and capped by tokens, each sample keeping its own time per token."""
+    doc = _tail_of_samples()
+    found_measures, found = diagnose(doc)
+    (m,) = [m for m in found_measures if m["measure"] == "rollout_tail"]
+    assert m["basis"] == "samples" and m["value"] == pytest.approx(0.8)  # 80 of 100 ms with 1 of 8 running
+    (f,) = [f for f in found if f["kind"] == "rollout_tail"]
+    assert "samples" in f["text"] and f["levers"]["verl"][0]["key"] == "data.max_response_length"
+    cap = f["saving"]["setting"]["max_new_tokens"]
+    assert 10 <= cap < 50 and f["saving"]["saving_ms"] == pytest.approx(100.0 - 100.0 * cap / 50)

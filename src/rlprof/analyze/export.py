@@ -27,6 +27,19 @@ def memory_points(doc: dict) -> list[dict]:
     ]
 
 
+def sample_step_rows(doc: dict) -> list[dict]:
+    """Each step's samples together, flat: the distributions' quantiles and the phases as columns of their own."""
+    out = []
+    for s in doc.get("sample_steps", []):
+        row = {k: v for k, v in s.items() if not isinstance(v, (list, dict))}
+        for name in ("duration_ms", "response_tokens"):
+            for q, v in (s.get(name) or {}).items():
+                row[f"{name}_{q}"] = v
+        row.update({f"{phase}_sum": v for phase, v in s.get("phases_ms", {}).items()})
+        out.append(row)
+    return out
+
+
 def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "") -> list[Path]:
     """One CSV per named table of any document (scalar columns; nested values stay in its JSON)."""
     written = []
@@ -43,7 +56,10 @@ def write_tables(tables: dict[str, list[dict]], out_dir: Path, prefix: str = "")
 
 
 def analysis_tables(doc: dict) -> dict[str, list[dict]]:
-    return {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
+    tables = {name: doc.get(name, []) for name in TABLES} | {"memory": memory_points(doc)}
+    if "samples" in doc:  # the rollout sample by sample, where its host recorded it
+        tables |= {"samples": doc["samples"], "sample_steps": sample_step_rows(doc)}
+    return tables
 
 
 def write_csv(doc: dict, out_dir: Path) -> list[Path]:

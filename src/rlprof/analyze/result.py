@@ -172,6 +172,7 @@ class Input(Record, kw_only=True):
     rank: Label | UnsetType = UNSET
     partial: bool
     bytes_read: int | UnsetType = UNSET
+    clock_base_ns: int | UnsetType = UNSET
     error: str | UnsetType = UNSET
     window_status: str | None | UnsetType = UNSET
     window_bytes: int | None | UnsetType = UNSET
@@ -299,6 +300,25 @@ class PerStep(Record, kw_only=True):
     median: list[Number | None]
 
 
+class RolloutWhy(Record, kw_only=True):
+    """Why rollout_generate was slow at flagged steps, from the samples: their workload against the baseline steps'."""
+
+    steps: list[int]
+    baseline_steps: list[int]
+    span_ms: Number | None
+    baseline_span_ms: Number | None
+    longest_tokens: Number | None
+    baseline_longest_tokens: Number | None
+    ms_per_token: Number | None
+    baseline_ms_per_token: Number | None
+    tool_ms: Number | UnsetType = UNSET
+    baseline_tool_ms: Number | UnsetType = UNSET
+    seconds_ratio: Number | None
+    workload_ratio: Number | None
+    explained_by: str | None
+    slowest: list[SlowSample]
+
+
 class Spike(Record, kw_only=True):
     """A stage's job time (its slowest rank) over the spike factor x the median of the steps before."""
 
@@ -307,6 +327,7 @@ class Spike(Record, kw_only=True):
     seconds: Number
     baseline_seconds: Number
     rank: Label
+    why: RolloutWhy | UnsetType = UNSET
 
 
 class LevelShift(Record, kw_only=True):
@@ -319,6 +340,7 @@ class LevelShift(Record, kw_only=True):
     ratio: Number | None
     steps: int
     rank: Label
+    why: RolloutWhy | UnsetType = UNSET
 
 
 class Drift(Record, kw_only=True):
@@ -328,6 +350,7 @@ class Drift(Record, kw_only=True):
     first_seconds: Number
     last_seconds: Number
     ratio: Number | None
+    why: RolloutWhy | UnsetType = UNSET
 
 
 class Straggler(Record, kw_only=True):
@@ -409,6 +432,27 @@ class CaptureVerdict(Record, kw_only=True):
     text: str
 
 
+class AloneSample(Record, kw_only=True):
+    """The decode steps a captured step's slowest sample ran alone, after the next longest had finished."""
+
+    sample: int
+    response_tokens: int | None
+    next_longest_tokens: int | None
+    decode_steps: list[int]
+    kept: list[int] | None
+    window: list[int] | None
+
+
+class CapturedSamples(Record, kw_only=True):
+    """A captured step's samples: the slowest, where the slowest ran alone, and why the rollout was slow."""
+
+    step: Label
+    samples: int
+    slowest: list[SlowSample]
+    alone: AloneSample | UnsetType = UNSET
+    why: RolloutWhy | UnsetType = UNSET
+
+
 class Beside(Record, kw_only=True):
     """A captured window beside a normal window of the same stage."""
 
@@ -422,6 +466,7 @@ class Beside(Record, kw_only=True):
     buckets: dict[str, BucketPair] | UnsetType = UNSET
     grew: list[OperatorGrowth] | UnsetType = UNSET
     cause: CaptureVerdict
+    samples: CapturedSamples | UnsetType = UNSET
 
 
 class Timeline(Record, kw_only=True):
@@ -457,11 +502,78 @@ class Salvaged(Record, kw_only=True):
     reason: str
 
 
+class Sample(Record, kw_only=True):
+    """One rollout sample as its host recorded it (a field the host does not know is absent, never 0)."""
+
+    step: int
+    rank: int | UnsetType = UNSET
+    replica: int | UnsetType = UNSET
+    sample: int
+    source: str
+    start_us: float | UnsetType = UNSET
+    end_us: float | UnsetType = UNSET
+    prompt_tokens: int | UnsetType = UNSET
+    response_tokens: int | UnsetType = UNSET
+    turns: int | UnsetType = UNSET
+    queue_ms: Number | UnsetType = UNSET
+    prefill_ms: Number | UnsetType = UNSET
+    decode_ms: Number | UnsetType = UNSET
+    generate_ms: Number | UnsetType = UNSET
+    tool_ms: Number | UnsetType = UNSET
+    reward_ms: Number | UnsetType = UNSET
+    preemptions: int | UnsetType = UNSET
+    rollout_pass: int | UnsetType = UNSET
+    first_decode_step: int | UnsetType = UNSET
+    last_decode_step: int | UnsetType = UNSET
+    request_id: str | UnsetType = UNSET
+    finish_reason: str | UnsetType = UNSET
+    cached_tokens: int | UnsetType = UNSET
+    worker: int | UnsetType = UNSET
+
+
+class Quantiles(Record, kw_only=True):
+    """A distribution over a step's samples."""
+
+    p50: Number
+    p90: Number
+    p99: Number
+    max: Number
+
+
+class SlowSample(Record, kw_only=True):
+    """One of a step's slowest samples."""
+
+    sample: int
+    rank: int | UnsetType = UNSET
+    replica: int | UnsetType = UNSET
+    response_tokens: int | UnsetType = UNSET
+    tool_ms: Number | UnsetType = UNSET
+    turns: int | UnsetType = UNSET
+    duration_ms: Number
+
+
+class SampleStep(Record, kw_only=True):
+    """One step's samples together: their distribution, the rollout's tail, the slowest, phases and preemptions."""
+
+    step: int
+    samples: int
+    duration_ms: Quantiles | None
+    response_tokens: Quantiles | None
+    span_ms: Number | None
+    tail_ms: Number | None
+    tail_share: Number | None
+    slowest: list[SlowSample]
+    phases_ms: dict[str, Number]
+    preemptions: int | UnsetType = UNSET
+    preempted_samples: int | UnsetType = UNSET
+
+
 class Analysis(Record, kw_only=True):
     """The analysis of one run, trace or directory: analysis.json as typed values.
 
     `rlprof.analyze(path)` makes one; `Analysis.load(path)` reads an analysis.json; `to_json()` writes one.
-    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory) as
+    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory; samples and
+    sample_steps where the rollout's host recorded its samples) as
     numpy columns, the same scalar columns the CSV / DuckDB export writes."""
 
     schema_version: int
@@ -476,6 +588,8 @@ class Analysis(Record, kw_only=True):
     memory: list[Memory]
     timeline: Timeline | UnsetType = UNSET
     run_config: RunConfig | None
+    samples: list[Sample] | UnsetType = UNSET
+    sample_steps: list[SampleStep] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
 
@@ -583,6 +697,10 @@ REFERENCE_ORDER = (
     Memory,
     RunConfig,
     Unprofiled,
+    Sample,
+    SampleStep,
+    Quantiles,
+    SlowSample,
     Measure,
     Finding,
     Lever,
@@ -591,11 +709,14 @@ REFERENCE_ORDER = (
     PerStep,
     Spike,
     LevelShift,
+    RolloutWhy,
     Drift,
     Straggler,
     Capture,
     Trigger,
     Beside,
+    CapturedSamples,
+    AloneSample,
     BucketPair,
     OperatorGrowth,
     CaptureVerdict,

@@ -271,6 +271,35 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
             Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch", OLD_LOG_PROB + REF_LOG_PROB),
         ),
     },
+    "slow_tools": {
+        "verl": (
+            Lever(VA + "rollout.multi_turn.max_parallel_calls", "raise", "a turn's tool calls run at once"),
+            Lever(VA + "rollout.multi_turn.max_tool_response_length", "lower", "shorter tool answers to read back"),
+        ),
+        "mindspeed": (
+            Lever("rl_config.max_parallel_calls", "raise", "a turn's tool calls run at once"),
+            Lever("rl_config.max_tool_response_length", "lower", "shorter tool answers to read back"),
+        ),
+    },
+    "preemption": {
+        "verl": (
+            Lever(VA + "rollout.gpu_memory_utilization", "raise", "more KV-cache memory: fewer samples evicted"),
+            Lever(VA + "rollout.max_num_seqs", "lower", "fewer samples at once share the KV cache"),
+            Lever(VA + "rollout.enable_prefix_caching", "True", "a group's shared prompt cached once"),
+        ),
+        "mindspeed": (
+            Lever("generate_config.gpu_memory_utilization", "raise", "more KV-cache memory: fewer samples evicted"),
+            Lever("generate_config.max_num_seqs", "lower", "fewer samples at once share the KV cache"),
+        ),
+    },
+    "queued": {
+        "verl": (
+            Lever(VA + "rollout.agent.num_workers", "raise", "more agent-loop workers send samples at once"),
+            Lever(VA + "rollout.max_num_seqs", "raise", "more samples run at once in the engine"),
+        ),
+        "mindspeed": (Lever("generate_config.max_num_seqs", "raise", "more samples run at once in the engine"),),
+        "rlprof": (Lever("rollout.replicas", "raise", "async rollout: more replicas take requests at once"),),
+    },
     "memory_headroom": {
         "verl": (
             Lever(

@@ -47,6 +47,9 @@ THRESHOLDS = {
     "weight_sync_share": 0.15,  # weight sync, at least this share of the step
     "launch_bound_share": 0.25,  # device idle waiting on launches, at least this share of a stage
     "memory_use_low": 0.50,  # peak allocated below this share of the device's memory: room left
+    "tool_share": 0.30,  # the slowest samples' time in tool calls, at least this share of theirs
+    "preempted_share": 0.05,  # samples the engine preempted (and recomputed), at least this share
+    "queue_share": 0.20,  # samples' time queued before their generation began, at least this share of their time
 }
 
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
@@ -119,9 +122,15 @@ CAUSES: dict[str, Cause] = {
             measure="rollout_tail",
             threshold="tail_share",
             impact="the decode-step time in the tail, per pass",
-            sentence="rollout tail: {value:.0%} of {where}'s decode time is spent with fewer than half of the rows still "
-            "generating ({tail_steps} of {decode_steps} decode steps; {mean_active_share:.0%} of rows active on "
-            "average)",
+            sentence=lambda x: (
+                f"rollout tail: {x['value']:.0%} of {x['where']}'s rollout is spent with fewer than half of its samples "
+                f"still running ({x['tail_ms']:.1f} of {x['decode_ms']:.1f} ms per step over {x['steps']} step(s) of "
+                f"{x['samples_per_step']:.0f} samples, from the samples' own start and end)"
+                if x.get("basis") == "samples"
+                else f"rollout tail: {x['value']:.0%} of {x['where']}'s decode time is spent with fewer than half of the "
+                f"rows still generating ({x['tail_steps']} of {x['decode_steps']} decode steps; "
+                f"{x['mean_active_share']:.0%} of rows active on average)"
+            ),
             saving=savings.rollout_tail,
             judge=lambda m, j: (
                 m["tail_ms"]
@@ -217,6 +226,41 @@ CAUSES: dict[str, Cause] = {
             "({launch_bound_ms:.1f} of {wall_ms:.1f} ms)",
             saving=savings.launch_bound,
             judge=lambda m, j: m["launch_bound_ms"] if m["value"] >= j.t["launch_bound_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "slow_tools",
+            "slow tool calls: the samples the step waits for spend their time waiting on tools",
+            measure="tool_share",
+            threshold="tool_share",
+            impact="the tool time of each step's slowest sample",
+            sentence="slow tools: each step's slowest sample spends {value:.0%} of its time in tool calls "
+            "({tool_ms:.1f} of {slowest_ms:.1f} ms, mean over {steps} step(s)): the batch waits for it",
+            saving=savings.slow_tools,
+            judge=lambda m, j: m["tool_ms"] if m["value"] >= j.t["tool_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "preemption",
+            "preemption: the engine evicts running samples for lack of KV-cache memory and recomputes them",
+            measure="preempted_share",
+            threshold="preempted_share",
+            impact="how much longer each step's slowest preempted sample took than its median sample",
+            sentence="preemption: the engine preempted {value:.0%} of the samples ({preempted} of {samples}, "
+            "{preemptions} preemptions); the slowest preempted sample took {excess_ms:.1f} ms more than the median, "
+            "per step",
+            saving="the recomputation a preemption costs is not in the samples' records (the engine counts "
+            "preemptions, not their time): rlprof cannot say what more KV-cache memory would save",
+            judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "queued",
+            "a queue before generation: samples wait for a free engine slot or agent worker before they start",
+            measure="queue_share",
+            threshold="queue_share",
+            impact="each step's longest wait in the queue",
+            sentence="queued: samples wait {value:.0%} of their time before their generation starts ({queue_ms:.1f} ms "
+            "a sample; the longest wait {longest_queue_ms:.1f} ms per step)",
+            saving=savings.queued,
+            judge=lambda m, j: m["longest_queue_ms"] if m["value"] >= j.t["queue_share"] and j.large(m) else None,
         ),
         Cause(
             "memory_headroom",

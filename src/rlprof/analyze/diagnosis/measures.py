@@ -15,6 +15,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from .samples import sample_measures
+
 TAIL_ACTIVE = 0.5  # a decode step with fewer than this share of its rows still generating is in the tail
 MIN_FIT_UNITS = 6  # units needed to fit wall = fixed + per_token x tokens
 MIN_TOKEN_SPREAD = 1.2  # and their token counts must differ at least this much (max / min)
@@ -263,9 +265,17 @@ def memory_headroom(doc: dict) -> list[dict]:
 
 
 def measures(doc: dict, means: dict) -> list[dict]:
-    """Every RL measure of the document (`means`: findings.stage_means)."""
+    """Every RL measure of the document (`means`: findings.stage_means). The rollout's tail is measured from its
+    decode steps where they say how many rows were active, else from its samples (diagnosis/samples.py)."""
+    from_samples = sample_measures(doc)
+    tails = rollout_tail(doc)
+    if any(m["status"] == "measured" for m in tails):
+        from_samples = [m for m in from_samples if m["measure"] != "rollout_tail"]
+    elif any(m["measure"] == "rollout_tail" for m in from_samples):
+        tails = [m for m in tails if m["stage"] != "rollout_generate"]
     return (
-        rollout_tail(doc)
+        tails
+        + from_samples
         + padding(doc)
         + fixed_cost(doc)
         + recompute(doc, means)

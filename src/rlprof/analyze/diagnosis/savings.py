@@ -22,6 +22,7 @@ from collections import defaultdict
 from ...frameworks.levers import levers_for
 from .finding import Finding
 from .measures import TAIL_ACTIVE, _units_by_stage
+from .samples import duration_ms, tail_of
 from .prediction import (
     Cost,
     PredictionContext,
@@ -111,6 +112,8 @@ def slow_rank(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
 def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """Cap responses at C tokens, the longest cap whose tail stays at MARGIN of the threshold: saving = the decode
     steps past C + the per-token time of the response tokens past C in the log-prob and update passes."""
+    if f.evidence.get("basis") == "samples":
+        return _tail_from_samples(ctx, f)
     passes = _decode_passes(ctx.doc)
     if not passes:
         return not_predictable("the decode steps do not say how many rows were active")
@@ -127,6 +130,72 @@ def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
             f"cap of {cap} tokens removes the decode steps past it ({removed:.1f} of {_decode_ms(passes):.1f} ms in the "
             f"profiled step); {words}; {cut:.0%} of this run's responses are longer than {cap} and are cut (their reward "
             "changes)"
+        ),
+        {"max_new_tokens": cap},
+        responses_cut=cut,
+    )
+
+
+def slow_tools(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """tool_ms of each step's slowest sample: its tool calls no longer hold the batch (an upper bound: the sample
+    still generates, and the next slowest may take its place)."""
+    return predicted(
+        ctx,
+        {f.stage: f.evidence["tool_ms"]},
+        "each step's slowest sample no longer waits on its tools (calls made in parallel, answers cut shorter): all of "
+        "its tool time saved, an upper bound (the next slowest sample may then hold the batch)",
+    )
+
+
+def queued(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """longest_queue_ms: with enough engine slots or agent workers, no sample waits to start (an upper bound: the
+    longest-waiting sample may not be the one the step ends with)."""
+    return predicted(
+        ctx,
+        {f.stage: f.evidence["longest_queue_ms"]},
+        "no sample waits for a free slot or worker before its generation: each step's longest wait saved, an upper "
+        "bound (the sample that waited longest may not be the one the step ends with)",
+    )
+
+
+def _tail_from_samples(ctx: PredictionContext, f: Finding) -> dict:
+    """The rollout's tail from its samples: cap responses at C tokens, the longest cap whose tail (samples.tail_of)
+    stays at MARGIN of the threshold; each sample keeps its own time per token, so a capped sample ends after C of
+    its tokens; saving = each batch's span less its span capped (mean per step)."""
+    batches: dict = defaultdict(list)
+    for r in ctx.doc.get("samples", []):
+        if r.get("response_tokens") and duration_ms(r) is not None:
+            batches[(r["step"], r.get("rollout_pass", 0), r.get("replica"))].append(r)
+    if not batches:
+        return not_predictable("the samples do not say how many tokens they generated")
+
+    def capped(batch, cap):
+        return [
+            {**r, "end_us": r["start_us"] + (r["end_us"] - r["start_us"]) * min(1.0, cap / r["response_tokens"])}
+            for r in batch
+        ]
+
+    limit = MARGIN * ctx.t["tail_share"]
+    longest = max(r["response_tokens"] for b in batches.values() for r in b)
+    cap = longest
+    for c in range(longest, 0, -1):
+        spans = [tail_of(capped(b, c)) for b in batches.values()]
+        cap = c
+        if sum(t for _, t in spans) <= limit * sum(s for s, _ in spans):
+            break
+    steps = len({k[0] for k in batches})
+    before = sum(tail_of(b)[0] for b in batches.values())
+    after = sum(tail_of(capped(b, cap))[0] for b in batches.values())
+    rows = [r for b in batches.values() for r in b]
+    cut = sum(r["response_tokens"] > cap for r in rows) / len(rows)
+    return predicted(
+        ctx,
+        {f.stage: (before - after) / steps},
+        (
+            f"responses capped at {cap} tokens, each sample keeping its own time per token (from its start and end): the "
+            f"batch ends when its longest capped sample does ({(before - after) / steps:.1f} of {before / steps:.1f} ms "
+            f"per step); the log-prob and update passes would compute shorter rows too, not counted: a lower bound; "
+            f"{cut:.0%} of the samples are longer than {cap} and are cut (their reward changes)"
         ),
         {"max_new_tokens": cap},
         responses_cut=cut,

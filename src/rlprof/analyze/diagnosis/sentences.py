@@ -137,3 +137,51 @@ def verdict_sentence(verdict: dict, contrasted: bool) -> str:
 def _where_captured(c: dict) -> str:
     where = f"{c['role']}/{c['stage']}" if c.get("stage") else "the window"
     return where + (f" rank {c['rank']}" if c.get("rank") is not None else "")
+
+
+# ---- the rollout's samples (analyze/over_time/rollout_why.py) ----------------------------------------------------------
+WHY_WORDS = {
+    "response_tokens": "its workload explains it: the longest sample generated {longest_tokens:.0f} tokens against "
+    "{baseline_longest_tokens:.0f}",
+    "tool_time": "its workload explains it: the slowest sample waited {tool_ms:.1f} ms on tools against "
+    "{baseline_tool_ms:.1f}",
+    "time_per_token": "not its workload: each token took {ms_per_token:.2f} ms against {baseline_ms_per_token:.2f} "
+    "(the longest sample {longest_tokens:.0f} tokens against {baseline_longest_tokens:.0f})",
+}
+
+
+def why_sentence(why: dict) -> str:
+    """Whether the samples' workload explains a slow rollout, in words."""
+    if why.get("explained_by") is None:
+        return "the samples do not say whether their workload explains it"
+    ratio = f"the rollout took {why['seconds_ratio']:.2f}x its baseline; " if why.get("seconds_ratio") else ""
+    return ratio + WHY_WORDS[why["explained_by"]].format(**why)
+
+
+def samples_sentence(said: dict) -> str:
+    """A captured step's samples: the slowest named, where the slowest ran alone, and why, in words."""
+    slowest = ", ".join(
+        f"sample {s['sample']}"
+        + (f" of rank {s['rank']}" if s.get("rank") is not None else "")
+        + (f" of replica {s['replica']}" if s.get("replica") is not None else "")
+        + f" ({s['duration_ms']:.1f} ms"
+        + (f", {s['response_tokens']} tokens" if s.get("response_tokens") is not None else "")
+        + (f", {s['tool_ms']:.1f} ms in tools" if s.get("tool_ms") is not None else "")
+        + ")"
+        for s in said["slowest"]
+    )
+    text = f"the slowest of the step's {said['samples']} samples: {slowest}"
+    alone = said.get("alone")
+    if alone:
+        a, b = alone["decode_steps"]
+        text += (
+            f"; decode steps {a}-{b} ran for sample {alone['sample']} alone ({alone['response_tokens']} tokens, the next "
+            f"longest {alone['next_longest_tokens']})"
+        )
+        if alone["kept"]:
+            text += f", {alone['kept'][0]}-{alone['kept'][1]} of them in the captured window"
+        elif alone["window"]:
+            text += f", none of them in the captured window ({alone['window'][0]}-{alone['window'][1]})"
+    if said.get("why"):
+        text += "; " + why_sentence(said["why"])
+    return text

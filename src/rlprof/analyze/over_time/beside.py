@@ -12,6 +12,8 @@ from __future__ import annotations
 from ...vocab import STAGE_ROLE
 from ..window.breakdown import BUCKETS
 from ..diagnosis.capture_cause import judge, slow_rank_cause
+from ..diagnosis.sentences import samples_sentence
+from .rollout_why import captured_samples
 
 SHOWN_BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "idle_ms")
 TOP_GREW = 5
@@ -62,7 +64,7 @@ def captures_beside(doc: dict) -> list[dict]:
     out = []
     for cap in captures:
         t = cap["trigger"]
-        if t.get("reason") == "straggler" and cap["rank"] != t.get("rank"):
+        if not _judged(cap):
             continue  # the healthy rank captured beside the straggler: it is the normal window
         stage = t.get("stage")
         pair = _straggler_pair(cap, captures)
@@ -100,7 +102,18 @@ def captures_beside(doc: dict) -> list[dict]:
         )
         grew = _grew(doc, cap["path"], normal_file, stage)
         out.append(_beside(cap, stage, normal_file, why) | {"buckets": buckets, "grew": grew, "cause": cause})
+    for record, cap in zip(out, [c for c in captures if _judged(c)]):
+        said = captured_samples(doc, cap) if record["stage"] in ("rollout_generate", "step", None) else None
+        if said is not None:  # the rollout's samples at the captured step: the slowest named, and where they ran alone
+            record["samples"] = said
+            record["cause"]["text"] += "; " + samples_sentence(said)
     return out
+
+
+def _judged(cap: dict) -> bool:
+    """A capture that gets its own `beside` record (a straggler's healthy rank is the other one's normal window)."""
+    t = cap["trigger"]
+    return not (t.get("reason") == "straggler" and cap["rank"] != t.get("rank"))
 
 
 def _beside(cap: dict, stage, normal: str | None, why: str) -> dict:

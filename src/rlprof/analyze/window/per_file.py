@@ -85,6 +85,7 @@ def analyze_file(
             "rank": info.get("rank"),
             "partial": trace.partial,
             "bytes_read": trace.bytes_read,
+            **({"clock_base_ns": trace.meta.baseTimeNanoseconds} if trace.meta.baseTimeNanoseconds else {}),
             "window_status": meta.get("status"),
             "window_bytes": meta.get("bytes"),
             "tool": info.get("tool"),

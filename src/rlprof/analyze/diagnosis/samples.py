@@ -1,0 +1,210 @@
+"""The rollout, sample by sample: the hosts' per-sample records (inputs/samples_file.py) as the document's `samples`
+table on the trace's clock, and each step's distribution (`sample_steps`): how long its samples took and how many
+tokens they generated (p50/p90/p99/max), the share of its rollout the batch spent with fewer than half of its samples
+still running (the tail), its slowest samples, its phases summed and its preemptions.
+
+A step's rollout lasts as long as its slowest sample: the tail is where the batch waits for a few. Each generation
+pass of a step (DAPO's refills: `rollout_pass`) is one batch; a step's tail and span are its passes' sums.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+TAIL_RUNNING = 0.5  # fewer than this share of a pass's samples still running: the batch is in its tail
+SLOWEST = 3  # the slowest samples a step names
+PHASES = ("queue_ms", "prefill_ms", "decode_ms", "generate_ms", "tool_ms", "reward_ms")
+TABLE_FIELDS = (
+    "step",
+    "rank",
+    "replica",
+    "sample",
+    "source",
+    "start_us",
+    "end_us",
+    "prompt_tokens",
+    "response_tokens",
+    "turns",
+    *PHASES,
+    "preemptions",
+    "rollout_pass",
+    "first_decode_step",
+    "last_decode_step",
+    "request_id",
+    "finish_reason",
+    "cached_tokens",
+    "worker",
+)
+
+
+def sample_table(records: list[dict], clock_base_us: float | None) -> list[dict]:
+    """The records as the document keeps them: their known fields only (an unknown one stays absent), times moved
+    onto the trace's clock (the host's epoch microseconds less the traces' `baseTimeNanoseconds`, where the run's
+    traces have one), ordered by step, rank or replica, and sample."""
+    base = clock_base_us or 0.0
+    out = []
+    for r in records:
+        row = {k: r[k] for k in TABLE_FIELDS if k in r}
+        for k in ("start_us", "end_us"):
+            if k in row:
+                row[k] = float(row[k]) - base
+        out.append(row)
+    key = lambda r: (r["step"], r.get("rank", -1), r.get("replica", -1), r.get("rollout_pass", 0), r["sample"])  # noqa: E731
+    return sorted(out, key=key)
+
+
+def duration_ms(r: dict) -> float | None:
+    return (r["end_us"] - r["start_us"]) / 1e3 if "start_us" in r and "end_us" in r else None
+
+
+def _quantiles(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    a = np.asarray(values, float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
+
+
+def tail_of(timed: list[dict]) -> tuple[float, float]:
+    """(the batch's span, the time in it with fewer than TAIL_RUNNING of its samples still running), in ms: a sweep
+    over the samples' starts and ends."""
+    if not timed:
+        return 0.0, 0.0
+    edges = sorted([(r["start_us"], 1) for r in timed] + [(r["end_us"], -1) for r in timed])
+    limit = TAIL_RUNNING * len(timed)
+    running, tail, last = 0, 0.0, edges[0][0]
+    for t, change in edges:
+        if running < limit:
+            tail += t - last
+        running += change
+        last = t
+    return (edges[-1][0] - edges[0][0]) / 1e3, tail / 1e3
+
+
+def step_summaries(samples: list[dict]) -> list[dict]:
+    """Per step: its samples' distribution, its tail, its slowest samples, its phases summed and its preemptions."""
+    by_step: dict = defaultdict(list)
+    for r in samples:
+        by_step[r["step"]].append(r)
+    out = []
+    for step, rows in sorted(by_step.items()):
+        timed = [r for r in rows if duration_ms(r) is not None]
+        passes: dict = defaultdict(list)
+        for r in timed:
+            passes[(r.get("rollout_pass", 0), r.get("replica") if r.get("source") != "rlprof" else None)].append(r)
+        span = tail = 0.0
+        for batch in passes.values():
+            s, t = tail_of(batch)
+            span, tail = span + s, tail + t
+        slowest = sorted(timed, key=lambda r: -duration_ms(r))[:SLOWEST]
+        summary = {
+            "step": step,
+            "samples": len(rows),
+            "duration_ms": _quantiles([duration_ms(r) for r in timed]),
+            "response_tokens": _quantiles([r["response_tokens"] for r in rows if "response_tokens" in r]),
+            "span_ms": span if timed else None,
+            "tail_ms": tail if timed else None,
+            "tail_share": tail / span if span > 0 else None,
+            "slowest": [
+                {k: r[k] for k in ("sample", "rank", "replica", "response_tokens", "tool_ms", "turns") if k in r}
+                | {"duration_ms": duration_ms(r)}
+                for r in slowest
+            ],
+            "phases_ms": {p: sum(r[p] for r in rows if p in r) for p in PHASES if any(p in r for r in rows)},
+        }
+        if any("preemptions" in r for r in rows):
+            summary["preemptions"] = sum(r.get("preemptions", 0) for r in rows)
+            summary["preempted_samples"] = sum(1 for r in rows if r.get("preemptions", 0) > 0)
+        out.append(summary)
+    return out
+
+
+def clock_base_us(inputs: list[dict]) -> float | None:
+    """The traces' clock origin (Kineto's `baseTimeNanoseconds`, in µs): where the run's traces have one."""
+    bases = {i["clock_base_ns"] for i in inputs if i.get("clock_base_ns") is not None}
+    return min(bases) / 1e3 if bases else None
+
+
+# ---- measures over the samples (measures.py lists them with the rest; docs/analysis_schema.md gives each formula) ----
+ROLLOUT = ("rollout", "rollout_generate")
+
+
+def _record(measure: str, value, status: str = "measured", **inputs) -> dict:
+    return {"measure": measure, "role": ROLLOUT[0], "stage": ROLLOUT[1], "value": value, "status": status, **inputs}
+
+
+def sample_measures(doc: dict) -> list[dict]:
+    """The causes a rollout's samples show: its tail (where no decode step says how many rows were active), its
+    slowest samples' tool calls, preemptions and a queue before generation. Only where the host recorded what each
+    needs: a measure of a field no sample has is not made."""
+    steps = doc.get("sample_steps") or []
+    samples = doc.get("samples") or []
+    out = []
+    timed = [s for s in steps if s.get("span_ms")]
+    if timed:
+        span, tail = sum(s["span_ms"] for s in timed), sum(s["tail_ms"] for s in timed)
+        out.append(
+            _record(
+                "rollout_tail",
+                tail / span,
+                basis="samples",
+                tail_ms=tail / len(timed),
+                decode_ms=span / len(timed),
+                steps=len(timed),
+                samples_per_step=sum(s["samples"] for s in timed) / len(timed),
+                tail_running=TAIL_RUNNING,
+            )
+        )
+    slow = [(s, s["slowest"][0]) for s in timed if s["slowest"] and "tool_ms" in s["slowest"][0]]
+    if slow:
+        tool = sum(x["tool_ms"] for _, x in slow)
+        out.append(
+            _record(
+                "tool_share",
+                tool / sum(x["duration_ms"] for _, x in slow),
+                tool_ms=tool / len(slow),
+                slowest_ms=sum(x["duration_ms"] for _, x in slow) / len(slow),
+                steps=len(slow),
+            )
+        )
+    known = [r for r in samples if "preemptions" in r]
+    if known:
+        hit = [r for r in known if r["preemptions"] > 0]
+        out.append(
+            _record(
+                "preempted_share",
+                len(hit) / len(known),
+                preempted=len(hit),
+                samples=len(known),
+                preemptions=sum(r["preemptions"] for r in hit),
+                excess_ms=_preempted_excess(hit, steps),
+            )
+        )
+    waited = [r for r in samples if "queue_ms" in r and duration_ms(r) is not None]
+    if waited:
+        queue = sum(r["queue_ms"] for r in waited)
+        longest: dict = defaultdict(float)
+        for r in waited:
+            longest[r["step"]] = max(longest[r["step"]], r["queue_ms"])
+        out.append(
+            _record(
+                "queue_share",
+                queue / (queue + sum(duration_ms(r) for r in waited)),
+                queue_ms=queue / len(waited),
+                longest_queue_ms=sum(longest.values()) / len(longest),
+                steps=len(longest),
+            )
+        )
+    return out
+
+
+def _preempted_excess(hit: list[dict], steps: list[dict]) -> float:
+    """Per step, how much longer its slowest preempted sample took than the step's median sample (mean over steps)."""
+    median = {s["step"]: s["duration_ms"]["p50"] for s in steps if s.get("duration_ms")}
+    worst: dict = {}
+    for r in hit:
+        if duration_ms(r) is not None and r["step"] in median:
+            worst[r["step"]] = max(worst.get(r["step"], 0.0), duration_ms(r) - median[r["step"]])
+    return sum(worst.values()) / len(worst) if worst else 0.0

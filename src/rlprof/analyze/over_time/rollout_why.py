@@ -1,0 +1,142 @@
+"""Why a rollout was slow, from its samples: for each spike, level shift or drift of rollout_generate in the run over
+time, whether the step's workload explains it (its longest sample generated more tokens, or waited longer on tools,
+in proportion to the time) or not (each token, or each turn, took longer), with the samples that held the batch.
+
+The rule (docs/analysis_schema.md, "timeline"): the rollout's time grew `seconds_ratio` times over its baseline (the
+judged steps before it: a spike's previous WINDOW, a level shift's steps before it, a drift's first quarter); its
+workload grew `workload_ratio` times (the longest sample's response tokens, or its tool time where the host records
+tools, over the baseline steps' median); the workload explains it where it grew at least EXPLAINED of the time's
+growth (ratios over 1), else the time per token rose (`ms_per_token`, the rollout's span over its longest sample's
+tokens: a batch decodes as long as its longest sample).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .timeline import WINDOW
+
+EXPLAINED = 0.75
+STAGE = "rollout_generate"
+
+
+def _workload(s: dict) -> dict:
+    slowest = s["slowest"][0] if s.get("slowest") else {}
+    longest = (s.get("response_tokens") or {}).get("max")
+    span = s.get("span_ms")
+    out = {"step": s["step"], "longest_tokens": longest, "span_ms": span}
+    if "tool_ms" in slowest:
+        out["tool_ms"] = slowest["tool_ms"]
+    if longest and span:
+        out["ms_per_token"] = span / longest
+    return out
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _why(now: list[dict], base: list[dict]) -> dict | None:
+    """The comparison of the flagged steps' samples with the baseline steps'; None where either has none timed."""
+    now = [w for w in now if w["span_ms"]]
+    base = [w for w in base if w["span_ms"]]
+    if not now or not base:
+        return None
+    get = lambda ws, k: _median(w.get(k) for w in ws)  # noqa: E731
+    out = {
+        "steps": [w["step"] for w in now],
+        "baseline_steps": [w["step"] for w in base],
+        "span_ms": get(now, "span_ms"),
+        "baseline_span_ms": get(base, "span_ms"),
+        "longest_tokens": get(now, "longest_tokens"),
+        "baseline_longest_tokens": get(base, "longest_tokens"),
+        "ms_per_token": get(now, "ms_per_token"),
+        "baseline_ms_per_token": get(base, "ms_per_token"),
+    }
+    if get(now, "tool_ms") is not None and get(base, "tool_ms") is not None:
+        out["tool_ms"], out["baseline_tool_ms"] = get(now, "tool_ms"), get(base, "tool_ms")
+    ratios = [
+        out[k] / out["baseline_" + k]
+        for k in ("longest_tokens", "tool_ms")
+        if out.get(k) is not None and out.get("baseline_" + k)
+    ]
+    seconds = out["span_ms"] / out["baseline_span_ms"] if out["baseline_span_ms"] else None
+    workload = max(ratios) if ratios else None
+    out["seconds_ratio"], out["workload_ratio"] = seconds, workload
+    if seconds is None or workload is None:
+        out["explained_by"] = None
+    elif seconds > 1 and workload - 1 >= EXPLAINED * (seconds - 1):
+        grew_tools = len(ratios) > 1 and ratios[1] >= ratios[0]
+        out["explained_by"] = "tool_time" if grew_tools else "response_tokens"
+    else:
+        out["explained_by"] = "time_per_token"
+    return out
+
+
+def explain_rollout(timeline: dict, sample_steps: list[dict]) -> None:
+    """Adds `why` to each spike, level shift and drift of rollout_generate where the run recorded its samples, and
+    the flagged step's slowest samples."""
+    by_step = {s["step"]: _workload(s) for s in sample_steps}
+    if not by_step:
+        return
+    flagged = set(timeline["busy_steps"]) | set(timeline["warmup_steps"]) | set(timeline["captured_steps"])
+    judged = [s for s in timeline["steps"] if s not in flagged and s in by_step]
+    slowest = {s["step"]: s.get("slowest", []) for s in sample_steps}
+    for spike in (e for e in timeline["spikes"] if e["stage"] == STAGE and e["step"] in by_step):
+        before = [s for s in judged if s < spike["step"]][-WINDOW:]
+        why = _why([by_step[spike["step"]]], [by_step[s] for s in before])
+        if why:
+            spike["why"] = {**why, "slowest": slowest[spike["step"]]}
+    for shift in (e for e in timeline.get("level_shifts", []) if e["stage"] == STAGE):
+        before = [s for s in judged if s < shift["from_step"]][-WINDOW:]
+        after = [s for s in judged if s >= shift["from_step"]][:WINDOW] or [shift["from_step"]]
+        why = _why([by_step[s] for s in after if s in by_step], [by_step[s] for s in before])
+        if why:
+            shift["why"] = {**why, "slowest": slowest.get(shift["from_step"], [])}
+    for drift in (e for e in timeline["drift"] if e["stage"] == STAGE):
+        quarter = max(1, len(judged) // 4)
+        why = _why([by_step[s] for s in judged[-quarter:]], [by_step[s] for s in judged[:quarter]])
+        if why:
+            drift["why"] = {**why, "slowest": slowest.get(judged[-1], [])}
+
+
+def captured_samples(doc: dict, cap: dict) -> dict | None:
+    """A captured step's samples (on the captured rank where the host says the rank): its slowest, the decode steps
+    where its slowest sample ran alone (after the next longest had finished) and how many of those the captured
+    window kept, and `why` against the judged steps before it (as a spike's). None where the run has no samples of
+    that step."""
+    steps = {s["step"]: s for s in doc.get("sample_steps", [])}
+    if cap["step"] not in steps:
+        return None
+    mine = [
+        s
+        for s in doc["samples"]
+        if s["step"] == cap["step"] and (s.get("rank") is None or cap.get("rank") is None or s["rank"] == cap["rank"])
+    ]
+    out: dict = {"step": cap["step"], "samples": len(mine), "slowest": steps[cap["step"]]["slowest"]}
+    decoded = sorted((s for s in mine if "last_decode_step" in s), key=lambda s: -s["last_decode_step"])
+    if len(decoded) >= 2 and decoded[0]["last_decode_step"] > decoded[1]["last_decode_step"]:
+        first, last = decoded[1]["last_decode_step"] + 1, decoded[0]["last_decode_step"]
+        kept = sorted(
+            r["index"]
+            for r in doc["rows"]
+            if r.get("file") == cap["path"] and r.get("unit") == "decode_step" and isinstance(r.get("index"), int)
+        )
+        inside = [k for k in kept if first <= k <= last]
+        out["alone"] = {
+            "sample": decoded[0]["sample"],
+            "response_tokens": decoded[0].get("response_tokens"),
+            "next_longest_tokens": decoded[1].get("response_tokens"),
+            "decode_steps": [first, last],
+            "kept": [inside[0], inside[-1]] if inside else None,
+            "window": [kept[0], kept[-1]] if kept else None,
+        }
+    timeline = doc.get("timeline") or {}
+    flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
+    flagged |= set(timeline.get("captured_steps", []))
+    before = [s for s in sorted(steps) if s < cap["step"] and s not in flagged][-WINDOW:]
+    why = _why([_workload(steps[cap["step"]])], [_workload(steps[s]) for s in before])
+    if why:
+        out["why"] = why
+    return out
