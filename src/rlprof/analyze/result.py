@@ -316,7 +316,9 @@ class RolloutWhy(Record, kw_only=True):
     seconds_ratio: Number | None
     workload_ratio: Number | None
     explained_by: str | None
-    slowest: list[SlowSample]
+    cause: str | UnsetType = UNSET
+    levers: dict[str, list[Lever]] | UnsetType = UNSET
+    slowest: list[SlowSample] | UnsetType = UNSET
 
 
 class Spike(Record, kw_only=True):

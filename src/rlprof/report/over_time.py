@@ -3,6 +3,7 @@ captures marked, the flagged spikes, drift and stragglers as a list, and the sam
 
 from __future__ import annotations
 
+from ..analyze.diagnosis.sentences import why_sentence
 from .charts import STAGE_COLORS, _layout, esc
 
 
@@ -129,17 +130,20 @@ def flagged_lines(timeline: dict) -> list[str]:
         out.append(
             f"level shift: {s['stage']} went from {s['before_seconds']:.3f} s to {s['after_seconds']:.3f} s at step "
             f"{s['from_step']} and stayed ({s['steps']} judged steps since; slowest rank {s['rank']} there)"
+            + (f": {why_sentence(s['why'])}" if s.get("why") else "")
         )
     for d in timeline.get("drift", []):
         out.append(
             f"drift: {d['stage']} went from {d['first_seconds']:.3f} s to {d['last_seconds']:.3f} s "
             "(first quarter vs last quarter of the judged steps)"
+            + (f": {why_sentence(d['why'])}" if d.get("why") else "")
         )
     spikes = timeline.get("spikes", [])
     for s in spikes[:10]:
         out.append(
             f"spike: step {s['step']} {s['stage']} {s['seconds']:.3f} s vs a median of "
             f"{s['baseline_seconds']:.3f} s (slowest rank {s['rank']})"
+            + (f": {why_sentence(s['why'])}" if s.get("why") else "")
         )
     if len(spikes) > 10:
         out.append(f"... and {len(spikes) - 10} more spikes")

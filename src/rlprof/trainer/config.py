@@ -45,6 +45,8 @@ class LongSample:
     to_step: Optional[int] = None
     sample: int = 0  # its index in the step's rollout on that rank (the samples file's `sample`)
     rank: Optional[int] = None
+    tokens: Optional[int] = None  # what it generates (null: rollout.max_new_tokens); more: past rollout.max_new_tokens,
+    # where every other sample stops, the batch decodes for it alone
 
     def applies(self, step: int, rank: int) -> bool:
         return (
@@ -303,6 +305,21 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if cfg.model.hidden_size % cfg.model.num_heads or cfg.model.num_heads % cfg.model.num_kv_heads:
         raise ConfigError(
             "model.num_heads", cfg.model.num_heads, "a divisor of hidden_size and a multiple of num_kv_heads"
+        )
+    long = t.debug.long_sample
+    if long.tokens is not None and not r.max_new_tokens <= long.tokens < cfg.model.max_position_embeddings - 16:
+        raise ConfigError(
+            "trainer.debug.long_sample.tokens",
+            long.tokens,
+            f"null, or from rollout.max_new_tokens ({r.max_new_tokens}) to below model.max_position_embeddings less "
+            f"the prompt ({cfg.model.max_position_embeddings - 16})",
+        )
+    if long.tokens is not None and long.tokens > r.max_new_tokens and r.engine == "vllm":
+        raise ConfigError(
+            "trainer.debug.long_sample.tokens",
+            long.tokens,
+            f"at most rollout.max_new_tokens ({r.max_new_tokens}) "
+            "with rollout.engine=vllm (rlprof's engine decodes past the budget for the long sample)",
         )
     if r.engine == "vllm":
         _vllm_engine(cfg, world_size)

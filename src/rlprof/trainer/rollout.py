@@ -86,12 +86,14 @@ def generate(
     use_cache: bool = True,
     clock: list | None = None,
     hold_eos: list[int] | None = None,
+    hold_tokens: int | None = None,
 ) -> Rollout:
     """Sample up to max_new_tokens per row. `decode_step(active=, seqs=)` wraps each token (rlprof's unit range +
     tick), told how many rows are still generating. `clock` (a list, where the samples are recorded): the wall clock
     in ns at the start, then perf_counter_ns at the start and after each decode step (trainer/sample_records.py).
     `hold_eos`: rows that cannot stop before max_new_tokens (their EOS is never sampled: trainer.debug.long_sample,
-    a test aid)."""
+    a test aid); with `hold_tokens` they generate that many tokens, past max_new_tokens if larger, while every other
+    row stops at max_new_tokens: the batch then decodes for them alone."""
     device = prompt_ids.device
     batch = prompt_ids.shape[0]
     attn = prompt_mask.clone()
@@ -103,7 +105,12 @@ def generate(
     logits = None
     if clock is not None:
         clock += [time.time_ns(), time.perf_counter_ns()]
-    for _ in range(max_new_tokens):
+    steps = max(max_new_tokens, hold_tokens) if hold_eos and hold_tokens else max_new_tokens
+    held = torch.zeros(batch, dtype=torch.bool, device=device)
+    held[hold_eos or []] = True
+    for t in range(steps):
+        if t == max_new_tokens:  # past the budget only the held rows generate
+            finished = finished | ~held
         with decode_step(active=batch - int(finished.sum()), seqs=batch):
             if use_cache:
                 step_ids = seqs if cache is None else seqs[:, -1:]

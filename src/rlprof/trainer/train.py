@@ -118,6 +118,7 @@ class Trainer:
             temperature=r.temperature,
             top_p=r.top_p,
             ignore_eos=r.ignore_eos,
+            hold_tokens=self.cfg.trainer.debug.long_sample.tokens,  # a test aid: the long sample's tokens
         )
 
     def _mean_across_ranks(self, values: list[float]) -> list[float]:

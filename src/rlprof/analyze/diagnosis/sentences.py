@@ -155,12 +155,17 @@ def why_sentence(why: dict) -> str:
     if why.get("explained_by") is None:
         return "the samples do not say whether their workload explains it"
     ratio = f"the rollout took {why['seconds_ratio']:.2f}x its baseline; " if why.get("seconds_ratio") else ""
-    return ratio + WHY_WORDS[why["explained_by"]].format(**why)
+    text = ratio + WHY_WORDS[why["explained_by"]].format(**why)
+    if why.get("slowest"):
+        text += " (slowest: " + _slowest_words(why["slowest"]) + ")"
+    if why.get("cause"):
+        firsts = "; ".join(f"{d}: {lvs[0]['text']}" for d, lvs in why["levers"].items())
+        text += f"; cause: {CAUSES[why['cause']].title}" + (f"; lever ({firsts})" if firsts else "")
+    return text
 
 
-def samples_sentence(said: dict) -> str:
-    """A captured step's samples: the slowest named, where the slowest ran alone, and why, in words."""
-    slowest = ", ".join(
+def _slowest_words(slowest: list[dict]) -> str:
+    return ", ".join(
         f"sample {s['sample']}"
         + (f" of rank {s['rank']}" if s.get("rank") is not None else "")
         + (f" of replica {s['replica']}" if s.get("replica") is not None else "")
@@ -168,9 +173,13 @@ def samples_sentence(said: dict) -> str:
         + (f", {s['response_tokens']} tokens" if s.get("response_tokens") is not None else "")
         + (f", {s['tool_ms']:.1f} ms in tools" if s.get("tool_ms") is not None else "")
         + ")"
-        for s in said["slowest"]
+        for s in slowest
     )
-    text = f"the slowest of the step's {said['samples']} samples: {slowest}"
+
+
+def samples_sentence(said: dict) -> str:
+    """A captured step's samples: the slowest named, where the slowest ran alone, and why, in words."""
+    text = f"the slowest of the step's {said['samples']} samples: {_slowest_words(said['slowest'])}"
     alone = said.get("alone")
     if alone:
         a, b = alone["decode_steps"]

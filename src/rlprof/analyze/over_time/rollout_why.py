@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import statistics
 
+from ...frameworks.levers import levers
+from ..diagnosis.causes import THRESHOLDS
 from .timeline import WINDOW
 
 EXPLAINED = 0.75
@@ -24,7 +26,7 @@ def _workload(s: dict) -> dict:
     slowest = s["slowest"][0] if s.get("slowest") else {}
     longest = (s.get("response_tokens") or {}).get("max")
     span = s.get("span_ms")
-    out = {"step": s["step"], "longest_tokens": longest, "span_ms": span}
+    out = {"step": s["step"], "longest_tokens": longest, "span_ms": span, "tail_share": s.get("tail_share")}
     if "tool_ms" in slowest:
         out["tool_ms"] = slowest["tool_ms"]
     if longest and span:
@@ -71,6 +73,12 @@ def _why(now: list[dict], base: list[dict]) -> dict | None:
         out["explained_by"] = "tool_time" if grew_tools else "response_tokens"
     else:
         out["explained_by"] = "time_per_token"
+    tail = _median(w.get("tail_share") for w in now)
+    cause = {"response_tokens": "rollout_tail", "tool_time": "slow_tools"}.get(out["explained_by"])
+    if cause == "rollout_tail" and (tail is None or tail < THRESHOLDS["tail_share"]):
+        cause = None  # more tokens for every sample: no tail to cut
+    if cause:  # the cause the samples point at, with its levers (analyze/diagnosis/causes.py)
+        out["cause"], out["levers"] = cause, levers(cause, STAGE)
     return out
 
 
@@ -135,8 +143,11 @@ def captured_samples(doc: dict, cap: dict) -> dict | None:
     timeline = doc.get("timeline") or {}
     flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
     flagged |= set(timeline.get("captured_steps", []))
-    before = [s for s in sorted(steps) if s < cap["step"] and s not in flagged][-WINDOW:]
-    why = _why([_workload(steps[cap["step"]])], [_workload(steps[s]) for s in before])
+    # why: the step the trigger saw slow, where its samples were kept (the captured step ran under the profiler, whose
+    # own cost is in its samples' times), against the judged steps before it
+    seen = cap["trigger"].get("step") if cap["trigger"].get("step") in steps else cap["step"]
+    before = [s for s in sorted(steps) if s < seen and s not in flagged][-WINDOW:]
+    why = _why([_workload(steps[seen])], [_workload(steps[s]) for s in before])
     if why:
         out["why"] = why
     return out
