@@ -67,12 +67,14 @@ def test_the_samples_of_a_profiled_step_join_its_metrics_and_its_decode_steps(tm
         assert len(list(csv.DictReader(f))) == len(doc["samples"])
 
 
-def _long_sample_run(tmp_path: Path, long: bool) -> Path:
+def _long_sample_run(tmp_path: Path, long: bool, profiled: int | None = None) -> Path:
     """16 steps of 4 samples, each exactly 4 tokens (ignore_eos); with `long`, sample 1 generates 24 from step 10 on:
-    its batch then decodes 20 steps for it alone. The watch and the slow trigger on, the step captured end to end."""
+    its batch then decodes 20 steps for it alone. The watch and the slow trigger on, the step captured end to end;
+    or, with `profiled`, that step profiled end to end (and the run ends there)."""
     return train(
         tmp_path,
-        "trainer.steps=16",
+        f"trainer.steps={profiled or 16}",
+        *([f"global_profiler.steps=[{profiled}]"] if profiled else [f"{T}.slow.factor=2.0"]),
         f"{A}.enable=true",
         "data.prompts_per_step=2",
         "rollout.n=2",
@@ -80,7 +82,6 @@ def _long_sample_run(tmp_path: Path, long: bool) -> Path:
         "actor.micro_batch_size=2",
         "rollout.max_new_tokens=4",
         "rollout.ignore_eos=true",
-        f"{T}.slow.factor=2.0",
         *(
             [
                 "trainer.debug.long_sample.from_step=10",
@@ -135,3 +136,42 @@ def test_a_control_run_with_every_sample_alike_names_no_sample(tmp_path):
     for record in timeline.get("beside", []):
         assert "alone" not in record.get("samples", {})
     assert not [f for f in doc["findings"] if f["kind"] == "rollout_tail"]
+
+
+@pytest.mark.slow
+def test_the_report_and_a_slice_show_the_samples_beside_the_trace(tmp_path):
+    """The report draws one lane per sample of the profiled step, the long one in red; a slice of the decode steps it
+    ran alone holds its track and no other sample's, on the trace's clock, inside the slice."""
+    from rlprof.report.samples import HIGHLIGHT, sample_lanes
+
+    run = _long_sample_run(tmp_path, long=True, profiled=11)
+    doc = analyze(run, workers=1)
+    step = 11
+    figure = sample_lanes(doc)
+    (bars,) = figure["data"]
+    colors = dict(zip(bars["y"], bars["marker"]["color"]))
+    assert colors["rank 0 · sample 1"] == HIGHLIGHT and list(colors.values()).count(HIGHLIGHT) == 1
+    assert f"Step {step}" in figure["layout"]["title"]["text"] and figure["layout"]["shapes"]  # the decode window
+    out = tmp_path / "slice.json"
+    proc = run_cli(
+        "slice",
+        run,
+        "--step",
+        step,
+        "--role",
+        "rollout",
+        "--stage",
+        "rollout_generate",
+        "--decode-steps",
+        "4:24",
+        "-o",
+        out,
+    )
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads(out.read_text())
+    tracks = [e for e in trace["traceEvents"] if e.get("cat") == "rlprof_sample" and e["name"].startswith("sample")]
+    assert [e["name"] for e in tracks] == ["sample 1 (24 tokens)"] and trace["rlprof"]["slice"]["sample_tracks"] == 1
+    lo, hi = trace["rlprof"]["slice"]["start_us"], trace["rlprof"]["slice"]["end_us"]
+    assert tracks[0]["ts"] <= lo and tracks[0]["ts"] + tracks[0]["dur"] >= hi - 2e3  # it runs through the slice
+    page = run_cli("report", run, "-o", tmp_path / "report.html")
+    assert page.returncode == 0 and "The rollout, sample by sample" in (tmp_path / "report.html").read_text()

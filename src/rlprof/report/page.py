@@ -109,6 +109,16 @@ def build_page(
         from .over_time import over_time_html, stage_time_chart
 
         page.section("over_time", "The run over time", over_time_html(doc), figure=stage_time_chart(doc["timeline"]))
+    if doc.get("samples"):  # the rollout's host recorded its samples (report/samples.py)
+        from .samples import sample_lanes, samples_table_html
+
+        page.section(
+            "samples",
+            "The rollout, sample by sample",
+            samples_table_html(doc),
+            figure=sample_lanes(doc),
+            empty="no sample carries its start and end",
+        )
     page.section(
         "timeline",
         "Stage timeline per rank",

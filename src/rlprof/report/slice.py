@@ -1,6 +1,7 @@
 """`rlprof slice`: a small, valid Chrome trace of one stage / micro-batch / decode steps / time window.
 
-The window's events are kept byte for byte (args included); device work goes with the host range that launched
+The window's events are kept byte for byte (args included), and the rollout's samples that ran in it (where the
+host recorded them) come as tracks of their own; device work goes with the host range that launched
 it (Kineto's correlation ids: a micro-batch's slice keeps the kernels it launched, however late they ran, and
 leaves out another's that ran in its time); process/thread names and the trace's
 top-level objects come along so Perfetto and chrome://tracing show it as the original. The source
@@ -163,6 +164,61 @@ def window(ranges, sel: Selection, steps: list, file: Path) -> tuple[float, floa
     return lo, hi
 
 
+SAMPLES_PID = 990_000  # the samples' own process in the trace (+ rank or replica): beside the host and the device
+
+
+def sample_tracks(run_dir: Path, sel: Selection, lo: float, hi: float, top: dict) -> list[msgspec.Raw]:
+    """The step's rollout samples that ran in [lo, hi], one track each (Perfetto shows them beside the kernels): the
+    sample's generation, and its queue, prefill and decode where the host timed them, on the trace's clock (the host's
+    epoch microseconds less the trace's baseTimeNanoseconds)."""
+    from ..analyze.inputs.samples_file import read_samples
+
+    base = json.loads(bytes(top["baseTimeNanoseconds"])) / 1e3 if "baseTimeNanoseconds" in top else 0.0
+    out: list[dict] = []
+    named: set = set()
+    for r in read_samples(run_dir):
+        if r["step"] != sel.step or "start_us" not in r or "end_us" not in r:
+            continue
+        if sel.rank is not None and r.get("rank", sel.rank) != sel.rank:
+            continue
+        start, end = r["start_us"] - base, r["end_us"] - base
+        if end < lo or start > hi:
+            continue
+        who = ("replica", r["replica"]) if r.get("replica") is not None else ("rank", r.get("rank", 0))
+        pid, tid = SAMPLES_PID + who[1], r["sample"] + 100_000 * r.get("rollout_pass", 0)
+        if pid not in named:
+            named.add(pid)
+            out.append(
+                {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"rollout samples, {who[0]} {who[1]}"}}
+            )
+        out.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"sample {r['sample']}"}}
+        )
+        args = {k: v for k, v in r.items() if k not in ("start_us", "end_us")}
+        tokens = f" ({r['response_tokens']} tokens)" if "response_tokens" in r else ""
+        out.append(_span(f"sample {r['sample']}{tokens}", pid, tid, start, end, args))
+        if "queue_ms" in r:
+            out.append(_span("queue", pid, tid, start - r["queue_ms"] * 1e3, start, {}))
+        if "prefill_ms" in r:
+            out.append(_span("prefill", pid, tid, start, start + r["prefill_ms"] * 1e3, {}))
+            if "decode_ms" in r:
+                out.append(_span("decode", pid, tid, start + r["prefill_ms"] * 1e3, end, {}))
+    return [msgspec.Raw(json.dumps(e).encode()) for e in out]
+
+
+def _span(name: str, pid: int, tid: int, start: float, end: float, args: dict) -> dict:
+    return {
+        "ph": "X",
+        "cat": "rlprof_sample",
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": start,
+        "dur": max(0.0, end - start),
+        "args": args,
+    }
+
+
 def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
     from ..vocab import STAGE_ROLE
 
@@ -204,6 +260,8 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
             inside = lo <= ts <= hi
         if inside:
             keep.append(r)
+    tracks = sample_tracks(Path(path) if Path(path).is_dir() else file.parent, sel, lo, hi, top)
+    keep += tracks
     meta["slice"] = {
         "source": file.name,
         "start_us": lo,
@@ -215,6 +273,7 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
         "micro_batch": sel.micro_batch,
         "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
         "window_ms": list(sel.window_ms) if sel.window_ms else None,
+        "sample_tracks": sum(1 for t in tracks if b'"thread_name"' in bytes(t)),  # one a sample
     }
     top["rlprof"] = msgspec.Raw(json.dumps(meta).encode())
     out = Path(out)
