@@ -31,6 +31,7 @@ OUTPUTS = [
     "ascend/mindspeed/profiler_data_mstx",
     "ascend/real/kernel_details",
     "ascend/real/trace_view",
+    "samples/long_sample",  # rlprof's trainer with its rollout's samples and the watch's timeline
 ]
 
 

@@ -14,6 +14,7 @@ code of this module's own, from what it is made of.
 
 import math
 import shutil
+import statistics
 from collections import defaultdict
 
 import numpy as np
@@ -34,6 +35,7 @@ INPUTS = (
     [f"runs/{p.name}" for p in sorted((DATA / "runs").iterdir()) if p.is_dir()]
     + [f"h100/{p.name}" for p in sorted((DATA / "h100").iterdir()) if p.is_dir()]
     + [f"compare/{p.name}" for p in sorted((DATA / "compare").iterdir()) if p.is_dir()]
+    + [f"samples/{p.name}" for p in sorted((DATA / "samples").iterdir()) if p.is_dir()]
     + [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
     + [
         "real/ascend",
@@ -257,10 +259,72 @@ def _recomputed(doc, m: dict) -> dict:
     if m["measure"] == "recompute":
         get = lambda s: sum(v["wall_ms"] for k, v in means.items() if k[1] == s)  # noqa: E731
         return {"value": (get("ref_compute_log_prob") + get("actor_compute_log_prob")) / get("actor_update")}
+    if m.get("basis") == "samples" or m["measure"] in ("tool_share", "preempted_share", "queue_share"):
+        return _from_samples(doc, m)
     if m["measure"] == "memory_use":
         (mem,) = [x for x in doc["memory"] if x.get("file") == m["file"] and x.get("rank") == m["rank"]]
         return {"value": mem["peak_bytes"] / mem["capacity_bytes"]}
     raise AssertionError(f"a measure this test does not recompute: {m['measure']}")
+
+
+def _from_samples(doc, m: dict) -> dict:
+    """A measure made from the rollout's samples, recomputed from the samples alone."""
+    samples = doc["samples"]
+    timed = [r for r in samples if "start_us" in r and "end_us" in r]
+    if m["measure"] == "rollout_tail":
+        spans = [_brute_tail([r for r in timed if r["step"] == step]) for step in sorted({r["step"] for r in timed})]
+        return {"value": sum(t for _, t in spans) / sum(s for s, _ in spans)}
+    if m["measure"] == "preempted_share":
+        known = [r for r in samples if "preemptions" in r]
+        return {"value": sum(r["preemptions"] > 0 for r in known) / len(known)}
+    if m["measure"] == "queue_share":
+        waited = [r for r in timed if "queue_ms" in r]
+        queue = sum(r["queue_ms"] for r in waited)
+        return {"value": queue / (queue + sum((r["end_us"] - r["start_us"]) / 1e3 for r in waited))}
+    slowest = [
+        max((r for r in timed if r["step"] == st), key=lambda r: r["end_us"] - r["start_us"])
+        for st in {r["step"] for r in timed}
+    ]
+    slowest = [r for r in slowest if "tool_ms" in r]
+    return {"value": sum(r["tool_ms"] for r in slowest) / sum((r["end_us"] - r["start_us"]) / 1e3 for r in slowest)}
+
+
+def _brute_tail(batch: list[dict]) -> tuple[float, float]:
+    """(span, time with fewer than half of the batch running), ms: every stretch between two consecutive boundaries,
+    its running samples counted one by one."""
+    cuts = sorted({r["start_us"] for r in batch} | {r["end_us"] for r in batch})
+    tail = sum(
+        b - a
+        for a, b in zip(cuts, cuts[1:])
+        if sum(r["start_us"] <= a and b <= r["end_us"] for r in batch) < 0.5 * len(batch)
+    )
+    return (cuts[-1] - cuts[0]) / 1e3, tail / 1e3
+
+
+@pytest.mark.parametrize("name", [n for n in INPUTS if n.startswith("samples/")] or ["none"])
+def test_each_steps_samples_summary_recomputes_from_its_samples(documents, name):
+    """A step's distribution, tail and slowest are its samples' (a brute force here); the samples of a profiled
+    step lie inside its rollout's window (the trace's clock); a slow rollout's `why` holds its steps' longest samples."""
+    doc, _ = documents(name)
+    for s in doc["sample_steps"]:
+        mine = [r for r in doc["samples"] if r["step"] == s["step"]]
+        took = sorted((r["end_us"] - r["start_us"]) / 1e3 for r in mine)
+        assert s["samples"] == len(mine) and close(s["duration_ms"]["max"], took[-1])
+        assert s["response_tokens"]["max"] == max(r["response_tokens"] for r in mine)
+        span, tail = _brute_tail(mine)
+        assert close(s["span_ms"], span) and close(s["tail_ms"], tail), s["step"]
+        assert close(s["slowest"][0]["duration_ms"], took[-1])
+    for row in (r for r in doc["rows"] if r["unit"] is None and r["stage"] == "rollout_generate"):
+        mine = [r for r in doc["samples"] if r["step"] == row["step"]]
+        lo, hi = row["start_us"], row["start_us"] + row["wall_ms"] * 1e3
+        assert mine and all(lo - 1e3 <= r["start_us"] and r["end_us"] <= hi + 1e3 for r in mine)
+    for entry in doc["timeline"]["level_shifts"] + doc["timeline"]["spikes"] + doc["timeline"]["drift"]:
+        if "why" in entry:
+            steps = entry["why"]["steps"]
+            longest = statistics.median(
+                max(r["response_tokens"] for r in doc["samples"] if r["step"] == st) for st in steps
+            )
+            assert entry["why"]["longest_tokens"] == longest
 
 
 @pytest.mark.parametrize("name", INPUTS)
