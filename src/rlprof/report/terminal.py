@@ -130,6 +130,36 @@ def memory_lines(doc: dict, limit: int = 4) -> list[str]:
     return lines
 
 
+SAMPLE_STEPS_SAID = 5  # the steps with the longest tails, one line each
+
+
+def sample_lines(doc: dict) -> list[str]:
+    """The rollout's samples per step, where its host recorded them: their time and tokens, the tail, the slowest."""
+    steps = doc.get("sample_steps") or []
+    if not steps:
+        return []
+    said = sorted(steps, key=lambda s: -(s.get("tail_ms") or 0.0))[:SAMPLE_STEPS_SAID]
+    out = [
+        f"samples: {len(doc['samples'])} over {len(steps)} step(s) (samples.csv); the "
+        + (f"{len(said)} with the longest tails:" if len(steps) > len(said) else "steps:")
+    ]
+    for s in sorted(said, key=lambda s: s["step"]):
+        took, tokens = s.get("duration_ms") or {}, s.get("response_tokens") or {}
+        line = f"  step {s['step']}: {s['samples']} samples"
+        if took:
+            line += f", {took['p50']:.1f} ms median / {took['p90']:.1f} p90 / {took['max']:.1f} max"
+        if tokens:
+            line += f", {tokens['p50']:.0f} tokens median / {tokens['max']:.0f} max"
+        if s.get("tail_share") is not None:
+            line += f"; tail {s['tail_share']:.0%} of {s['span_ms']:.1f} ms with fewer than half still running"
+        if s.get("slowest"):
+            line += "; slowest: " + ", ".join(str(x["sample"]) for x in s["slowest"])
+        if s.get("preemptions"):
+            line += f"; {s['preemptions']} preemptions"
+        out.append(line)
+    return out
+
+
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
     print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
@@ -137,7 +167,7 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         from .over_time import print_over_time
 
         print_over_time(console, doc)
-    for line in memory_lines(doc):
+    for line in memory_lines(doc) + sample_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if not doc["rows"] and all(i.get("kind") == "memory_snapshot" for i in doc["inputs"]):
         console.print("no time windows: these inputs are memory snapshots (torch_memory records allocations, not time)")
