@@ -107,6 +107,12 @@ class Watching:
             self._watch = self._trigger = self._exchange = None
             self.stage = self._scopes.__getitem__
 
+    @property
+    def samples_wanted(self) -> bool:
+        """Whether the rollout running now records its samples (collect/samples.py): the watch is on, or a window is
+        selected for this step on this process. A bare check, asked once per rollout."""
+        return self._watch is not None or bool(self._stage_now)
+
     def arm(self, step: int, stage: str | None, trigger: dict) -> None:
         """Capture `stage` (None: the whole step) at `step` here, as another process decided (the driver of async
         rollout replicas). Needs a trigger in the plan."""

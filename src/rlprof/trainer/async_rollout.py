@@ -4,6 +4,7 @@ each replica profiling itself through the engine adapter."""
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -40,15 +41,31 @@ class RolloutReplica:
     def stop_profile(self) -> None:
         self.engine.stop_profile()
 
-    def generate(self, prompt_ids, prompt_mask, params: dict) -> tuple:
+    def generate(self, prompt_ids, prompt_mask, params: dict, clock: list | None = None, hold_eos=None) -> tuple:
+        """(response ids, response mask, the clock: where the driver records the samples, [] asks for it)."""
         out = generate(
-            self.model, prompt_ids, prompt_mask, generator=self.generator, decode_step=self.engine.decode_step, **params
+            self.model,
+            prompt_ids,
+            prompt_mask,
+            generator=self.generator,
+            decode_step=self.engine.decode_step,
+            clock=clock,
+            hold_eos=hold_eos,
+            **params,
         )
-        return out.response_ids, out.response_mask
+        return out.response_ids, out.response_mask, clock
 
     def close(self) -> list[int]:
         self.profiler.close()
         return self.profiled_steps
+
+
+def _rows_in(rows: list[int] | None, idx) -> list[int] | None:
+    """Of the batch's `rows`, those in this replica's part `idx`, as its own row numbers."""
+    if not rows or not len(idx):
+        return None
+    lo, hi = int(idx[0]), int(idx[-1]) + 1
+    return [r - lo for r in rows if lo <= r < hi] or None
 
 
 class AsyncRollout:
@@ -77,7 +94,9 @@ class AsyncRollout:
         ref = self.ray.put(state)
         self.ray.get([r.load_weights.remote(ref) for r in self.replicas])
 
-    def generate(self, step: int, prompt_ids, prompt_mask, params: dict) -> Rollout:
+    def generate(self, step: int, prompt_ids, prompt_mask, params: dict, timing=None, hold_eos=None) -> Rollout:
+        """`timing` (a list, where the samples are recorded): gets (replica, first row, end row, the replica's clock,
+        the wall clock in ns when its rows were sent) per replica. `hold_eos`: rows that may not stop early."""
         parts = torch.tensor_split(torch.arange(prompt_ids.shape[0]), len(self.replicas))
         profiling = [i for i in range(len(self.replicas)) if replica_profiles(self.plan, i, step)]
         trigger = self.host.delegated("rollout_generate") if self.host is not None else None
@@ -85,13 +104,22 @@ class AsyncRollout:
             rollout = self.plan.role("rollout")
             profiling = [i for i in range(len(self.replicas)) if rollout.all_ranks or i in rollout.ranks]
         self.ray.get([self.replicas[i].start_profile.remote(step, trigger) for i in profiling])
-        futures = [r.generate.remote(prompt_ids[idx], prompt_mask[idx], params) for r, idx in zip(self.replicas, parts)]
+        clock = None if timing is None else []
+        submitted = time.time_ns()
+        futures = [
+            r.generate.remote(prompt_ids[idx], prompt_mask[idx], params, clock, _rows_in(hold_eos, idx))
+            for r, idx in zip(self.replicas, parts)
+        ]
         results = self.ray.get(futures)
         self.ray.get([self.replicas[i].stop_profile.remote() for i in profiling])
-        width = max(ids.shape[1] for ids, _ in results)
+        width = max(ids.shape[1] for ids, _, _ in results)
         pad = params["pad_id"]
-        ids = torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1]), value=pad) for x, _ in results])
-        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1]), value=0) for _, m in results])
+        ids = torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[1]), value=pad) for x, _, _ in results])
+        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1]), value=0) for _, m, _ in results])
+        if timing is not None:
+            for replica, (idx, (_, _, kept)) in enumerate(zip(parts, results)):
+                if len(idx):
+                    timing.append((replica, int(idx[0]), int(idx[-1]) + 1, kept, submitted))
         return Rollout(prompt_ids, prompt_mask, ids, mask)
 
     def close(self) -> dict[int, list[int]]:

@@ -36,10 +36,31 @@ class InjectSlowdown:
 
 
 @dataclass(frozen=True)
+class LongSample:
+    """A test aid: from step `from_step` to step `to_step` (null: to the end), sample `sample` of the step's rollout
+    on `rank` (null: every rank) cannot sample EOS, so it generates rollout.max_new_tokens tokens while the others
+    stop where they would: one long sample, a rollout tail of one. Nothing else is told."""
+
+    from_step: Optional[int] = None  # null: off
+    to_step: Optional[int] = None
+    sample: int = 0  # its index in the step's rollout on that rank (the samples file's `sample`)
+    rank: Optional[int] = None
+
+    def applies(self, step: int, rank: int) -> bool:
+        return (
+            self.from_step is not None
+            and self.from_step <= step
+            and (self.to_step is None or step <= self.to_step)
+            and self.rank in (None, rank)
+        )
+
+
+@dataclass(frozen=True)
 class DebugConfig:
     slow_rank: Optional[int] = None  # slow_ms of extra compute per actor micro-batch here
     slow_ms: float = 0.0
     inject_slowdown: InjectSlowdown = field(default_factory=InjectSlowdown)
+    long_sample: LongSample = field(default_factory=LongSample)
 
 
 @dataclass(frozen=True)
@@ -298,6 +319,19 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise ConfigError("trainer.debug.inject_slowdown.from_step", inject.from_step, "a step >= 1 or null (off)")
     if inject.seconds < 0:
         raise ConfigError("trainer.debug.inject_slowdown.seconds", inject.seconds, "a number >= 0")
+    long = t.debug.long_sample
+    if long.from_step is not None and long.from_step < 1:
+        raise ConfigError("trainer.debug.long_sample.from_step", long.from_step, "a step >= 1 or null (off)")
+    if long.to_step is not None and long.to_step < (long.from_step or 1):
+        raise ConfigError(
+            "trainer.debug.long_sample.to_step", long.to_step, "a step >= from_step, or null (to the end)"
+        )
+    if not 0 <= long.sample < per_rank:
+        raise ConfigError(
+            "trainer.debug.long_sample.sample",
+            long.sample,
+            f"a sample index in 0..{per_rank - 1} (prompts_per_step x n per rank)",
+        )
     if t.debug.slow_rank is not None and t.debug.slow_rank < 0:
         raise ConfigError("trainer.debug.slow_rank", t.debug.slow_rank, "a rank >= 0 or null")
     if cfg.dapo.overlong_buffer >= r.max_new_tokens and t.algorithm == "dapo":

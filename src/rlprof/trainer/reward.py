@@ -49,14 +49,27 @@ def verify(
     *,
     cost_ms: float = 0.0,
     workers: int = 1,
+    timings: list | None = None,
 ) -> torch.Tensor:
-    """Rewards of a batch, scored by `workers` threads at once."""
+    """Rewards of a batch, scored by `workers` threads at once. `timings` (where the samples are recorded): filled
+    with each sample's scoring time in ns, in the batch's order."""
     samples = [(response_ids[i][response_mask[i].bool()].tolist(), a) for i, a in enumerate(answers)]
-    if workers > 1:
-        scores = list(_pool(workers).map(lambda s: score(*s, tokenizer, cost_ms), samples))
-    else:
-        scores = [score(ids, a, tokenizer, cost_ms) for ids, a in samples]
+    one = (
+        (lambda s: score(*s, tokenizer, cost_ms))
+        if timings is None
+        else (lambda s: _timed(score, *s, tokenizer, cost_ms))
+    )
+    scores = list(_pool(workers).map(one, samples)) if workers > 1 else [one(s) for s in samples]
+    if timings is not None:
+        timings += [ns for _, ns in scores]
+        scores = [r for r, _ in scores]
     return torch.tensor(scores, dtype=torch.float32)
+
+
+def _timed(fn, *args) -> tuple:
+    t0 = time.perf_counter_ns()
+    out = fn(*args)
+    return out, time.perf_counter_ns() - t0
 
 
 def exact_match(response_ids: torch.Tensor, response_mask: torch.Tensor, answers: list[str], tokenizer) -> float:

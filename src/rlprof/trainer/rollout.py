@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -24,6 +25,16 @@ class Rollout:
     @property
     def attention_mask(self) -> torch.Tensor:
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+
+    def to(self, device) -> "Rollout":
+        lp = self.engine_log_probs
+        return Rollout(
+            self.prompt_ids.to(device),
+            self.prompt_mask.to(device),
+            self.response_ids.to(device),
+            self.response_mask.to(device),
+            None if lp is None else lp.to(device),
+        )
 
     def select(self, idx: torch.Tensor) -> "Rollout":
         lp = self.engine_log_probs
@@ -73,9 +84,14 @@ def generate(
     generator: torch.Generator | None = None,
     decode_step=lambda **_: nullcontext(),
     use_cache: bool = True,
+    clock: list | None = None,
+    hold_eos: list[int] | None = None,
 ) -> Rollout:
     """Sample up to max_new_tokens per row. `decode_step(active=, seqs=)` wraps each token (rlprof's unit range +
-    tick), told how many rows are still generating."""
+    tick), told how many rows are still generating. `clock` (a list, where the samples are recorded): the wall clock
+    in ns at the start, then perf_counter_ns at the start and after each decode step (trainer/sample_records.py).
+    `hold_eos`: rows that cannot stop before max_new_tokens (their EOS is never sampled: trainer.debug.long_sample,
+    a test aid)."""
     device = prompt_ids.device
     batch = prompt_ids.shape[0]
     attn = prompt_mask.clone()
@@ -85,6 +101,8 @@ def generate(
     cache = None
     cache_keyword = kv_cache_keyword(model)
     logits = None
+    if clock is not None:
+        clock += [time.time_ns(), time.perf_counter_ns()]
     for _ in range(max_new_tokens):
         with decode_step(active=batch - int(finished.sum()), seqs=batch):
             if use_cache:
@@ -97,6 +115,9 @@ def generate(
             else:  # the reference path: recompute the whole sequence every token
                 out = model(input_ids=seqs, attention_mask=attn, position_ids=positions(attn), use_cache=False)
             logits = out.logits[:, -1]
+            if hold_eos:
+                logits = logits.clone()
+                logits[hold_eos, eos_id] = float("-inf")
             nxt = sample_next(logits, temperature, top_p, generator)
             nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
             active = ~finished  # rows still generating: this token is real (EOS included)
@@ -106,6 +127,9 @@ def generate(
                 finished = finished | (nxt == eos_id)
             seqs = torch.cat([seqs, nxt[:, None]], dim=1)
             attn = torch.cat([attn, active.long()[:, None]], dim=1)
-            if not ignore_eos and bool(finished.all()):
+            done = not ignore_eos and bool(finished.all())
+            if clock is not None:
+                clock.append(time.perf_counter_ns())
+            if done:
                 break
     return Rollout(prompt_ids, prompt_mask, torch.stack(tokens, 1), torch.stack(masks, 1).long())

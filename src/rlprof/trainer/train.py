@@ -26,6 +26,7 @@ from .data import PromptBatch, SumMod10Task
 from .model import build_model, build_tokenizer
 from .reward import close_pools, exact_match, verify
 from .rollout import Rollout, generate
+from .sample_records import TrainerSamples
 
 SYNC_ROLES = ("actor", "rollout", "ref", "reward")
 ASYNC_DRIVER_ROLES = ("actor", "ref", "reward")  # rollout profiles itself in the replicas
@@ -88,6 +89,7 @@ class Trainer:
             from .vllm_rollout import VllmRollout
 
             self.engine = VllmRollout(cfg, self.actor, self.tok, self.prof)
+        self.samples = TrainerSamples(self.prof, cfg, rank, "async" if self.is_async else cfg.rollout.engine)
         self.slow_ms = cfg.trainer.debug.slow_ms if cfg.trainer.debug.slow_rank == rank else 0.0
         inject = cfg.trainer.debug.inject_slowdown
         self.inject = inject if inject.from_step is not None and inject.rank in (None, rank) else None
@@ -191,21 +193,12 @@ class Trainer:
     def _generate_and_score(self, step: int, batch: PromptBatch):
         cfg = self.cfg
         ids, mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
+        rollout_pass, first, hold = self.samples.begin_pass(step, ids.shape[0])
+        timing = [] if self.samples.wanted else None  # where the engine keeps what the sample records need
         with self.stage("rollout_generate"):
             if self.engine is not None:
-                rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params())
-                rollout = Rollout(
-                    *(
-                        t if t is None else t.to(self.device)
-                        for t in (
-                            rollout.prompt_ids,
-                            rollout.prompt_mask,
-                            rollout.response_ids,
-                            rollout.response_mask,
-                            rollout.engine_log_probs,
-                        )
-                    )
-                )
+                rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params(), timing, hold)
+                rollout = rollout.to(self.device)
             else:
                 model = self.rollout_model or self.actor
                 rollout = generate(
@@ -214,8 +207,11 @@ class Trainer:
                     mask,
                     generator=self.sample_gen,
                     decode_step=self.unit("decode_step"),
+                    clock=timing,
+                    hold_eos=hold,
                     **self._gen_params(),
                 )
+        reward_ns = None if timing is None else []
         with self.stage("reward_compute"):
             rewards = verify(
                 rollout.response_ids.cpu(),
@@ -224,6 +220,7 @@ class Trainer:
                 self.tok,
                 cost_ms=cfg.reward.cost_ms,
                 workers=cfg.reward.workers,
+                timings=reward_ns,
             )
             scores = rewards.clone()
             if cfg.trainer.algorithm == "dapo":
@@ -231,6 +228,7 @@ class Trainer:
                 scores = scores + overlong_penalty(
                     lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer, cfg.dapo.overlong_penalty
                 )
+        self.samples.end_pass(step, rollout_pass, first, rollout, timing, reward_ns)
         return rollout, rewards, scores
 
     def train_step(self, step: int) -> dict:
@@ -320,6 +318,7 @@ class Trainer:
     def close(self) -> dict | None:
         replica_steps = self.engine.close() if self.engine is not None else None
         close_pools()
+        self.samples.close()
         self.prof.close()
         return replica_steps
 

@@ -1,0 +1,89 @@
+"""The rollout's samples, one record each (collect/samples.py writes them, the analysis reads them here): one JSON
+object per line, appended a step (or an engine iteration) at a time by the process that ran the rollout, in
+`<run_dir>/samples/<source>_<who>.jsonl`: `rlprof_rank<R>.jsonl` (rlprof's trainer, sync rollout: one file per
+rank, the async replicas' samples included, each naming its replica), `vllm_replica<K>.jsonl` (a vLLM engine,
+through rlprof's vLLM plugin or the trainer's in-process engine), `verl_driver.jsonl` (verl's agent loop, recorded in
+main_ppo's driver). One writer per file: no lock, no interleaving.
+
+Each record holds the fields its host knows, and only those: a field the host does not know is absent, never 0 or
+null (`FIELDS`). The clock of `start_us` / `end_us`: the writing host's wall clock, in microseconds since the Unix
+epoch (`time.time_ns() // 1000`), the clock of the manifest's `start_ns` / `end_ns`; the analysis maps them onto each
+trace's clock as it maps the windows. Durations (`*_ms`) are milliseconds of the host's own measure.
+
+A process killed mid-write leaves a cut last line: `read_samples` reads every whole line (a cut line up to the cut,
+as a manifest's, analyze/salvage.py), so a crash loses at most the records in flight."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .salvage import read_manifest
+
+SAMPLES_DIR = "samples"
+SUFFIX = ".jsonl"
+SOURCES = ("rlprof", "vllm", "verl")  # the host that wrote a record: rlprof's trainer, a vLLM engine, verl's agent loop
+
+# name -> (type, meaning). Every record has `step`, `sample` and `source`; the rest where its host knows them.
+FIELDS: dict[str, tuple[type, str]] = {
+    "step": (int, "the training step (1-based) whose rollout generated the sample"),
+    "rank": (int, "the data-parallel rank that generated it (rlprof's sync rollout)"),
+    "replica": (int, "the rollout replica or engine that generated it (async rollout, a vLLM engine, verl's server)"),
+    "sample": (int, "the sample's index in its step, on its rank or engine (0-based; a verl sample: in the batch)"),
+    "start_us": (int, "when its generation began: the host's wall clock, microseconds since the epoch"),
+    "end_us": (int, "when its last token was generated, same clock"),
+    "prompt_tokens": (int, "prompt tokens (padding excluded)"),
+    "response_tokens": (int, "generated tokens (EOS included, as the response mask counts them)"),
+    "turns": (int, "assistant turns (1 for a single-turn rollout)"),
+    "queue_ms": (float, "waiting before its generation began (submitted -> started)"),
+    "prefill_ms": (float, "its prefill: the prompt's forward pass to its first token"),
+    "decode_ms": (float, "its decode: first token to last"),
+    "generate_ms": (float, "generation as a host times it whole where it does not split it (verl's agent loop)"),
+    "tool_ms": (float, "time in tool calls"),
+    "reward_ms": (float, "scoring it (its own reward call)"),
+    "preemptions": (int, "times the engine preempted it"),
+    "source": (str, "the host that wrote it: " + ", ".join(SOURCES)),
+    "rollout_pass": (int, "rlprof's trainer: the step's generation pass (0; DAPO's refills 1, 2, ...)"),
+    "first_decode_step": (int, "rlprof's trainer: its first decode step, numbered as the rlprof:decode_step:K ranges"),
+    "last_decode_step": (int, "rlprof's trainer: the decode step that produced its last token"),
+    "request_id": (str, "vLLM: the request's id"),
+    "finish_reason": (str, "vLLM: why it stopped (stop, length, abort, ...)"),
+    "cached_tokens": (int, "vLLM: prompt tokens served from the prefix cache"),
+    "worker": (int, "verl: the agent-loop worker that ran it"),
+}
+REQUIRED = ("step", "sample", "source")
+
+
+def file_name(source: str, *, rank: int | None = None, replica: int | None = None) -> str:
+    """`<source>_rank<R>.jsonl`, `<source>_replica<K>.jsonl`, or `<source>_driver.jsonl` (neither given)."""
+    who = f"rank{rank}" if rank is not None else f"replica{replica}" if replica is not None else "driver"
+    return f"{source}_{who}{SUFFIX}"
+
+
+def samples_path(run_dir: Path, source: str, *, rank: int | None = None, replica: int | None = None) -> Path:
+    return Path(run_dir) / SAMPLES_DIR / file_name(source, rank=rank, replica=replica)
+
+
+def sample_files(run_dir: Path) -> list[Path]:
+    """The sample files of a run directory, and of the run directories right under it (a save_path that holds
+    several: verl's driver and each vLLM engine write their own), by path."""
+    run_dir = Path(run_dir)
+    found = list((run_dir / SAMPLES_DIR).glob("*" + SUFFIX)) + list(run_dir.glob(f"*/{SAMPLES_DIR}/*{SUFFIX}"))
+    return sorted(p for p in found if p.is_file())
+
+
+def read_samples(run_dir: Path) -> list[dict]:
+    """Every sample record under a run directory (`sample_files`), file by file in the order written. A line cut by a
+    crash is read up to the cut; a line that is no record (no step, sample or source) is left out. [] where the run
+    recorded none (nothing was watched or profiled, or its host records no samples)."""
+    out = []
+    for path in sample_files(run_dir):
+        try:
+            rows = read_manifest(path)[0]
+        except OSError:
+            continue
+        out += [r for r in rows if is_record(r)]
+    return out
+
+
+def is_record(row: dict) -> bool:
+    return isinstance(row.get("step"), int) and isinstance(row.get("sample"), int) and row.get("source") in SOURCES
