@@ -85,7 +85,9 @@ class SampleWriter:
                 except OSError:
                     pass
         if written != len(data):
-            raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes of sample records were written")
+            raise OSError(
+                errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: only {written} of {len(data)} bytes were written"
+            )
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
