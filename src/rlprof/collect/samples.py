@@ -37,8 +37,8 @@ def record(**fields) -> dict:
 class SampleWriter:
     """One host's sample file (`samples/<source>_<who>.jsonl` of `run_dir`), made on the first write."""
 
-    def __init__(self, run_dir: Path, source: str, *, rank: int | None = None, replica: int | None = None, said=None):
-        self.path = samples_path(run_dir, source, rank=rank, replica=replica)
+    def __init__(self, run_dir: Path, source: str, *, said=None, **who: int | None):
+        self.path = samples_path(run_dir, source, **who)  # who: rank, replica or worker
         self.said = said  # warn_once's scope (a Profiler's; None: the process)
         self.written = 0  # records on disk
         self.lost = 0  # records a fault cost

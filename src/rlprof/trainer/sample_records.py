@@ -52,8 +52,8 @@ class TrainerSamples:
             return
         prompt = rollout.prompt_mask.sum(1).tolist()
         response = rollout.response_mask.sum(1).tolist()
-        common = dict(step=step, rollout_pass=rollout_pass, rank=self.rank)
-        if self.kind == "vllm":
+        common = dict(rollout_pass=rollout_pass, rank=self.rank)
+        if self.kind == "vllm":  # the step is the engine's records' own (EngineSamples.begin)
             records = [
                 r
                 for order, kept in timing
@@ -71,6 +71,7 @@ class TrainerSamples:
                     reward_ns=None if reward_ns is None else reward_ns[lo:hi],
                     replica=replica,
                     submitted_ns=submitted_ns,
+                    step=step,
                     **common,
                 )
             ]
@@ -81,6 +82,7 @@ class TrainerSamples:
                 response_tokens=response,
                 clock=timing,
                 reward_ns=reward_ns,
+                step=step,
                 **common,
             )
         if self._writer is None:

@@ -87,8 +87,12 @@ def _running(scheduler_stats) -> int:
 
 
 def install(settings, version: str) -> None:
-    """In every process the plugin runs in (it matters in the front end, where vLLM builds its stat loggers)."""
+    """In every process the plugin runs in (it matters in the front end, where vLLM builds its stat loggers). An
+    engine whose stats are off builds none: it records no sample, silently (its decode-step windows are taken as
+    ever; docs/vllm.md says to set disable_log_stats=False)."""
     if not install_stat_logger(lambda vllm_config, engine_index: FrontEndSamples(settings, vllm_config, engine_index)):
+        return
+    if settings.source not in ("auto", "profile_calls"):
         return
     try:
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -96,34 +100,13 @@ def install(settings, version: str) -> None:
     except ImportError as exc:
         warn_once(None, f"rlprof: vLLM {version}: {exc}; sample records follow rounds, not profile calls", inherit=True)
         return
+    if settings.source not in ("auto", "profile_calls"):
+        return
     for cls in (LLMEngine, AsyncLLM):
-        if not getattr(cls.__init__, "_rlprof_samples", False):
-            cls.__init__ = _checking_stats(cls.__init__)
-        if settings.source not in ("auto", "profile_calls"):
-            continue
         for name, start in (("start_profile", True), ("stop_profile", False)):
             method = getattr(cls, name, None)
             if callable(method) and not getattr(method, "_rlprof_samples", False):
                 setattr(cls, name, _telling(method, start))
-
-
-def _checking_stats(init):
-    """An engine built with its stats off records no sample: said once, with the setting that turns them on."""
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        if getattr(self, "log_stats", None) is False:
-            warn_once(
-                "vllm stats off",
-                "rlprof: vLLM's stats are off (disable_log_stats=True, LLM's default): no sample record of its "
-                "requests; start the engine with disable_log_stats=False to have them (the decode-step windows are "
-                "taken either way)",
-                inherit=True,
-            )
-
-    __init__._rlprof_samples = True
-    return __init__
 
 
 def said_by_driver(step: int | None) -> None:
