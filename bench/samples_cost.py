@@ -14,7 +14,7 @@
 Prints one JSON object; the result on this machine is kept in results/samples_cost_cpu.json.
 
     python3 bench/samples_cost.py                     # 5 rounds x 40 steps
-    python3 bench/samples_cost.py --rounds 1 --steps 12
+    python3 bench/samples_cost.py --rounds 2 --steps 8 --passes 20     # a quick look
 """
 
 from __future__ import annotations
@@ -166,6 +166,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--passes", type=int, default=300, help="generation passes timed for records_us")
     ap.add_argument("--worker", type=int, choices=(0, 1), help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -204,7 +205,7 @@ def main() -> None:
             "rounds": args.rounds,
             "config": TRAIN + ["watch on (slow, straggler factors 50)"],
         },
-        "records_us": records_us(),
+        "records_us": records_us(args.passes),
     }
     print(json.dumps(result))
 

@@ -13,6 +13,7 @@ the replica's start. `reward_ms` is its own scoring call (trainer/reward.py). vL
 
 from __future__ import annotations
 
+from ..collect.engine import replica_profiles
 from ..collect.samples import SampleWriter, record
 
 
@@ -23,15 +24,19 @@ class TrainerSamples:
 
     def __init__(self, prof, cfg, rank: int, kind: str = "rlprof"):
         self.prof, self.rank, self.kind = prof, rank, kind
+        self.replicas = cfg.rollout.replicas if kind == "async" else 0
         self.long = cfg.trainer.debug.long_sample
         self.step = 0
         self.passes = 0  # generation passes of this step so far
         self.count = 0  # samples of this step so far: the next pass's first `sample`
         self._writer: SampleWriter | None = None
 
-    @property
-    def wanted(self) -> bool:
-        return self.prof.samples_wanted
+    def wanted(self, step: int) -> bool:
+        """Whether this step's rollout records its samples: the Profiler's answer, and in async mode also where a
+        replica profiles the step (the driver hosts no rollout window of its own)."""
+        if self.prof.samples_wanted:
+            return True
+        return any(replica_profiles(self.prof.plan, i, step) for i in range(self.replicas))
 
     def begin_pass(self, step: int, rows: int) -> tuple[int, int, list[int] | None]:
         """(this pass's index in the step, its first sample's index, its rows that may not stop early)."""
@@ -50,8 +55,8 @@ class TrainerSamples:
         self.count += rows
         if timing is None:
             return
-        prompt = rollout.prompt_mask.sum(1).tolist()
-        response = rollout.response_mask.sum(1).tolist()
+        prompt = rollout.prompt_mask.sum(1).long().tolist()  # counts, whatever the masks' dtype
+        response = rollout.response_mask.sum(1).long().tolist()
         common = dict(rollout_pass=rollout_pass, rank=self.rank)
         if self.kind == "vllm":  # the step is the engine's records' own (EngineSamples.begin)
             records = [
