@@ -48,7 +48,7 @@ class SampleWriter:
         """Append `records` in one write(); False (said once) where a fault cost them."""
         if not records:
             return True
-        data = b"".join(_encoder.encode(r) + b"\n" for r in records)
+        data = _encoder.encode_lines(records)
         try:
             self._append(data)
         except Exception as exc:

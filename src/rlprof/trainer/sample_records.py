@@ -117,32 +117,33 @@ def engine_records(
     start, perf ns at the start, perf ns after each decode step); `submitted_ns`: the driver's wall clock when it
     sent these rows to a replica (async)."""
     wall_ns, t0, ends = clock[0], clock[1], clock[2:]
-    start_us = wall_ns // 1000
     queue_ms = None if submitted_ns is None else max(0, wall_ns - submitted_ns) / 1e6
+    # what every row of the pass shares, then each row's own (a dict literal per row: the records cost a step well
+    # under 1%, bench/samples_cost.py)
+    shared = record(
+        step=step,
+        rank=rank,
+        replica=replica,
+        start_us=wall_ns // 1000,
+        turns=1,
+        queue_ms=queue_ms,
+        source="rlprof",
+        rollout_pass=rollout_pass,
+    )
+    prefill_ms = (ends[0] - t0) / 1e6 if ends else None
     out = []
     for i, (prompt, n) in enumerate(zip(prompt_tokens, response_tokens)):
-        timed = 1 <= n <= len(ends)
-        out.append(
-            record(
-                step=step,
-                rank=rank,
-                replica=replica,
-                sample=first_sample + i,
-                start_us=start_us,
-                end_us=(wall_ns + ends[n - 1] - t0) // 1000 if timed else None,
-                prompt_tokens=prompt,
-                response_tokens=n,
-                turns=1,
-                queue_ms=queue_ms,
-                prefill_ms=(ends[0] - t0) / 1e6 if timed else None,
-                decode_ms=(ends[n - 1] - ends[0]) / 1e6 if timed else None,
-                reward_ms=reward_ns[i] / 1e6 if reward_ns is not None else None,
-                source="rlprof",
-                rollout_pass=rollout_pass,
-                first_decode_step=0 if timed else None,
-                last_decode_step=n - 1 if timed else None,
-            )
-        )
+        r = {**shared, "sample": first_sample + i, "prompt_tokens": prompt, "response_tokens": n}
+        if 1 <= n <= len(ends):  # active in decode steps 0..n-1 of the pass
+            end = ends[n - 1]
+            r["end_us"] = (wall_ns + end - t0) // 1000
+            r["prefill_ms"] = prefill_ms
+            r["decode_ms"] = (end - ends[0]) / 1e6
+            r["first_decode_step"] = 0
+            r["last_decode_step"] = n - 1
+        if reward_ns is not None:
+            r["reward_ms"] = reward_ns[i] / 1e6
+        out.append(r)
     return out
 
 
