@@ -347,3 +347,17 @@ def test_every_field_and_file_of_the_layout_is_in_the_docs():
     text = (ROOT / "docs" / "collect.md").read_text()
     assert [f for f in FIELDS if f"`{f}`" not in text] == []
     assert all(f"`{source}_" in text for source in SOURCES)
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("trainer.debug.long_sample.sample=64", "trainer.debug.long_sample.sample"),  # 8 prompts x 8: 0..63
+        ("trainer.debug.long_sample.from_step=0", "trainer.debug.long_sample.from_step"),
+    ],
+)
+def test_a_long_sample_outside_the_run_is_one_line_and_exit_2(tmp_path, override, key):
+    proc = run_cli("train", override, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert key in line and "allowed" in line, line
