@@ -35,7 +35,11 @@ OUTPUTS = [
 
 def inputs() -> list[str]:
     """Every analysable input the tests read: run directories, single traces, framework output folders."""
-    found = [f"{group}/{p.name}" for group in ("runs", "h100", "compare", "samples") for p in sorted((DATA / group).iterdir())]
+    found = [
+        f"{group}/{p.name}"
+        for group in ("runs", "h100", "compare", "samples")
+        for p in sorted((DATA / group).iterdir())
+    ]
     found = [name for name in found if (DATA / name).is_dir()]
     found += [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
     return found + OUTPUTS

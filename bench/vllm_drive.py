@@ -11,7 +11,8 @@ request's max_tokens, with ignore_eos so that a request generates exactly that m
 to rlprof's plugin (`rlprof.integrations.vllm.loader.step`: round k is the k-th step listed), `--host-slow-from K`
 makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's plan and trigger): round k is step
 k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
-engine with the step. The environment decides the rest: RLPROF_PLAN (the plugin),
+engine with the step, `--log-stats` starts the engine with vLLM's stats on (disable_log_stats=False). The
+environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
 """
@@ -48,10 +49,12 @@ def make_model(out: str) -> None:
     Qwen2ForCausalLM(cfg).save_pretrained(out)
 
 
-def engine(model: str, profiler_config: dict | None):
+def engine(model: str, profiler_config: dict | None, log_stats: bool = False):
     from vllm import LLM
 
     kwargs = {"profiler_config": profiler_config} if profiler_config else {}
+    if log_stats:
+        kwargs["disable_log_stats"] = False  # vLLM's per-request stats on: rlprof's plugin records each request
     return LLM(
         model=model,
         skip_tokenizer_init=True,
@@ -69,7 +72,7 @@ def run(args) -> dict:
     from vllm.inputs import TokensPrompt
 
     t0 = time.perf_counter()
-    llm = engine(args.model, json.loads(args.profiler_config) if args.profiler_config else None)
+    llm = engine(args.model, json.loads(args.profiler_config) if args.profiler_config else None, args.log_stats)
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
         out["runner_wrapped"] = llm.collective_rpc(
@@ -114,7 +117,14 @@ def run(args) -> dict:
         seconds = time.perf_counter() - t
         if profiled:
             llm.stop_profile()
-        out["rounds"].append({"seconds": seconds, "tokens": [len(r.outputs[0].token_ids) for r in results]})
+        out["rounds"].append(
+            {
+                "seconds": seconds,
+                "tokens": [len(r.outputs[0].token_ids) for r in results],
+                "request_ids": [r.request_id for r in results],
+                "prompt_tokens": [len(r.prompt_token_ids) for r in results],
+            }
+        )
     if host is not None:
         host.close()
     return out
@@ -134,6 +144,7 @@ def main() -> None:
     r.add_argument("--profiler-config")
     r.add_argument("--driver-steps", type=int, nargs="*", default=[])
     r.add_argument("--host-slow-from", type=int, default=0)
+    r.add_argument("--log-stats", action="store_true", help="the engine with vLLM's stats on (disable_log_stats=False)")
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

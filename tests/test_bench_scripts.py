@@ -128,3 +128,13 @@ def test_watch_cost_bench_prints_documented_json():
     trainer = figures["trainer"]
     assert set(trainer["median_ms"]) == {"off", "watch", "slow_only"} and trainer["ratio_to_off"]["off"] == 1.0
     assert trainer["slow_only_said"].startswith("rlprof: keep: slow_only profiled")
+
+
+def test_samples_cost_bench_prints_documented_json():
+    figures = bench_figures("samples_cost.py", "--rounds", "2", "--steps", "8", "--passes", "20")
+    trainer = figures["trainer"]
+    assert len(trainer["on_ms"]) == len(trainer["off_ms"]) == len(trainer["ratio_per_round"]) == 2
+    assert trainer["median_on_ms"] > 0 and trainer["median_off_ms"] > 0 and trainer["ratio"] > 0
+    records = figures["records_us"]
+    assert records["pass_on_us"] > 0 and records["pass_off_us"] > 0 and records["build_and_write_64_us"] > 0
+    assert records["passes"] == 20

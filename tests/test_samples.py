@@ -175,6 +175,83 @@ def test_a_held_row_never_samples_eos_while_the_others_stop_at_once():
     assert len(clock) == 2 + 7 and clock[2:] == sorted(clock[2:])
 
 
+def test_a_steps_refill_passes_continue_its_sample_numbers_and_the_long_sample_may_fall_in_one():
+    """DAPO's refills: a step's second generation pass numbers its samples after the first's (rollout_pass 1), the
+    long-sample aid finds its sample in whichever pass holds it, and each pass's clock gives its own decode steps."""
+    import tempfile
+
+    from rlprof.trainer.config import DebugConfig, LongSample, TrainConfig, TrainerSection
+    from rlprof.trainer.rollout import Rollout
+    from rlprof.trainer.sample_records import TrainerSamples
+
+    cfg = TrainConfig(trainer=TrainerSection(debug=DebugConfig(long_sample=LongSample(from_step=3, sample=5))))
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = profiler(Path(tmp), steps="[3]")
+        samples = TrainerSamples(prof, cfg, rank=0)
+        with prof:
+            with prof.step(3):
+                holds = []
+                for rows, lengths in ((4, [1, 2, 3, 3]), (4, [2, 2, 1, 1])):
+                    rollout_pass, first, hold = samples.begin_pass(3, rows)
+                    holds.append(hold)
+                    mask = torch.tensor([[1] * n + [0] * (3 - n) for n in lengths])
+                    rollout = Rollout(torch.ones(rows, 2, dtype=torch.long), torch.ones(rows, 2), mask, mask)
+                    clock = [1_000_000_000_000, 0, *[(k + 1) * 1_000_000 for k in range(max(lengths))]]
+                    samples.end_pass(3, rollout_pass, first, rollout, clock, [500_000] * rows)
+        samples.close()
+        records = read_samples(prof.run_dir())
+    check_layout(records)
+    assert holds == [None, [1]]  # sample 5 is row 1 of the second pass
+    assert [(r["sample"], r["rollout_pass"], r["last_decode_step"]) for r in records] == [
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 0, 2),
+        (3, 0, 2),
+        (4, 1, 1),
+        (5, 1, 1),
+        (6, 1, 0),
+        (7, 1, 0),
+    ]
+    assert [r["end_us"] - r["start_us"] for r in records[:4]] == [1000, 2000, 3000, 3000]
+    assert all(r["reward_ms"] == 0.5 and r["prefill_ms"] == 1.0 for r in records)
+
+
+@pytest.mark.slow
+def test_async_replicas_samples_name_their_replica_its_queue_and_its_decode_steps(tmp_path):
+    """rollout.mode=async, 2 replicas (Ray actors): step 2's 64 samples, half from each replica, each with the time it
+    waited from the driver's submission to its replica's start; each replica's longest sample as long as the decode
+    steps in that replica's own trace; the driver's reward time added."""
+    train(
+        tmp_path,
+        "rollout.mode=async",
+        "rollout.replicas=2",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"{R}.enable=true",
+        f"{R}.all_ranks=true",
+        f"{R}.tool_config.torch.discrete=true",
+        steps=2,
+        timeout=400,
+    )
+    run = only_run(tmp_path / "profile")
+    records = read_samples(run)
+    check_layout(records)
+    assert {r["step"] for r in records} == {2} and sorted(r["sample"] for r in records) == list(range(64))
+    assert {r["sample"]: r["replica"] for r in records} == {i: i // 32 for i in range(64)}
+    assert all(r["queue_ms"] >= 0 and r["reward_ms"] >= 0 and r["rank"] == 0 for r in records)
+    mean = sum(r["response_tokens"] for r in records) / 64
+    assert mean == pytest.approx(metrics(tmp_path)[2]["response_length"], abs=1e-9)
+    rows = [json.loads(line) for line in (run / "manifest.jsonl").read_text().splitlines()]
+    for replica in (0, 1):
+        (row,) = [r for r in rows if r["role"] == "rollout" and r["replica"] == replica]
+        units = decode_step_ranges(run / row["path"])
+        longest = max(r["response_tokens"] for r in records if r["replica"] == replica)
+        assert longest == len(units) and all(
+            u["active"] == sum(r["last_decode_step"] >= u["index"] for r in records if r["replica"] == replica)
+            for u in units
+        )
+
+
 # ---- on and off, in the Profiler ---------------------------------------------------------------------------------
 def test_samples_are_wanted_exactly_where_a_window_is_selected_or_the_watch_is_on(tmp_path):
     prof = profiler(tmp_path, steps="[2]")
@@ -260,3 +337,27 @@ def test_a_full_disk_under_the_samples_costs_the_training_nothing_and_one_line(t
     assert len(said) == 1 and "training goes on" in said[0], err[-3000:]
     kept = read_samples(only_run(disk))
     assert {r["step"] for r in kept} <= {1, 2} and [r["sample"] for r in kept if r["step"] == 1] == list(range(64))
+
+
+def test_every_field_and_file_of_the_layout_is_in_the_docs():
+    from conftest import ROOT
+
+    from rlprof.analyze.inputs.samples_file import SOURCES
+
+    text = (ROOT / "docs" / "collect.md").read_text()
+    assert [f for f in FIELDS if f"`{f}`" not in text] == []
+    assert all(f"`{source}_" in text for source in SOURCES)
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("trainer.debug.long_sample.sample=64", "trainer.debug.long_sample.sample"),  # 8 prompts x 8: 0..63
+        ("trainer.debug.long_sample.from_step=0", "trainer.debug.long_sample.from_step"),
+    ],
+)
+def test_a_long_sample_outside_the_run_is_one_line_and_exit_2(tmp_path, override, key):
+    proc = run_cli("train", override, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert key in line and "allowed" in line, line

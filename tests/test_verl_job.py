@@ -10,7 +10,8 @@ seeds' profiler commands as written (tool torch where the seeds say npu; `rlprof
   verl's finish_hook_cmd running `rlprof analyze`;
 - the e2e block: the same roles and ranks, discrete False;
 and one of 7 steps with `global_profiler.trigger` and no step listed: a reward slowed from step 6 (verl's own
-custom_reward_function keys), `rlprof capture --next` asked while it runs.
+custom_reward_function keys), `rlprof capture --next` asked while it runs. The profiled (and the watched) steps' samples
+are recorded in verl's agent-loop worker by rlprof's verl plugin.
 Everything the assertions read was written by verl's, vLLM's and rlprof's code in those runs.
 """
 
@@ -222,6 +223,37 @@ def test_no_file_of_verl_or_vllm_changed(discrete_run, job_python):
         assert vllm_side.record_mismatches(dist, python=job_python) == [], dist
 
 
+# ---- the agent loop, sample by sample ----------------------------------------------------------------------------------
+SAMPLES_PER_STEP = 8  # 4 prompts x rollout.n 2
+RESPONSE_TOKENS = 64  # data.max_response_length, ignore_eos
+
+
+def agent_loop_samples(directory: Path) -> list[dict]:
+    from rlprof.analyze.inputs.samples_file import read_samples
+
+    return [r for r in read_samples(directory) if r["source"] == "verl"]
+
+
+def test_each_profiled_steps_samples_come_from_the_agent_loop_with_generation_and_reward_time(discrete_run):
+    """Steps 1 and 2 are profiled: every sample of each, recorded in verl's agent-loop worker from the metrics verl
+    computes for it (its generation and its scoring timed by verl), with its lengths, one run directory for all."""
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    from rlprof.analyze.inputs.samples_file import sample_files
+
+    samples = agent_loop_samples(save)
+    assert collections.Counter(r["step"] for r in samples) == {1: SAMPLES_PER_STEP, 2: SAMPLES_PER_STEP}
+    assert [p.name for p in sample_files(save) if p.name.startswith("verl_")] == ["verl_worker0.jsonl"]
+    for step in (1, 2):
+        assert sorted(r["sample"] for r in samples if r["step"] == step) == list(range(SAMPLES_PER_STEP))
+    for r in samples:
+        assert r["worker"] == 0 and r["turns"] == 1 and r["response_tokens"] == RESPONSE_TOKENS
+        assert r["prompt_tokens"] > 0 and r["generate_ms"] > 0 and r["reward_ms"] > 0
+        # verl's generation and scoring of the sample lie inside its life in the worker
+        assert (r["end_us"] - r["start_us"]) / 1e3 >= (r["generate_ms"] + r["reward_ms"]) * 0.99
+        assert "tool_ms" not in r  # single-turn: no tool ran, and none is said to
+
+
 # ---- the seeds' commands, analysed -----------------------------------------------------------------------------------
 def test_discrete_block_rows_per_step_role_stage_rank_and_the_rollout_replica(discrete_run):
     result, _, save = discrete_run
@@ -399,6 +431,14 @@ def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigg
     assert min(s["step"] for s in timeline["spikes"]) == SLOW_FROM
     rows = {(r["step"], r["role"], r["stage"]) for r in doc["rows"] if r["unit"] is None}
     assert {(SLOW_FROM + 1, role, stage) for role, stage in WHOLE_STEP} <= rows
+    # every watched step's samples, in the driver's run directory (one run id for the driver and the agent loop);
+    # from the onset on, one sample of each step waited the slowed reward, which its reward_ms holds
+    samples = agent_loop_samples(run_dir)
+    steps = collections.Counter(r["step"] for r in samples)
+    assert steps == {n: SAMPLES_PER_STEP for n in range(1, TRIGGER_STEPS + 1)}
+    for n in range(1, TRIGGER_STEPS + 1):
+        waited = [r for r in samples if r["step"] == n and r["reward_ms"] >= SLOW_S * 1e3]
+        assert len(waited) == (1 if n >= SLOW_FROM else 0), (n, [r["reward_ms"] for r in samples if r["step"] == n])
 
 
 def test_rlprof_capture_next_is_honoured_by_a_running_main_ppo(trigger_run):

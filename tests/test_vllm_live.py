@@ -312,6 +312,21 @@ def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live,
     assert all(r["prefill_seqs"] == 0 and 0 < r["active"] <= 64 for r in decode[1:])
     (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
     assert tail["status"] == "measured" and tail["decode_steps"] == len(decode)
+    # the profiled step's samples, vLLM's own per-request stats (its stats turned on by the trainer): one per
+    # sequence, their mean length the step's response_length, the longest one as long as the engine's iterations
+    from rlprof.analyze.inputs.samples_file import read_samples
+
+    (run,) = (tmp_path / "outputs" / "profile").iterdir()
+    samples = read_samples(run)
+    assert sorted(r["sample"] for r in samples) == list(range(64)) and {r["step"] for r in samples} == {2}
+    assert all(r["source"] == "vllm" and r["rank"] == 0 and r["turns"] == 1 and "request_id" in r for r in samples)
+    mean = sum(r["response_tokens"] for r in samples) / 64
+    assert mean == pytest.approx(history[1]["response_length"], abs=1e-9)
+    assert max(r["response_tokens"] for r in samples) == len(decode)
+    assert all(
+        r["prefill_ms"] > 0 and r["decode_ms"] >= 0 and r["queue_ms"] >= 0 and r["reward_ms"] >= 0 for r in samples
+    )
+    assert "Avg prompt throughput" not in proc.stdout + proc.stderr  # vLLM's periodic stat lines stay off
 
 
 def test_rollout_engine_vllm_needs_a_head_size_vllm_can_run(vllm_live, tmp_path):
@@ -387,3 +402,37 @@ def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vl
     decode = named(events(run / first["path"]), lambda n: n.startswith("rlprof:decode_step:"))
     assert len(decode) == 8  # the round's 8 engine iterations (max_tokens 8), each a decode-step unit
     assert result["delegated"][first["step"] - 1] == first["trigger"]
+
+
+def test_each_finished_request_is_a_sample_record_with_vllms_own_counts_and_times(vllm_live, tmp_path):
+    """With vLLM's stats on (disable_log_stats=False), rlprof's stat logger in the engine's front end (a process of
+    its own: the engine core runs in another) writes one record per request of each profiled step (here round 2,
+    rounds being the steps): vLLM's own token counts, queue, prefill and decode times, request id and finish reason;
+    the other rounds none. The same engine without stats records nothing and still takes its window."""
+    run_dir = tmp_path / "profile" / "live-stats"
+    rounds = [[8, 12], [10, 20, 30, 40], [5]]
+    env = {"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-stats"}
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env=env, log_stats=True)
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    from rlprof.analyze.inputs.samples_file import read_samples, sample_files
+
+    assert [p.name for p in sample_files(run_dir)] == ["vllm_replica0.jsonl"]
+    records = read_samples(run_dir)
+    second = result["rounds"][1]
+    asked = dict(zip(second["request_ids"], zip(second["tokens"], second["prompt_tokens"])))
+    assert sorted(r["request_id"] for r in records) == sorted(asked) and {r["step"] for r in records} == {2}
+    assert sorted(r["sample"] for r in records) == [0, 1, 2, 3] and {r["replica"] for r in records} == {0}
+    for r in records:
+        assert (r["response_tokens"], r["prompt_tokens"]) == asked[r["request_id"]]
+        assert r["source"] == "vllm" and r["finish_reason"] == "length" and r["preemptions"] == 0
+        assert r["queue_ms"] >= 0 and r["prefill_ms"] > 0 and r["decode_ms"] > 0
+        # vLLM's phases lie inside the request's life on the front end's clock
+        assert r["end_us"] - r["start_us"] >= (r["queue_ms"] + r["prefill_ms"] + r["decode_ms"]) * 1e3 * 0.99
+    by_tokens = sorted(records, key=lambda r: r["response_tokens"])
+    assert [r["end_us"] for r in by_tokens] == sorted(r["end_us"] for r in by_tokens)  # longer ends later
+    assert [r["status"] for r in manifest(run_dir)] == ["complete"]  # the worker's window beside them
+    off_dir = tmp_path / "profile" / "live-nostats"
+    env = {"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-nostats"}
+    result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env=env)
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    assert sample_files(off_dir) == [] and [r["step"] for r in manifest(off_dir)] == [2]

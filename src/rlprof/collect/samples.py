@@ -37,8 +37,8 @@ def record(**fields) -> dict:
 class SampleWriter:
     """One host's sample file (`samples/<source>_<who>.jsonl` of `run_dir`), made on the first write."""
 
-    def __init__(self, run_dir: Path, source: str, *, rank: int | None = None, replica: int | None = None, said=None):
-        self.path = samples_path(run_dir, source, rank=rank, replica=replica)
+    def __init__(self, run_dir: Path, source: str, *, said=None, **who: int | None):
+        self.path = samples_path(run_dir, source, **who)  # who: rank, replica or worker
         self.said = said  # warn_once's scope (a Profiler's; None: the process)
         self.written = 0  # records on disk
         self.lost = 0  # records a fault cost
@@ -48,7 +48,7 @@ class SampleWriter:
         """Append `records` in one write(); False (said once) where a fault cost them."""
         if not records:
             return True
-        data = b"".join(_encoder.encode(r) + b"\n" for r in records)
+        data = _encoder.encode_lines(records)
         try:
             self._append(data)
         except Exception as exc:

@@ -13,6 +13,7 @@ the replica's start. `reward_ms` is its own scoring call (trainer/reward.py). vL
 
 from __future__ import annotations
 
+from ..collect.engine import replica_profiles
 from ..collect.samples import SampleWriter, record
 
 
@@ -23,15 +24,19 @@ class TrainerSamples:
 
     def __init__(self, prof, cfg, rank: int, kind: str = "rlprof"):
         self.prof, self.rank, self.kind = prof, rank, kind
+        self.replicas = cfg.rollout.replicas if kind == "async" else 0
         self.long = cfg.trainer.debug.long_sample
         self.step = 0
         self.passes = 0  # generation passes of this step so far
         self.count = 0  # samples of this step so far: the next pass's first `sample`
         self._writer: SampleWriter | None = None
 
-    @property
-    def wanted(self) -> bool:
-        return self.prof.samples_wanted
+    def wanted(self, step: int) -> bool:
+        """Whether this step's rollout records its samples: the Profiler's answer, and in async mode also where a
+        replica profiles the step (the driver hosts no rollout window of its own)."""
+        if self.prof.samples_wanted:
+            return True
+        return any(replica_profiles(self.prof.plan, i, step) for i in range(self.replicas))
 
     def begin_pass(self, step: int, rows: int) -> tuple[int, int, list[int] | None]:
         """(this pass's index in the step, its first sample's index, its rows that may not stop early)."""
@@ -50,10 +55,10 @@ class TrainerSamples:
         self.count += rows
         if timing is None:
             return
-        prompt = rollout.prompt_mask.sum(1).tolist()
-        response = rollout.response_mask.sum(1).tolist()
-        common = dict(step=step, rollout_pass=rollout_pass, rank=self.rank)
-        if self.kind == "vllm":
+        prompt = rollout.prompt_mask.sum(1).long().tolist()  # counts, whatever the masks' dtype
+        response = rollout.response_mask.sum(1).long().tolist()
+        common = dict(rollout_pass=rollout_pass, rank=self.rank)
+        if self.kind == "vllm":  # the step is the engine's records' own (EngineSamples.begin)
             records = [
                 r
                 for order, kept in timing
@@ -71,6 +76,7 @@ class TrainerSamples:
                     reward_ns=None if reward_ns is None else reward_ns[lo:hi],
                     replica=replica,
                     submitted_ns=submitted_ns,
+                    step=step,
                     **common,
                 )
             ]
@@ -81,6 +87,7 @@ class TrainerSamples:
                 response_tokens=response,
                 clock=timing,
                 reward_ns=reward_ns,
+                step=step,
                 **common,
             )
         if self._writer is None:
@@ -110,32 +117,33 @@ def engine_records(
     start, perf ns at the start, perf ns after each decode step); `submitted_ns`: the driver's wall clock when it
     sent these rows to a replica (async)."""
     wall_ns, t0, ends = clock[0], clock[1], clock[2:]
-    start_us = wall_ns // 1000
     queue_ms = None if submitted_ns is None else max(0, wall_ns - submitted_ns) / 1e6
+    # what every row of the pass shares, then each row's own (a dict literal per row: the records cost a step well
+    # under 1%, bench/samples_cost.py)
+    shared = record(
+        step=step,
+        rank=rank,
+        replica=replica,
+        start_us=wall_ns // 1000,
+        turns=1,
+        queue_ms=queue_ms,
+        source="rlprof",
+        rollout_pass=rollout_pass,
+    )
+    prefill_ms = (ends[0] - t0) / 1e6 if ends else None
     out = []
     for i, (prompt, n) in enumerate(zip(prompt_tokens, response_tokens)):
-        timed = 1 <= n <= len(ends)
-        out.append(
-            record(
-                step=step,
-                rank=rank,
-                replica=replica,
-                sample=first_sample + i,
-                start_us=start_us,
-                end_us=(wall_ns + ends[n - 1] - t0) // 1000 if timed else None,
-                prompt_tokens=prompt,
-                response_tokens=n,
-                turns=1,
-                queue_ms=queue_ms,
-                prefill_ms=(ends[0] - t0) / 1e6 if timed else None,
-                decode_ms=(ends[n - 1] - ends[0]) / 1e6 if timed else None,
-                reward_ms=reward_ns[i] / 1e6 if reward_ns is not None else None,
-                source="rlprof",
-                rollout_pass=rollout_pass,
-                first_decode_step=0 if timed else None,
-                last_decode_step=n - 1 if timed else None,
-            )
-        )
+        r = {**shared, "sample": first_sample + i, "prompt_tokens": prompt, "response_tokens": n}
+        if 1 <= n <= len(ends):  # active in decode steps 0..n-1 of the pass
+            end = ends[n - 1]
+            r["end_us"] = (wall_ns + end - t0) // 1000
+            r["prefill_ms"] = prefill_ms
+            r["decode_ms"] = (end - ends[0]) / 1e6
+            r["first_decode_step"] = 0
+            r["last_decode_step"] = n - 1
+        if reward_ns is not None:
+            r["reward_ms"] = reward_ns[i] / 1e6
+        out.append(r)
     return out
 
 

@@ -195,7 +195,7 @@ class Trainer:
         cfg = self.cfg
         ids, mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
         rollout_pass, first, hold = self.samples.begin_pass(step, ids.shape[0])
-        timing = [] if self.samples.wanted else None  # where the engine keeps what the sample records need
+        timing = [] if self.samples.wanted(step) else None  # where the engine keeps what the records need
         with self.stage("rollout_generate"):
             if self.engine is not None:
                 rollout = self.engine.generate(step, ids.cpu(), mask.cpu(), self._gen_params(), timing, hold)

@@ -1,9 +1,9 @@
 """The rollout's samples, one record each (collect/samples.py writes them, the analysis reads them here): one JSON
 object per line, appended a step (or an engine iteration) at a time by the process that ran the rollout, in
-`<run_dir>/samples/<source>_<who>.jsonl`: `rlprof_rank<R>.jsonl` (rlprof's trainer, sync rollout: one file per
-rank, the async replicas' samples included, each naming its replica), `vllm_replica<K>.jsonl` (a vLLM engine,
-through rlprof's vLLM plugin or the trainer's in-process engine), `verl_driver.jsonl` (verl's agent loop, recorded in
-main_ppo's driver). One writer per file: no lock, no interleaving.
+`<run_dir>/samples/<source>_<who>.jsonl`: `rlprof_rank<R>.jsonl` (rlprof's trainer: one file per rank, its async
+replicas' samples included, each naming its replica), `vllm_rank<R>.jsonl` (the trainer's in-process vLLM engine),
+`vllm_replica<K>.jsonl` (a vLLM engine through rlprof's vLLM plugin, written in its front end),
+`verl_worker<K>.jsonl` (one of verl's agent-loop workers). One writer per file: no lock, no interleaving.
 
 Each record holds the fields its host knows, and only those: a field the host does not know is absent, never 0 or
 null (`FIELDS`). The clock of `start_us` / `end_us`: the writing host's wall clock, in microseconds since the Unix
@@ -11,7 +11,7 @@ epoch (`time.time_ns() // 1000`), the clock of the manifest's `start_ns` / `end_
 trace's clock as it maps the windows. Durations (`*_ms`) are milliseconds of the host's own measure.
 
 A process killed mid-write leaves a cut last line: `read_samples` reads every whole line (a cut line up to the cut,
-as a manifest's, analyze/salvage.py), so a crash loses at most the records in flight."""
+as a manifest's, analyze/inputs/salvage.py), so a crash loses at most the records in flight."""
 
 from __future__ import annotations
 
@@ -28,7 +28,11 @@ FIELDS: dict[str, tuple[type, str]] = {
     "step": (int, "the training step (1-based) whose rollout generated the sample"),
     "rank": (int, "the data-parallel rank that generated it (rlprof's sync rollout)"),
     "replica": (int, "the rollout replica or engine that generated it (async rollout, a vLLM engine, verl's server)"),
-    "sample": (int, "the sample's index in its step, on its rank or engine (0-based; a verl sample: in the batch)"),
+    "sample": (
+        int,
+        "the sample's index in its step on its rank (0-based, in batch order); a vLLM engine's and a verl worker's "
+        "count their step's samples in the order they finished",
+    ),
     "start_us": (int, "when its generation began: the host's wall clock, microseconds since the epoch"),
     "end_us": (int, "when its last token was generated, same clock"),
     "prompt_tokens": (int, "prompt tokens (padding excluded)"),
@@ -48,19 +52,26 @@ FIELDS: dict[str, tuple[type, str]] = {
     "request_id": (str, "vLLM: the request's id"),
     "finish_reason": (str, "vLLM: why it stopped (stop, length, abort, ...)"),
     "cached_tokens": (int, "vLLM: prompt tokens served from the prefix cache"),
-    "worker": (int, "verl: the agent-loop worker that ran it"),
+    "worker": (int, "verl: the agent-loop worker that ran it (step, worker and sample name one sample)"),
 }
 REQUIRED = ("step", "sample", "source")
 
 
-def file_name(source: str, *, rank: int | None = None, replica: int | None = None) -> str:
-    """`<source>_rank<R>.jsonl`, `<source>_replica<K>.jsonl`, or `<source>_driver.jsonl` (neither given)."""
-    who = f"rank{rank}" if rank is not None else f"replica{replica}" if replica is not None else "driver"
+def file_name(source: str, *, rank: int | None = None, replica: int | None = None, worker: int | None = None) -> str:
+    """`<source>_rank<R>.jsonl`, `<source>_replica<K>.jsonl`, `<source>_worker<K>.jsonl`, or `<source>_driver.jsonl`
+    (none given)."""
+    if rank is not None:
+        who = f"rank{rank}"
+    elif replica is not None:
+        who = f"replica{replica}"
+    else:
+        who = f"worker{worker}" if worker is not None else "driver"
     return f"{source}_{who}{SUFFIX}"
 
 
-def samples_path(run_dir: Path, source: str, *, rank: int | None = None, replica: int | None = None) -> Path:
-    return Path(run_dir) / SAMPLES_DIR / file_name(source, rank=rank, replica=replica)
+def samples_path(run_dir: Path, source: str, **who: int | None) -> Path:
+    """Where one writer's records go (`who`: rank, replica or worker, as `file_name` takes them)."""
+    return Path(run_dir) / SAMPLES_DIR / file_name(source, **who)
 
 
 def sample_files(run_dir: Path) -> list[Path]:

@@ -13,7 +13,7 @@ import sys
 
 from ...warn_once import warn_once
 from .config_keys import asks_for_sampling, field, teach_config
-from .rollout_plan import engine_keeps_decode_steps, hand_rollout_plan, naming_the_replica
+from .rollout_plan import engine_keeps_decode_steps, hand_rollout_plan, name_the_run, naming_the_replica
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -74,6 +74,7 @@ def install() -> None:
         "verl.utils.profiler.config": teach_config,
         "verl.utils.profiler.profile": watch_profilers,
         TRAINER_MODULE: watch_steps,
+        AGENT_LOOP_MODULE: watch_samples,
     }
     pending = {}
     for name, hook in hooks.items():
@@ -93,6 +94,17 @@ TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"  # the v1 trainer, in main_p
 def watch_steps(module) -> None:
     """The v1 trainer, just imported: its step boundaries wrapped (a cheap test per step without a trigger)."""
     from .trigger import attach  # a lazy hand-off (ignored, by name, by the light-loader contract)
+
+    attach(module)
+
+
+# each agent-loop worker: the samples it generates (agent_samples.py)
+AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
+
+
+def watch_samples(module) -> None:
+    """verl's agent loop, just imported: its worker's samples recorded where the job watches or profiles a step."""
+    from .agent_samples import attach  # a lazy hand-off (ignored, by name, by the light-loader contract)
 
     attach(module)
 
@@ -142,6 +154,7 @@ def _take_over(prof, schedule) -> None:
 
 def _at_import() -> None:
     try:
+        name_the_run(sys.argv[1:], os.environ)
         hand_rollout_plan(sys.argv[1:], os.environ)
     except Exception as exc:  # never break verl's import
         warn_once(

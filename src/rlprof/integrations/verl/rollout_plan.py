@@ -1,18 +1,31 @@
 """The rollout engines' decode-step windows: on main_ppo's driver, verl's rollout profiler keys handed to rlprof's
-vLLM plugin; in each rollout server, its engine told which replica it is. Standard library, `frameworks` and the vLLM
-plugin's variable names only (the loader imports it)."""
+vLLM plugin; in each rollout server, its engine told which replica it is. And the run's id, named once on main_ppo's
+driver for the processes Ray starts from it (the trigger's run directory and the agent loop's sample records share
+it). Standard library, `frameworks` and the vLLM plugin's variable names only (the loader imports it)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shlex
+import time
 
 from ...frameworks import verl as facts
 from ..vllm.environment import ENV_PLAN as ENV_ENGINE_PLAN, ENV_REPLICA as ENV_ENGINE_REPLICA
 
 PROFILER_KEYS = ("global_profiler.", "actor_rollout_ref.actor.profiler.", "actor_rollout_ref.rollout.profiler.")
 ROLLOUT_PROFILER = "actor_rollout_ref.rollout.profiler."
+ENV_RUN_ID = "RLPROF_VERL_RUN_ID"  # main_ppo's run directory under global_profiler.save_path
+
+
+def name_the_run(argv: list[str], environ) -> str | None:
+    """In main_ppo's driver, when its command line sets rlprof's or verl's profiler keys: one run id, in the
+    environment Ray's processes inherit (the driver's trigger and every agent-loop worker write under it). A run id
+    already there (inherited, or the user's) is kept."""
+    if not any(a.lstrip("+~").startswith(PROFILER_KEYS) for a in argv):
+        return environ.get(ENV_RUN_ID)
+    return environ.setdefault(ENV_RUN_ID, time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3))
 
 
 def hand_rollout_plan(argv: list[str], environ) -> str | None:

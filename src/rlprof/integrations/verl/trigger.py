@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ...warn_once import warn_once
 from ..vllm.environment import ENV_PLAN
+from .rollout_plan import ENV_RUN_ID
 
 WRAPPED = ("fit", "_start_profiling", "_stop_profiling")
 _DRIVER = "_rlprof_trigger"  # the trainer's DriverTrigger, False once looked for and absent (or failed)
@@ -208,7 +209,7 @@ class DriverTrigger:
         self.plan = plan
         self.steps = set(_select(trainer.config, "global_profiler.steps") or ())
         self.save_path = Path(_select(trainer.config, "global_profiler.save_path") or "outputs/profile").resolve()
-        self.run_id = new_run_id()
+        self.run_id = os.environ.get(ENV_RUN_ID) or new_run_id()  # shared with the agent loop's sample records
         self.run_dir = self.save_path / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.enabled = tuple(r.role for r in plan.roles if r.enabled and r.tool and r.stages)

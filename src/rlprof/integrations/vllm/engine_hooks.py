@@ -47,6 +47,9 @@ def install(settings: EngineSettings) -> None:
             if callable(method) and getattr(method, "_rlprof", None) is None:
                 setattr(EngineCore, name, _counting_rounds(method, settings))
     os.environ.setdefault("RLPROF_RUN_ID", new_run_id())  # the EngineCore and workers started from here share it
+    from .sample_stats import install as record_samples
+
+    record_samples(settings, version)  # in the front end, while vLLM's stats are on: each finished request
 
 
 def _after_init_device(original, settings: EngineSettings, version: str):
@@ -120,6 +123,13 @@ def began(worker_wrapper, step: int, source: str, trigger: dict | None = None) -
     session = _session(worker_wrapper)
     if session is not None:
         session.begin(step, source, trigger)
+
+
+def front_end_step(step: int | None) -> None:
+    """The host says step `step` begins (None: it ended), in the front end's own process (loader.step)."""
+    from .sample_stats import said_by_driver
+
+    said_by_driver(step)
 
 
 def ended(worker_wrapper, source: str) -> None:

@@ -45,10 +45,12 @@ def step(llm, n: int, trigger: dict | None = None):
     if rpc is None or not os.environ.get(ENV_PLAN):
         yield
         return
-    from .engine_hooks import began, ended
+    from .engine_hooks import began, ended, front_end_step
 
     rpc(began, args=(n, "driver", trigger))
+    front_end_step(n)
     try:
         yield
     finally:
         rpc(ended, args=("driver",))
+        front_end_step(None)
