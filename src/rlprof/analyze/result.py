@@ -548,6 +548,7 @@ class SlowSample(Record, kw_only=True):
     sample: int
     rank: int | UnsetType = UNSET
     replica: int | UnsetType = UNSET
+    worker: int | UnsetType = UNSET
     response_tokens: int | UnsetType = UNSET
     tool_ms: Number | UnsetType = UNSET
     turns: int | UnsetType = UNSET

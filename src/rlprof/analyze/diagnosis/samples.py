@@ -108,7 +108,11 @@ def step_summaries(samples: list[dict]) -> list[dict]:
             "tail_ms": tail if timed else None,
             "tail_share": tail / span if span > 0 else None,
             "slowest": [
-                {k: r[k] for k in ("sample", "rank", "replica", "response_tokens", "tool_ms", "turns") if k in r}
+                {
+                    k: r[k]
+                    for k in ("sample", "rank", "replica", "worker", "response_tokens", "tool_ms", "turns")
+                    if k in r
+                }
                 | {"duration_ms": duration_ms(r)}
                 for r in slowest
             ],

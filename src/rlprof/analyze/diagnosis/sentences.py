@@ -169,6 +169,7 @@ def _slowest_words(slowest: list[dict]) -> str:
         f"sample {s['sample']}"
         + (f" of rank {s['rank']}" if s.get("rank") is not None else "")
         + (f" of replica {s['replica']}" if s.get("replica") is not None else "")
+        + (f" of worker {s['worker']}" if s.get("worker") is not None else "")
         + f" ({s['duration_ms']:.1f} ms"
         + (f", {s['response_tokens']} tokens" if s.get("response_tokens") is not None else "")
         + (f", {s['tool_ms']:.1f} ms in tools" if s.get("tool_ms") is not None else "")
