@@ -10,6 +10,8 @@ import pytest
 from conftest import run_cli
 from helpers import load_trace, rows
 
+from rlprof.analyze.samples_file import read_samples, sample_files
+
 pytestmark = pytest.mark.slow
 A = "actor_rollout_ref.actor.profiler"
 R = "actor_rollout_ref.rollout.profiler"
@@ -49,6 +51,12 @@ def test_torchrun_two_ranks_fsdp_profiles_only_listed_rank(tmp_path):
     assert any(n.startswith("fsdp::") for n in names)  # the actor is sharded with FSDP2
     history = [json.loads(x) for x in (only_run(tmp_path / "train") / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in history] == [1, 2, 3, 4]
+    # the rollout's samples, where a window is on: rank 1's step 2 (its 4 prompts x 8), nothing of rank 0's
+    assert [p.name for p in sample_files(d)] == ["rlprof_rank1.jsonl"]
+    samples = read_samples(d)
+    assert {(r["step"], r["rank"]) for r in samples} == {(2, 1)} and sorted(r["sample"] for r in samples) == list(
+        range(32)
+    )
 
 
 def test_async_rollout_two_replicas_profiles_replica_one_only(tmp_path):
@@ -76,6 +84,11 @@ def test_async_rollout_two_replicas_profiles_replica_one_only(tmp_path):
     assert any(e.get("name", "").startswith("rlprof:decode_step:") for e in trace["traceEvents"])
     history = [json.loads(x) for x in (only_run(tmp_path / "train") / "metrics.jsonl").read_text().splitlines()]
     assert len(history) == 3 and "weight_sync" in history[0]["stage_ms"]
+    # step 2's samples, recorded by the driver (its actor window is on): both replicas' halves, each naming its replica
+    samples = read_samples(d)
+    assert {r["step"] for r in samples} == {2} and {r["sample"]: r["replica"] for r in samples} == {
+        i: i // 32 for i in range(64)
+    }
 
 
 def test_async_rollout_without_discrete_is_refused(tmp_path):

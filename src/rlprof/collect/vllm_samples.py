@@ -76,7 +76,7 @@ class EngineSamples:
                     queue_ms=r.queued_time * 1e3,
                     prefill_ms=r.prefill_time * 1e3,
                     decode_ms=r.decode_time * 1e3,
-                    preemptions=getattr(r, "num_preemptions", None),  # per request in vLLM 0.1x on
+                    preemptions=getattr(r, "num_preemptions", None),  # per request where vLLM counts it (0.32.0 does)
                     source="vllm",
                     request_id=getattr(r, "request_id", None),  # absent before vLLM named it here
                     finish_reason=None if r.finish_reason is None else str(r.finish_reason),
