@@ -10,7 +10,7 @@ import pytest
 from conftest import run_cli
 from helpers import load_trace, rows
 
-from rlprof.analyze.samples_file import read_samples, sample_files
+from rlprof.analyze.inputs.samples_file import read_samples, sample_files
 
 pytestmark = pytest.mark.slow
 A = "actor_rollout_ref.actor.profiler"
