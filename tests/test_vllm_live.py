@@ -250,8 +250,8 @@ def test_vllm_own_profiler_output_is_read_and_the_argument_builder_is_what_it_re
 
 def test_a_profiler_failure_inside_the_engine_never_stops_generation(vllm_live, tmp_path):
     """The run directory cannot be made when the first window opens (a file stands where it would be; the plan's
-    save_path itself is fine, so the plan loads): one warning line for both profiled steps, every round generated
-    in full."""
+    save_path itself is fine, so the plan loads): the first lost window said in full with its reason, the second in a
+    short line that counts it (collect/lost.py), every round generated in full."""
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "blocked").write_text("a file where the run directory would go")
     rounds = [SEED, SEED]
@@ -267,7 +267,9 @@ def test_a_profiler_failure_inside_the_engine_never_stops_generation(vllm_live, 
     )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "rlprof:" in line]
-    assert len(said) == 1 and "could not open step 1's window" in said[0] and "generation goes on" in said[0], said
+    assert len(said) == 2, said
+    assert "step1_rollout_rollout_generate_rank0" in said[0] and "FileExistsError" in said[0], said
+    assert "step2_rollout_rollout_generate_rank0 failed the same way" in said[1] and "2 so far" in said[1], said
 
 
 def test_the_reference_trainer_learns_with_vllm_as_its_rollout_engine(vllm_live, tmp_path):
