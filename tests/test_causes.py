@@ -297,3 +297,19 @@ def test_the_rollout_tail_from_samples_where_no_decode_step_says_how_many_ran():
     assert "samples" in f["text"] and f["levers"]["verl"][0]["key"] == "data.max_response_length"
     cap = f["saving"]["setting"]["max_new_tokens"]
     assert 10 <= cap < 50 and f["saving"]["saving_ms"] == pytest.approx(100.0 - 100.0 * cap / 50)
+
+
+@pytest.mark.parametrize("name", sorted(set(FIRING) - {"slow_rank"}) + ["rollout_tail_from_samples"])
+def test_every_measure_and_finding_a_cause_makes_is_typed(name):
+    """What each firing case's measures and findings hold decodes strictly as the typed result's records (an unknown
+    key is an error there: a new input of a formula is a new field of `Measure`)."""
+    import msgspec
+
+    from rlprof.analyze.result import Finding as TypedFinding, Measure
+
+    doc = _tail_of_samples() if name == "rollout_tail_from_samples" else FIRING[name]()
+    found_measures, found = diagnose(doc)
+    for m in found_measures:
+        msgspec.convert(m, Measure, strict=False)
+    for f in found:
+        msgspec.convert(f, TypedFinding, strict=False)

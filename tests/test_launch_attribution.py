@@ -88,7 +88,7 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
     """The recorded CPU runs (tests/data/runs) against their documents from before attribution by launch
     (analysis_before_launch_attribution.json.gz, written by the code of 419fa31): identical, key by key, but for
     idle, and any cause, found in several stages: since said as one finding holding exactly the per-stage ones it
-    replaced (its first stage's finding, the others in `evidence.stages`)."""
+    replaced (its first stage's finding, the others in `evidence.stages`); and each input's `clock_base_ns`."""
     before = json.load(gzip.open(DATA / "runs" / "analysis_before_launch_attribution.json.gz"))
     runs = sorted(p for p in (DATA / "runs").iterdir() if p.is_dir())
     assert sorted(before) == [p.name for p in runs]
@@ -99,6 +99,8 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
         doc = analyze(copy, workers=1)
         now = json.loads(json.dumps(doc, sort_keys=True, default=str).replace(str(copy), "<run>"))
         was = before[run.name]
+        for i in now["inputs"]:  # each Kineto trace's clock origin, read since (the rollout's samples are put on it)
+            assert i.pop("clock_base_ns", 1790857026000000000) == 1790857026000000000, i["path"]
         for kind in {f["kind"] for f in was["findings"]}:
             kind_was = [f for f in was["findings"] if f["kind"] == kind]
             kind_now = [f for f in now["findings"] if f["kind"] == kind]

@@ -244,6 +244,18 @@ class Measure(Record, kw_only=True):
     device: int | str | None | UnsetType = UNSET
     peak_bytes: Number | UnsetType = UNSET
     capacity_bytes: Number | UnsetType = UNSET
+    basis: str | UnsetType = UNSET
+    steps: int | UnsetType = UNSET
+    samples_per_step: Number | UnsetType = UNSET
+    tail_running: Number | UnsetType = UNSET
+    tool_ms: Number | UnsetType = UNSET
+    slowest_ms: Number | UnsetType = UNSET
+    preempted: int | UnsetType = UNSET
+    samples: int | UnsetType = UNSET
+    preemptions: int | UnsetType = UNSET
+    excess_ms: Number | UnsetType = UNSET
+    queue_ms: Number | UnsetType = UNSET
+    longest_queue_ms: Number | UnsetType = UNSET
 
 
 class Lever(Record, kw_only=True):
