@@ -110,16 +110,11 @@ def union(intervals) -> float:
     return total
 
 
-def clipped(intervals, lo: float, hi: float) -> list[tuple]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
-
-
-def expected_by_time(device: list[dict], lo: float, hi: float) -> dict:
-    """A trace that links no device event to a launch: each row is its host range's time on the device, whoever
-    launched what ran in it."""
-    iv = lambda kinds: clipped([(d["s"], d["e"]) for d in device if d["kind"] in kinds], lo, hi)  # noqa: E731
-    compute, comm = union(iv(("gemm",))), union(iv(("nccl",)))
-    either, busy = union(iv(("gemm", "nccl"))), union(iv(KINDS))
+def buckets(intervals: list[tuple], lo: float, hi: float) -> dict:
+    """The buckets of [lo, hi] from the device intervals (start, end, kind) that count in it, each a union."""
+    union_of = lambda kinds: union([(s, e) for s, e, k in intervals if k in kinds])  # noqa: E731
+    compute, comm = union_of(("gemm",)), union_of(("nccl",))
+    either, busy = union_of(("gemm", "nccl")), union_of(KINDS)
     return {
         "start_us": lo,
         "wall_ms": (hi - lo) / 1e3,
@@ -131,6 +126,14 @@ def expected_by_time(device: list[dict], lo: float, hi: float) -> dict:
     }
 
 
+def expected_by_time(device: list[dict], lo: float, hi: float) -> dict:
+    """A trace that links no device event to a launch: each row is its host range's time on the device, whoever
+    launched what ran in it."""
+    return buckets(
+        [(max(d["s"], lo), min(d["e"], hi), d["kind"]) for d in device if min(d["e"], hi) > max(d["s"], lo)], lo, hi
+    )
+
+
 def expected_row(device: list[dict], lo: float, hi: float) -> dict:
     """The brute force: the device work launched in [lo, hi] (unlinked: started in it), its buckets over its device
     window, and the device's gaps (any event of the file) inside that window."""
@@ -138,9 +141,6 @@ def expected_row(device: list[dict], lo: float, hi: float) -> dict:
     if not mine:
         return {"start_us": lo, "wall_ms": (hi - lo) / 1e3, "compute_ms": 0.0, "idle_ms": (hi - lo) / 1e3}
     dlo, dhi = min(d["s"] for d in mine), max(d["e"] for d in mine)
-    iv = lambda kinds: [(d["s"], d["e"]) for d in mine if d["kind"] in kinds]  # noqa: E731
-    compute, comm = union(iv(("gemm",))), union(iv(("nccl",)))
-    either, busy = union(iv(("gemm", "nccl"))), union(iv(KINDS))
     gap = bound = unknown = 0.0
     ordered = sorted(device, key=lambda d: d["s"])
     busy_until = ordered[0]["e"]
@@ -154,13 +154,7 @@ def expected_row(device: list[dict], lo: float, hi: float) -> dict:
                 bound += part
         busy_until = max(busy_until, d["e"])
     return {
-        "start_us": dlo,
-        "wall_ms": (dhi - dlo) / 1e3,
-        "compute_ms": compute / 1e3,
-        "comm_ms": (either - compute) / 1e3,
-        "overlap_ms": (compute + comm - either) / 1e3,
-        "memcpy_ms": (busy - either) / 1e3,
-        "idle_ms": (dhi - dlo - busy) / 1e3,
+        **buckets([(d["s"], d["e"], d["kind"]) for d in mine], dlo, dhi),
         "unlinked_events": sum(d["launch"] is None for d in mine),
         "device_gap_ms": gap / 1e3,
         "launch_bound_ms": bound / 1e3,
