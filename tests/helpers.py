@@ -99,11 +99,13 @@ def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
 
 
 # ---- catching the slow step: what the trigger may do, from the busy flags a loaded machine sets ---------------
-def busy_steps(run_dir, rank=0):
-    from rlprof.analyze.inputs.timeline_file import BUSY, read_rank
+def unjudged_steps(run_dir, rank=0):
+    """The steps the trigger judged no rank at for this rank's sake: a busy machine (analyze/inputs/busy_machine.py's
+    rule), or the profiler's own cost in the step (the plan's window, or one written in the background meanwhile)."""
+    from rlprof.analyze.inputs.timeline_file import BUSY, PROFILED, read_rank
 
     rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
-    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & BUSY}
+    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & (BUSY | PROFILED)}
 
 
 def first_judged(onset, busy):

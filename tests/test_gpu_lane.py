@@ -13,7 +13,7 @@ import re
 import pytest
 
 from conftest import run_cli
-from helpers import A, R, busy_steps, rows, trigger_steps
+from helpers import A, R, unjudged_steps, rows, trigger_steps
 
 from rlprof.analyze.pipeline import analyze
 
@@ -170,9 +170,9 @@ def test_the_trigger_captures_a_slowed_gpu_step(tmp_path):
         "trainer.debug.inject_slowdown.seconds=0.5",
         steps=22,
     )
-    expected = trigger_steps(14, busy_steps(run), 22)
+    expected = trigger_steps(14, unjudged_steps(run), 22)
     captured = [r for r in rows(run) if r.get("trigger")]
-    assert expected and captured, (expected, busy_steps(run))
+    assert expected and captured, (expected, unjudged_steps(run))
     judged = captured[0]["trigger"]["step"]
     assert judged in expected and captured[0]["step"] == judged + 1 and captured[0]["stage"] == "e2e"
     assert captured[0]["trigger"]["reason"] == "slow" and captured[0]["trigger"]["stage"] == "actor_update"

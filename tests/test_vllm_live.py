@@ -368,7 +368,7 @@ def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vl
     """A host with rlprof's Profiler and a trigger (bench/vllm_drive.py --host-slow-from 7: its rollout 0.5 s slower
     from step 7, the trigger not told): its decision reaches the engine through `vllm.loader.step(llm, n,
     trigger=...)`, and vLLM's worker captures the next step's rollout with its iterations as decode-step units."""
-    from helpers import busy_steps, trigger_steps
+    from helpers import unjudged_steps, trigger_steps
 
     rounds = [[8] * 4] * 10
     save = tmp_path / "profile"
@@ -392,7 +392,7 @@ def test_a_slow_rollout_arms_a_decode_step_window_in_the_workers_next_rollout(vl
     )
     assert generated_all(result, rounds), proc.stderr[-3000:]
     run = save / "host"
-    expected = trigger_steps(7, busy_steps(run), 10, warmup=2)
+    expected = trigger_steps(7, unjudged_steps(run), 10, warmup=2)
     rows = manifest(run) if (run / "manifest.jsonl").exists() else []
     assert bool(rows) == bool(expected), (expected, proc.stderr[-2000:])
     if not expected:

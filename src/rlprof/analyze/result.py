@@ -492,6 +492,7 @@ class Timeline(Record, kw_only=True):
     busy_steps: list[int]
     warmup_steps: list[int]
     captured_steps: list[int]
+    profiled_steps: list[int]
     per_step: dict[str, PerStep]
     spikes: list[Spike]
     level_shifts: list[LevelShift]

@@ -1,12 +1,13 @@
 """The trigger: what arms a capture, decided at each step end from every rank's stage times.
 
-Every rank contributes one vector per step (its step and stage seconds, whether its machine was busy, and on rank 0
+Every rank contributes one vector per step (its step and stage seconds, whether the step was its own -- not on a busy
+machine, not beside a window written in the background -- and on rank 0
 the request `rlprof capture` left); one all_gather over the job's own process group gives every rank the same
 matrix, and the same deterministic rule below runs on it everywhere, so a capture is of the same step on every rank
 that takes it. Single process: the matrix is the local row.
 
-The rule (steps 1..warmup_steps and steps any rank's busy-machine rule flags are neither judged nor kept as
-baseline):
+The rule (steps 1..warmup_steps, steps any rank's busy-machine rule flags and steps during which any rank wrote a
+window in the background are neither judged nor kept as baseline):
 - straggler: at this step, in a stage, the slowest rank took more than factor x the median of the other ranks and
   at least min_seconds more;
 - slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
@@ -31,7 +32,8 @@ from ..vocab import ROLES, STAGE_ROLE, STAGES
 
 TIMES = 1 + len(STAGES)  # the step, then each stage
 STARTS = TIMES  # then when each stage was first entered in the step
-BUSY_COL = STARTS + len(STAGES)
+BUSY_COL = STARTS + len(STAGES)  # not the job's own time: BUSY_MACHINE | BACKGROUND_WRITE (0: judged)
+BUSY_MACHINE, BACKGROUND_WRITE = 1, 2
 REQ_COLS = BUSY_COL + 1  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
 WIDTH = REQ_COLS + 5
 MIN_HISTORY = 3  # judged steps before a median is a baseline

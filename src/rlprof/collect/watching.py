@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 
-from ..analyze.inputs.timeline_file import BUSY, CAPTURED, WARMUP
+from ..analyze.inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
-from .trigger import REQ_COLS, Capture, Exchange, Trigger, encode_request
+from .trigger import BACKGROUND_WRITE, BUSY_MACHINE, REQ_COLS, Capture, Exchange, Trigger, encode_request
 from .watch import Timers, Watch, read_request, write_live, write_rank_note, write_response
 
 HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
@@ -37,6 +37,7 @@ class Watching:
         self._beat_at = 0.0
         self._delegated: dict = {}
         self._captured: dict = {}  # request id -> the windows this rank closed for it this step
+        self._writes_at_start = (0, 0)  # the window writer's (in flight, ended) when the step started
         if watched:
             self._start_watch(decides)
 
@@ -137,6 +138,7 @@ class Watching:
         """The step starts: its stage clocks, and what the trigger armed for it on this process."""
         try:
             self._watch.begin(n)
+            self._writes_at_start = self._writer.writes_seen()
             trig = self._trigger
             self._capture_rows, self._probing = {}, set()
             e2e, stages = None, {}
@@ -203,15 +205,18 @@ class Watching:
                 req = read_request(self.watch_dir, self._requests_seen)
             except Exception as exc:
                 self._watch_fault("read a capture request", exc)
+        # a window written in the background while the step ran: its cost is in the step's times (not the job's own)
+        writing = self._wrote_during_step()
+        unjudged = (BUSY_MACHINE if busy else 0) | (BACKGROUND_WRITE if writing else 0)
         try:
-            matrix = self._exchange.gather([step_s, *stages, float(busy), *encode_request(req)])
+            matrix = self._exchange.gather([step_s, *stages, float(unjudged), *encode_request(req)])
             ranks = self._exchange.relay(req.get("ranks") if req else None) if matrix[0, REQ_COLS + 4] else None
             decision = trig.decide(n, matrix, ranks)
         except Exception as exc:
             self._watch_fault("decide", exc, disable=True)
             return
         kept = self._settle_probes(decision.flagged) if self._held else False
-        self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept)
+        self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept, writing=writing)
         if self._captured:
             try:
                 for rid, windows in self._captured.items():
@@ -241,11 +246,20 @@ class Watching:
         ] or [{**base, "window": 0, "path": spec.base_name(None), "failed": True}]
         self._captured.setdefault(w.trigger["request_id"], []).extend(listed)
 
-    def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool) -> None:
+    def _wrote_during_step(self) -> bool:
+        """Whether a window was being written in the background at the step's start or end, or one ended during it."""
+        (busy_then, ended_then), (busy_now, ended_now) = self._writes_at_start, self._writer.writes_seen()
+        return bool(busy_then or busy_now or ended_now != ended_then)
+
+    def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool, writing: bool) -> None:
+        # profiled: the plan's own window on this rank, or one written in the background while the step ran; either
+        # way the profiler's cost is in the step's times
+        fixed = any(n in rp.steps for rp in self._collecting.values())
         flags = (
             (BUSY if busy else 0)
             | (WARMUP if n <= self._trigger.plan.warmup_steps else 0)
             | (CAPTURED if captured else 0)
+            | (PROFILED if fixed or writing else 0)
         )
         try:
             self._watch.write(n, flags, step_s, stages)

@@ -205,6 +205,10 @@ class WindowWriter:
         self._pending: list[tuple[Future, Window, Output, Path | None]] = []
         self._analysis = None
         self._cut = False  # a signal's grace time ran out: what is still being written is listed as partial
+        # windows being written in the background now, and how many such writes have ended: a step they overlap
+        # carries their cost (the watch flags it, collect/watching.py)
+        self.in_flight = 0
+        self.finished = 0
 
     def write(self, w: Window, outputs: list[Output]) -> None:
         for out in outputs:
@@ -214,6 +218,8 @@ class WindowWriter:
             else:
                 if self._finalizer is None:
                     self._finalizer = ThreadPoolExecutor(1, thread_name_prefix="rlprof-finalize")
+                with self._lock:
+                    self.in_flight += 1
                 future = self._finalizer.submit(self._finish_quietly, w, out)
                 self._pending.append((future, w, out, out.path if out.finalize_to is not None else None))
 
@@ -267,14 +273,22 @@ class WindowWriter:
             self._analysis.close(timeout=0)
 
     def _finish_quietly(self, w: Window, out: Output) -> None:
-        if self._cut:
-            return  # listed as partial: its raw export stays as it is
         try:
+            if self._cut:
+                return  # listed as partial: its raw export stays as it is
             self._finish(w, out)
         except _Unlisted as exc:
             w.fault("write the manifest row of", exc.__cause__, stopped=True)
         except Exception as exc:
             w.fault("export", exc, stopped=True)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.finished += 1
+
+    def writes_seen(self) -> tuple[int, int]:
+        """(in flight, ended): compared at a step's start and end, whether a background write overlapped it."""
+        return self.in_flight, self.finished
 
     def _finish(self, w: Window, out: Output) -> None:
         spec, rp = w.spec, w.plan

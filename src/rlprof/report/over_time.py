@@ -88,7 +88,9 @@ def stage_time_chart(timeline: dict) -> dict | None:
                 "hovertemplate": "from step %{x}: %{text}<extra></extra>",
             }
         )
-    busy = timeline.get("busy_steps") or []
+    # grey: a busy machine; blue: the plan's own profiled steps (the profiler's cost is in them): neither is judged
+    flagged = [(s, "#cccccc") for s in (timeline.get("busy_steps") or [])[:500]]
+    flagged += [(s, "#9ecae1") for s in (timeline.get("profiled_steps") or [])[:500]]
     shapes = [
         {
             "type": "rect",
@@ -98,17 +100,17 @@ def stage_time_chart(timeline: dict) -> dict | None:
             "x1": s + 0.5,
             "y0": 0,
             "y1": 1,
-            "fillcolor": "#cccccc",
+            "fillcolor": colour,
             "opacity": 0.3,
             "line": {"width": 0},
         }
-        for s in busy[:500]
+        for s, colour in flagged
     ]
     return {
         "data": traces,
         "layout": _layout(
             "Stage time per step (slowest rank); stars: captures, circles: spikes, triangles: level shifts, grey: busy"
-            " machine",
+            " machine, blue: profiled by the plan",
             shapes=shapes,
             xaxis={"title": {"text": "step"}},
             yaxis={"title": {"text": "seconds"}},
@@ -165,6 +167,11 @@ def summary_line(timeline: dict) -> str:
     return (
         f"run over time: {len(timeline['steps'])} watched steps x {len(timeline['ranks'])} rank(s), "
         f"{len(timeline['busy_steps'])} busy, {len(timeline['captures'])} captured window(s)"
+        + (
+            f", {len(timeline['profiled_steps'])} step(s) profiled by the plan"
+            if timeline.get("profiled_steps")
+            else ""
+        )
     )
 
 

@@ -89,6 +89,7 @@ def explain_rollout(timeline: dict, sample_steps: list[dict]) -> None:
     if not by_step:
         return
     flagged = set(timeline["busy_steps"]) | set(timeline["warmup_steps"]) | set(timeline["captured_steps"])
+    flagged |= set(timeline.get("profiled_steps", []))
     judged = [s for s in timeline["steps"] if s not in flagged and s in by_step]
     slowest = {s["step"]: s.get("slowest", []) for s in sample_steps}
     for spike in (e for e in timeline["spikes"] if e["stage"] == STAGE and e["step"] in by_step):
@@ -142,7 +143,7 @@ def captured_samples(doc: dict, cap: dict) -> dict | None:
         }
     timeline = doc.get("timeline") or {}
     flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
-    flagged |= set(timeline.get("captured_steps", []))
+    flagged |= set(timeline.get("captured_steps", [])) | set(timeline.get("profiled_steps", []))
     # why: the step the trigger saw slow, where its samples were kept (the captured step ran under the profiler, whose
     # own cost is in its samples' times), against the judged steps before it
     seen = cap["trigger"].get("step") if cap["trigger"].get("step") in steps else cap["step"]

@@ -15,7 +15,8 @@ spikes, drift and stragglers flagged by one documented rule each (docs/analysis_
   steps or more and at STRAGGLER_SHARE of the steps after the warm-up (busy ones included: a busy neighbour slows
   ranks at random; the same rank in the same stage step after step is the job's own). At a step where ranks straggle in several stages, only the stage that ran first counts:
   the other ranks wait for the straggler at their next collective and look slow there.
-Judged steps: after the warm-up steps the job flagged, and not busy on any rank (analyze/inputs/busy_machine.py's rule, applied by
+Judged steps: after the warm-up steps the job flagged, not captured or profiled by the plan's own steps on any rank
+(the profiler's cost is in their times), and not busy on any rank (analyze/inputs/busy_machine.py's rule, applied by
 the watch at each step). Memory: one float32 per (stage, rank, step), read rank by rank.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs.timeline_file import BUSY, CAPTURED, WARMUP, read_rank, stage_names, timeline_ranks
+from ..inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP, read_rank, stage_names, timeline_ranks
 
 SPIKE_FACTOR = 2.0
 DRIFT_FACTOR = 1.3
@@ -210,6 +211,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         "busy_steps": [int(s) for s in steps[(flags & BUSY) != 0]],
         "warmup_steps": [int(s) for s in steps[(flags & WARMUP) != 0]],
         "captured_steps": [int(s) for s in steps[(flags & CAPTURED) != 0]],
+        "profiled_steps": [int(s) for s in steps[(flags & PROFILED) != 0]],
         "per_step": {},
         "spikes": [],
         "level_shifts": [],
@@ -217,7 +219,8 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         "stragglers": [],
         "captures": list(captures or []),
     }
-    profiled = (flags & CAPTURED) != 0  # the profiler's own cost is in these times: neither judged nor baseline
+    # the profiler's own cost is in these times: neither judged nor baseline
+    profiled = (flags & (CAPTURED | PROFILED)) != 0
     judged &= ~profiled
     columns = {"step": step_s, **stages}
     times_of = columns.__getitem__

@@ -289,7 +289,7 @@ class DriverTrigger:
         from ...collect.trigger import encode_request
         from ...collect.watch import read_request
         from ...frameworks import verl as facts
-        from ...analyze.inputs.timeline_file import BUSY, CAPTURED, WARMUP
+        from ...analyze.inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP
         from ...vocab import STAGES
 
         self.open_step = None
@@ -314,6 +314,7 @@ class DriverTrigger:
             (BUSY if busy else 0)
             | (WARMUP if n <= self.trigger.plan.warmup_steps else 0)
             | (CAPTURED if n in self.taken else 0)
+            | (PROFILED if n in self.steps else 0)
         )
         self.watch.write(n, flags, step_s, stages + starts)
         self._index_files()
