@@ -11,7 +11,8 @@ window in the background are neither judged nor kept as baseline):
 - straggler: at this step, in a stage, the slowest rank took more than factor x the median of the other ranks and
   at least min_seconds more;
 - slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
-  and at least min_seconds over it; the step itself is judged when no stage is;
+  (since the last slow capture: the baseline restarts after one, so a new level is captured once) and at least
+  min_seconds over it; the step itself is judged when no stage is;
 - a straggler in the first stage (of the step's order) where any rank straggles wins: the other ranks wait for it at
   their next collective, so they look slow in a later stage; else the slow stage with the largest excess (the step
   itself only when no stage is). It arms a capture of the next step, within max_captures and `cooldown` steps
@@ -245,6 +246,7 @@ class Trigger:
             if self.used < self.plan.max_captures:
                 self.used += 1
                 out.flagged = found
+                self._restart_baseline(found)
             return out
         if found is None:
             return out
@@ -261,7 +263,15 @@ class Trigger:
                 step,
                 out,
             )
+            self._restart_baseline(found)
         return out
+
+    def _restart_baseline(self, found: dict) -> None:
+        """A slow step was captured: the baseline restarts from the judged steps after it, so that a level the job
+        moved to (a stage slowed from step N on) is captured once, not again each time the cooldown ends while the
+        old steps still hold the median. A spike's next steps are back at the old level: nothing is lost."""
+        if found["reason"] == "slow":
+            self.history.clear()
 
     def arm(self, cap: Capture, step: int, out: Decision) -> None:
         self.used += 1
