@@ -43,6 +43,16 @@ def host(prof, steps, slow_from=None, slow_stage="actor_update", extra=0.15):
     return tmp_run(prof)
 
 
+def updates(prof, steps, slow: dict[int, float]):
+    """A loop of one stage, actor_update: 0.01 s a step, or `slow[n]` seconds at step n."""
+    with prof:
+        for n in range(1, steps + 1):
+            with prof.step(n):
+                with prof.stage("actor_update"):
+                    time.sleep(slow.get(n, 0.01))
+    return prof.watch_dir
+
+
 def tmp_run(prof):
     return prof.watch_dir
 
@@ -118,13 +128,9 @@ def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
 def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):
     # the first steps are the slow ones (a warm-up): the trigger must not take them
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.warmup_steps=3"), run_id="run")
-    with prof:
-        for n in range(1, 31):
-            with prof.step(n):
-                with prof.stage("actor_update"):
-                    time.sleep(0.2 if n <= 3 else 0.01)
-    assert [r for r in rows(prof.watch_dir) if r.get("trigger")] == []
-    assert len(read_rank(prof.watch_dir / "timeline" / "rank0.bin")) == 30
+    d = updates(prof, 30, dict.fromkeys((1, 2, 3), 0.2))
+    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
 
 
 def test_the_plans_own_profiled_steps_are_flagged_and_never_called_a_spike(tmp_path):
@@ -133,12 +139,7 @@ def test_the_plans_own_profiled_steps_are_flagged_and_never_called_a_spike(tmp_p
     from rlprof.analyze.over_time.timeline import analyze_timeline
 
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", "global_profiler.steps=[10]"), run_id="run")
-    with prof:
-        for n in range(1, 13):
-            with prof.step(n):
-                with prof.stage("actor_update"):
-                    time.sleep(0.21 if n == 10 else 0.01)
-    d = prof.watch_dir
+    d = updates(prof, 12, {10: 0.21})
     assert [r for r in rows(d) if r.get("trigger")] == []
     assert [r["step"] for r in rows(d)] == [10]  # the plan's window, written
     timeline = analyze_timeline(d)
@@ -169,12 +170,7 @@ def test_a_step_beside_a_window_written_in_the_background_is_neither_judged_nor_
     prof = Profiler(
         plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.warmup_steps=1", "global_profiler.steps=[5]"), run_id="run"
     )
-    with prof:
-        for n in range(1, 11):
-            with prof.step(n):
-                with prof.stage("actor_update"):
-                    time.sleep(0.21 if n == 6 else 0.01)
-    d = prof.watch_dir
+    d = updates(prof, 10, {6: 0.21})
     assert [r for r in rows(d) if r.get("trigger")] == []
     assert [r["step"] for r in rows(d)] == [5]
     timeline = analyze_timeline(d)
@@ -218,12 +214,8 @@ def test_a_capture_samples_the_roles_schedule_units_inside_the_stage(tmp_path):
 
 def test_budget_and_cooldown_bound_the_captures(tmp_path):
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.max_captures=1", f"{T}.window=3"), run_id="run")
-    with prof:
-        for n in range(1, 21):
-            with prof.step(n):
-                with prof.stage("actor_update"):
-                    time.sleep(0.2 if n in (6, 12, 18) else 0.01)  # three separate spikes
-    assert len([r for r in rows(prof.watch_dir) if r.get("trigger")]) == 1
+    d = updates(prof, 20, dict.fromkeys((6, 12, 18), 0.2))  # three separate spikes
+    assert len([r for r in rows(d) if r.get("trigger")]) == 1
 
 
 def test_a_new_level_is_captured_once_and_separate_spikes_each_time(tmp_path):
@@ -238,12 +230,7 @@ def test_a_new_level_is_captured_once_and_separate_spikes_each_time(tmp_path):
     assert len(captured) == (1 if trigger_steps(10, unjudged_steps(d), 30) else 0), captured
 
     prof = Profiler(plan(tmp_path / "spikes", f"{T}.slow.factor=2.0"), run_id="run")
-    with prof:
-        for n in range(1, 27):
-            with prof.step(n):
-                with prof.stage("actor_update"):
-                    time.sleep(0.3 if n in (8, 15, 22) else 0.01)
-    d = prof.watch_dir
+    d = updates(prof, 26, dict.fromkeys((8, 15, 22), 0.3))
     taken = sorted(r["step"] for r in rows(d) if r.get("trigger"))
     assert set(taken) <= {9, 16, 23}, taken  # only the step after a spike
     rec = read_rank(d / "timeline" / "rank0.bin")
