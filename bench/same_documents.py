@@ -21,28 +21,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-OUTPUTS = [
-    "verl/output/discrete",
-    "verl/output/e2e",
-    "ascend/mindspeed/profiler_data/integrated",
-    "ascend/mindspeed/profiler_data_mstx",
-    "ascend/real/kernel_details",
-    "ascend/real/trace_view",
-    "real/ascend",
-]
-
-
-def inputs() -> list[str]:
-    """Every analysable input the tests read: run directories, single traces, framework output folders."""
-    found = [
-        f"{group}/{p.name}"
-        for group in ("runs", "h100", "compare", "samples")
-        for p in sorted((DATA / group).iterdir())
-    ]
-    found = [name for name in found if (DATA / name).is_dir()]
-    found += [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
-    return found + OUTPUTS
+sys.path.insert(0, str(ROOT / "tests"))
+from data_inputs import DATA, analysable_inputs  # noqa: E402
 
 
 def document(src: Path, path: Path) -> bytes:
@@ -76,7 +56,7 @@ def main() -> int:
         before = tmp / "before"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(before), args.commit], cwd=ROOT, check=True)
         try:
-            differ, failed, names = {}, [], inputs()
+            differ, failed, names = {}, [], analysable_inputs()
             for name in names:
                 source, copy = DATA / name, tmp / "inputs" / name.replace("/", "__")
                 copy.parent.mkdir(exist_ok=True)

@@ -17,22 +17,14 @@ import pytest
 
 import rlprof
 from conftest import DATA, REAL, ROOT, run_cli
+from data_inputs import FRAMEWORK_OUTPUTS
 from rlprof.analyze.pipeline import analyze as analyze_document
 from rlprof.analyze.result import REFERENCE_ORDER, Analysis, Finding, Row, schema_reference
 from rlprof.errors import AnalyzeError
 
 RUNS = sorted(p.name for p in (DATA / "runs").iterdir() if p.is_dir())
 TRACES = sorted(p.name for p in (DATA / "real").glob("*.json.gz")) + ["ascend"]
-# the frameworks' own layouts: verl's discrete and e2e traces, MindSpeed-RL's torch_npu collections (db, mstx ranges)
-OUTPUTS = [
-    "verl/output/discrete",
-    "verl/output/e2e",
-    "ascend/mindspeed/profiler_data/integrated",
-    "ascend/mindspeed/profiler_data_mstx",
-    "ascend/real/kernel_details",
-    "ascend/real/trace_view",
-    "samples/long_sample",  # rlprof's trainer with its rollout's samples and the watch's timeline
-]
+OUTPUTS = [*FRAMEWORK_OUTPUTS, "samples/long_sample"]  # and rlprof's trainer with its samples and timeline
 
 
 def canonical(value) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, REAL
+from data_inputs import analysable_inputs
 from rlprof.analyze import document as assembly
 from rlprof.analyze.diagnosis.causes import CAUSES, THRESHOLDS
 from rlprof.analyze.diagnosis.measures import TAIL_ACTIVE
@@ -31,22 +32,7 @@ from rlprof.analyze.tables.table import DEVICE_KINDS
 from rlprof.report.charts import timeline
 
 BUCKETS = ("compute_ms", "comm_ms", "memcpy_ms", "idle_ms")
-INPUTS = (
-    [f"runs/{p.name}" for p in sorted((DATA / "runs").iterdir()) if p.is_dir()]
-    + [f"h100/{p.name}" for p in sorted((DATA / "h100").iterdir()) if p.is_dir()]
-    + [f"compare/{p.name}" for p in sorted((DATA / "compare").iterdir()) if p.is_dir()]
-    + [f"samples/{p.name}" for p in sorted((DATA / "samples").iterdir()) if p.is_dir()]
-    + [f"real/{p.name}" for p in sorted((DATA / "real").glob("*.json.gz"))]
-    + [
-        "real/ascend",
-        "verl/output/discrete",
-        "verl/output/e2e",
-        "ascend/mindspeed/profiler_data/integrated",
-        "ascend/mindspeed/profiler_data_mstx",
-        "ascend/real/kernel_details",
-        "ascend/real/trace_view",
-    ]
-)
+INPUTS = analysable_inputs()
 
 
 @pytest.fixture(scope="module")
