@@ -61,9 +61,34 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         doc["sample_steps"] = step_summaries(doc["samples"])
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
+    name_writers(doc)
     doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
+
+
+def name_writers(doc: dict) -> None:
+    """Each row's `writer`, the process that recorded it: `replica K` (a rollout replica or engine), `driver` (a row
+    of no replica in a stage replicas ran: the process that handed them the work and waited for it, rlprof's async
+    trainer's rank 0), else `rank R` (null where no rank is known)."""
+    by_replicas = {r.get("stage") for r in doc["rows"] if r.get("replica") is not None}
+    if any(s.get("replica") is not None for s in doc.get("samples", [])) or _async_rollout(doc.get("run_config")):
+        by_replicas.add("rollout_generate")
+    for r in doc["rows"]:
+        if r.get("replica") is not None:
+            r["writer"] = f"replica {r['replica']}"
+        elif r.get("stage") in by_replicas:
+            r["writer"] = "driver"
+        else:
+            r["writer"] = f"rank {r['rank']}" if r.get("rank") is not None else None
+
+
+def _async_rollout(config: dict | None) -> bool:
+    """rlprof's trainer with its rollout in replicas (rollout.mode=async): its driver's rollout is a wait."""
+    if not config or config.get("framework") != "rlprof" or not isinstance(config.get("config"), dict):
+        return False
+    rollout = config["config"].get("rollout")
+    return isinstance(rollout, dict) and rollout.get("mode") == "async"
 
 
 def _same_window_twice(rows: list[dict]) -> list[str]:

@@ -87,6 +87,7 @@ class Row(Record, kw_only=True):
     prefill_seqs: int | UnsetType = UNSET
     prefill_tokens: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
+    writer: str | None | UnsetType = UNSET
 
 
 class InWindow(Record, kw_only=True):
@@ -457,14 +458,32 @@ class AloneSample(Record, kw_only=True):
     window: list[int] | None
 
 
-class CapturedSamples(Record, kw_only=True):
-    """A captured step's samples: the slowest, where the slowest ran alone, and why the rollout was slow."""
+class StepSamples(Record, kw_only=True):
+    """One step's samples as a capture says them: the slowest, where the slowest ran alone, and its rollout against
+    the judged steps before the spike."""
 
     step: Label
     samples: int
     slowest: list[SlowSample]
     alone: AloneSample | UnsetType = UNSET
     why: RolloutWhy | UnsetType = UNSET
+
+
+class CapturedSamples(StepSamples, kw_only=True):
+    """The captured step's samples, and the spike's own step's where the trigger saw it at an earlier step."""
+
+    spike: StepSamples | UnsetType = UNSET
+
+
+class Repeat(Record, kw_only=True):
+    """Whether the captured step repeated what the trigger saw at its step (a one-off spike does not)."""
+
+    spike_step: Label
+    captured_step: Label
+    repeated: bool | None
+    basis: str | None
+    spike_ratio: Number
+    captured_ratio: Number | None
 
 
 class Beside(Record, kw_only=True):
@@ -481,6 +500,7 @@ class Beside(Record, kw_only=True):
     grew: list[OperatorGrowth] | UnsetType = UNSET
     cause: CaptureVerdict
     samples: CapturedSamples | UnsetType = UNSET
+    repeat: Repeat | UnsetType = UNSET
 
 
 class Timeline(Record, kw_only=True):
@@ -731,7 +751,9 @@ REFERENCE_ORDER = (
     Capture,
     Trigger,
     Beside,
+    Repeat,
     CapturedSamples,
+    StepSamples,
     AloneSample,
     BucketPair,
     OperatorGrowth,

@@ -10,6 +10,7 @@ import html
 from collections import defaultdict
 
 from ..analyze.window.breakdown import BUCKETS, order_key
+from .shape import writer_words
 
 STAGE_COLORS = {
     "rollout_generate": "#4c78a8",
@@ -101,12 +102,20 @@ def timeline(doc: dict) -> dict | None:
                 "x": [r["wall_ms"] for r in rs],
                 "marker": {"color": STAGE_COLORS.get(stage, "#888888")},
                 "customdata": [
-                    [esc(r.get("step")), esc(r.get("role")), esc(stage), r["compute_ms"], r["comm_ms"], r["idle_ms"]]
+                    [
+                        esc(r.get("step")),
+                        esc(r.get("role")),
+                        esc(stage),
+                        r["compute_ms"],
+                        r["comm_ms"],
+                        r["idle_ms"],
+                        esc(writer_words(r)),
+                    ]
                     for r in rs
                 ],
-                "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]}<br>%{base:.2f} ms +"
-                " %{x:.2f} ms<br>compute %{customdata[3]:.2f}, comm %{customdata[4]:.2f}, idle "
-                "%{customdata[5]:.2f} ms<extra>%{y}</extra>",
+                "hovertemplate": "step %{customdata[0]} %{customdata[1]}/%{customdata[2]}, written by "
+                "%{customdata[6]}<br>%{base:.2f} ms + %{x:.2f} ms<br>compute %{customdata[3]:.2f}, comm "
+                "%{customdata[4]:.2f}, idle %{customdata[5]:.2f} ms<extra>%{y}</extra>",
             }
         )
     if units:
@@ -137,17 +146,30 @@ def timeline(doc: dict) -> dict | None:
     }
 
 
+def _writer_kind(r: dict) -> str:
+    """Whose rows a stage's mean takes together: the driver's (waiting), the replicas', or the ranks'."""
+    return "driver" if r.get("writer") == "driver" else "replicas" if r.get("replica") is not None else "ranks"
+
+
+def _written_by(rs: list[dict]) -> str:
+    names = sorted({writer_words(r) for r in rs}, key=lambda n: (len(n), n))
+    return ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
 def stage_means(doc: dict) -> list[dict]:
-    """Mean over ranks of each bucket, per (step, role, stage), in first-seen order."""
+    """Mean over ranks of each bucket, per (step, role, stage) and per writer (a driver waiting on the replicas of
+    a stage apart from them), in first-seen order; `written_by` names who wrote the rows."""
     groups: dict[tuple, list[dict]] = {}
     for r in _stage_rows(doc):
-        groups.setdefault((r.get("step"), r.get("role"), r.get("stage")), []).append(r)
+        groups.setdefault((r.get("step"), r.get("role"), r.get("stage"), _writer_kind(r)), []).append(r)
     return [
         {
             "step": k[0],
             "role": k[1],
             "stage": k[2],
             "ranks": len(rs),
+            "written_by": _written_by(rs),
+            "writer_kind": k[3],
             **{b: sum(r[b] for r in rs) / len(rs) for b in BUCKETS},
         }
         for k, rs in groups.items()
@@ -160,7 +182,11 @@ def breakdown(doc: dict) -> dict | None:
     if not means:
         return None
     labels = [
-        esc(f"s{m['step']} {m['stage']}" if m["step"] is not None else (m["stage"] or "whole trace")) for m in means
+        esc(
+            (f"s{m['step']} {m['stage']}" if m["step"] is not None else (m["stage"] or "whole trace"))
+            + ("" if m["writer_kind"] == "ranks" else f" ({m['writer_kind']})")
+        )
+        for m in means
     ]
     values = {
         "compute only": [m["compute_ms"] - m["overlap_ms"] for m in means],

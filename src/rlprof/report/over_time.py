@@ -3,25 +3,100 @@ captures marked, the flagged spikes, drift and stragglers as a list, and the sam
 
 from __future__ import annotations
 
-from ..analyze.diagnosis.sentences import why_sentence
+import numpy as np
+
+from ..analyze.diagnosis.sentences import samples_sentence, why_sentence
 from .charts import STAGE_COLORS, _layout, esc
 
 
+COLUMNS = 1500  # pixel columns of a wide plot: a line keeps its min and max step in each (what a screen can show)
+
+
+def screen_points(values: list, keep: np.ndarray) -> np.ndarray:
+    """The indices of a line's points drawn: where it has more than 2 x COLUMNS, its lowest and highest step in
+    each of COLUMNS equal runs of steps (a spike, a dip and every level stay as drawn at full scale), a null (the
+    line's gap) in each run that holds one, and every index of `keep` (the steps marked: spikes, shifts, captures,
+    busy and profiled steps), in order; else all of them."""
+    n = len(values)
+    if n <= 2 * COLUMNS:
+        return np.arange(n)
+    y = np.array([np.nan if v is None else v for v in values], float)
+    column = np.arange(n) * COLUMNS // n
+    missing = np.isnan(y)
+    firsts = []
+    for key in (np.where(missing, np.inf, y), -np.where(missing, -np.inf, y), (~missing).astype(float)):
+        order = np.lexsort((key, column))  # by column, then lowest key first
+        firsts.append(order[np.r_[0, np.flatnonzero(np.diff(column[order])) + 1]])
+    low, high, gap = firsts
+    return np.unique(np.concatenate([low[~missing[low]], high[~missing[high]], gap[missing[gap]], keep]))
+
+
+def _marked(timeline: dict) -> np.ndarray:
+    """The indices of the steps the chart marks: each is drawn exactly, whatever the reduction."""
+    at = {s: i for i, s in enumerate(timeline["steps"])}
+    steps = [s["step"] for s in timeline.get("spikes") or []] + [c["step"] for c in timeline.get("captures") or []]
+    steps += [s["from_step"] for s in timeline.get("level_shifts") or []]
+    steps += list(timeline.get("busy_steps") or []) + list(timeline.get("profiled_steps") or [])
+    return np.array(sorted({at[s] for s in steps if s in at}), int)
+
+
+def _runs(steps: list[int]) -> list[tuple[int, int]]:
+    """Consecutive steps as (first, last) runs."""
+    out: list[tuple[int, int]] = []
+    for s in sorted(set(steps)):
+        if out and s == out[-1][1] + 1:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((s, s))
+    return out
+
+
+def _band(name: str, steps: list[int], colour: str, height: float) -> dict | None:
+    """Flagged steps as a band along the plot's foot (its own axis, 0..1): each run of steps one thick segment, its
+    ends marked so that a single step shows at any scale; its hover names the run."""
+    runs = _runs(steps)
+    if not runs:
+        return None
+    x, y, text = [], [], []
+    for a, b in runs:
+        words = esc(f"step {a}: {name}" if a == b else f"steps {a}-{b}: {name}")
+        x += [a - 0.5, b + 0.5, None]
+        y += [height, height, None]
+        text += [words, words, None]
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": name,
+        "x": x,
+        "y": y,
+        "yaxis": "y2",
+        "line": {"color": colour, "width": 8},
+        "marker": {"color": colour, "size": 5, "symbol": "line-ns-open"},
+        "text": text,
+        "hovertemplate": "%{text}<extra></extra>",
+    }
+
+
 def stage_time_chart(timeline: dict) -> dict | None:
-    """Stage time per step (the slowest rank's), one line per stage, the step dashed; captures and spikes marked."""
+    """Stage time per step (the slowest rank's), one line per stage, the step dashed, each reduced to what a
+    screen shows (`screen_points`) and drawn as SVG (a browser without WebGL shows it); captures, spikes and level
+    shifts marked, busy and profiled steps as bands along the foot."""
     steps = timeline["steps"]
     if not steps:
         return None
     traces = []
-    kind = "scattergl" if len(steps) * len(timeline["per_step"]) > 50_000 else "scatter"  # WebGL only when large
+    keep = _marked(timeline)
+    drawn = 0
     for name, series in timeline["per_step"].items():
+        idx = screen_points(series["max"], keep)
+        drawn = max(drawn, len(idx))
         traces.append(
             {
-                "type": kind,
+                "type": "scatter",
                 "mode": "lines",
                 "name": esc(name),
-                "x": steps,
-                "y": series["max"],
+                "x": [steps[i] for i in idx],
+                "y": [series["max"][i] for i in idx],
                 "line": {
                     "color": STAGE_COLORS.get(name, "#444444"),
                     "width": 1.5,
@@ -89,33 +164,30 @@ def stage_time_chart(timeline: dict) -> dict | None:
             }
         )
     # grey: a busy machine; blue: the plan's own profiled steps (the profiler's cost is in them): neither is judged
-    flagged = [(s, "#cccccc") for s in (timeline.get("busy_steps") or [])[:500]]
-    flagged += [(s, "#9ecae1") for s in (timeline.get("profiled_steps") or [])[:500]]
-    shapes = [
-        {
-            "type": "rect",
-            "xref": "x",
-            "yref": "paper",
-            "x0": s - 0.5,
-            "x1": s + 0.5,
-            "y0": 0,
-            "y1": 1,
-            "fillcolor": colour,
-            "opacity": 0.3,
-            "line": {"width": 0},
-        }
-        for s, colour in flagged
+    traces += [
+        band
+        for band in (
+            _band("busy machine (not judged)", timeline.get("busy_steps") or [], "#bbbbbb", 0.015),
+            _band("profiled by the plan (not judged)", timeline.get("profiled_steps") or [], "#9ecae1", 0.045),
+        )
+        if band is not None
     ]
+    reduced = (
+        f"<br>each line: its lowest and highest step per pixel column, and every step marked ({drawn:,} of "
+        f"{len(steps):,} steps drawn)"
+        if drawn < len(steps)
+        else ""
+    )
     return {
         "data": traces,
         "layout": _layout(
-            "Stage time per step (slowest rank); stars: captures, circles: spikes, triangles: level shifts, grey: busy"
-            " machine, blue: profiled by the plan",
-            shapes=shapes,
+            "Stage time per step (slowest rank); stars: captures, circles: spikes, triangles: level shifts; at the"
+            " foot: busy (grey), profiled (blue)" + reduced,
             xaxis={"title": {"text": "step"}},
             yaxis={"title": {"text": "seconds"}},
-            margin={"l": 70},
-            height=460,
+            yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+            margin={"l": 70, "t": 130},
+            height=500,
         ),
     }
 
@@ -180,19 +252,21 @@ def over_time_html(doc: dict) -> str:
     lines = flagged_lines(timeline) or [
         "nothing flagged: no spike, drift or straggler by the rules in docs/analysis_schema.md"
     ]
-    lines += beside_lines(captures_beside(doc))
-    return (
-        f'<p class="note">{esc(summary_line(timeline))}</p><ul>'
-        + "".join(f"<li>{esc(line)}</li>" for line in lines)
-        + "</ul>"
-    )
+    lines += beside_lines(captures_beside(doc), timeline.get("captures", []))
+    return f'<p class="note">{esc(summary_line(timeline))}</p><ul>' + "".join(_item(line) for line in lines) + "</ul>"
+
+
+def _item(line: str) -> str:
+    """A line as a list item, its indent (what it belongs to, as the terminal shows it) kept."""
+    depth = (len(line) - len(line.lstrip(" "))) // 2
+    return f'<li style="margin-left:{1.5 * depth}em">{esc(line.strip())}</li>' if depth else f"<li>{esc(line)}</li>"
 
 
 def print_over_time(console, doc: dict) -> None:
     timeline = doc["timeline"]
     console.print(summary_line(timeline))
     lines = flagged_lines(timeline) or ["nothing flagged (no spike, drift or straggler)"]
-    for line in lines + beside_lines(captures_beside(doc)):
+    for line in lines + beside_lines(captures_beside(doc), timeline.get("captures", [])):
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -206,23 +280,77 @@ def captures_beside(doc: dict) -> list[dict]:
     return compute(doc)
 
 
-def beside_lines(items: list[dict]) -> list[str]:
-    """Per capture: what grew beside its normal window, then its cause with the lever and predicted saving."""
+def beside_lines(items: list[dict], captures: list[dict] = ()) -> list[str]:
+    """Per capture, step by step: the step the trigger saw slow and why (its samples where recorded), then the
+    captured step: whether it repeated the spike, its samples, what grew beside its normal window, and its cause
+    with the lever and predicted saving."""
+    triggers = {c["path"]: c["trigger"] for c in captures}
     out = []
     for it in items:
+        out += step_lines(it, triggers.get(it["capture"]) or {})
         if it["normal"] is None:
-            out.append(f"{it['capture']} ({it['stage']}): {it['why']}")
+            out.append(f"  step {it['step']}'s window ({it['stage']}): {it['why']}")
         else:
             b = it["buckets"]
             grew = ", ".join(f"{g['name'][:40]} +{g['diff_ms']:.1f} ms" for g in it["grew"][:3]) or "no operator grew"
             out.append(
-                f"{it['capture']} ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
+                f"  step {it['step']}'s window ({it['stage']}) beside {it['normal']} ({it['why']}): wall "
                 f"{b['wall_ms']['normal_ms']:.1f} -> {b['wall_ms']['captured_ms']:.1f} ms, compute "
                 f"{b['compute_ms']['normal_ms']:.1f} -> {b['compute_ms']['captured_ms']:.1f}, comm "
                 f"{b['comm_ms']['normal_ms']:.1f} -> {b['comm_ms']['captured_ms']:.1f}, idle "
                 f"{b['idle_ms']['normal_ms']:.1f} -> {b['idle_ms']['captured_ms']:.1f}; grew: {grew}"
             )
         out += cause_lines(it.get("cause"))
+    return out
+
+
+BASIS_WORDS = {
+    "workload": "the longest sample's workload x{captured_ratio:.2f} its baseline's, against the spike's "
+    "x{spike_ratio:.2f}",
+    "normal_window": "its window's wall time x{captured_ratio:.2f} the normal window's, against the spike's "
+    "x{spike_ratio:.2f} its baseline",
+}
+
+
+def step_lines(it: dict, trigger: dict) -> list[str]:
+    """A capture said step by step: the spike's own step (what the trigger saw, its samples and why), then the
+    captured step (its window, whether it repeated the spike, its own samples)."""
+    said, repeat = it.get("samples") or {}, it.get("repeat") or {}
+    spike = said.get("spike")
+    seen = trigger.get("step")
+    out = []
+    if seen is not None and seen != it["step"]:
+        line = f"step {seen}: the {trigger.get('reason')} step the trigger saw"
+        if trigger.get("seconds") is not None and trigger.get("baseline_seconds") is not None:
+            line += (
+                f" ({trigger.get('stage')} {trigger['seconds']:.3f} s against a baseline of "
+                f"{trigger['baseline_seconds']:.3f} s, rank {trigger.get('rank')})"
+            )
+        if spike:  # its why without the cause and levers the spike's own line and the verdict say
+            why = {k: v for k, v in (spike.get("why") or {}).items() if k not in ("cause", "levers")}
+            line += ": " + "; ".join(x for x in (why_sentence(why) if why else "", samples_sentence(spike, False)) if x)
+        out.append(line)
+    line = f"step {it['step']}: captured ({it['capture']})"
+    if seen is not None and seen != it["step"]:
+        if repeat.get("repeated") is False:
+            line += (
+                f", an ordinary step: the spike of step {seen} did not repeat ("
+                + BASIS_WORDS[repeat["basis"]].format(**repeat)
+                + f"); the spike's own samples are step {seen}'s"
+                + (" (above, and the report's lanes of that step)" if spike else "")
+            )
+        elif repeat.get("repeated"):
+            line += ", the spike repeated (" + BASIS_WORDS[repeat["basis"]].format(**repeat) + ")"
+        elif repeat:
+            line += (
+                ", whether the spike repeated cannot be told (no normal window, no samples' workload to judge it on)"
+            )
+    elif trigger.get("reason"):
+        line += f", {trigger['reason']}" + (f" at this step in {trigger['stage']}" if trigger.get("stage") else "")
+    if said.get("samples"):
+        own = samples_sentence(said, why=seen is None or seen == it["step"] or not spike)
+        line += "; " + own
+    out.append(line)
     return out
 
 

@@ -52,6 +52,11 @@ class Page:
             body.insert(0, f'<p class="note">{esc(empty)}</p>')
         self.sections.append((key, title, "\n".join(body)))
 
+    def chart(self, key: str, figure: dict) -> str:
+        """A figure of its own inside a section (one section may hold several): its place in the page."""
+        self.figures[f"chart-{key}"] = figure
+        return f'<div class="chart" id="chart-{key}"></div>'
+
     def render(self) -> str:
         from plotly.offline import get_plotlyjs
 
@@ -90,8 +95,16 @@ def build_page(
     lost = [s["window"] for s in salvaged if s["fate"] == "lost"]
     page = Page(
         f"rlprof report: {source}",
-        f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps "
-        f"{steps or '-'}"
+        "; ".join(
+            part
+            for part in (
+                f"{len(doc['inputs'])} input files, {n_ranks} rank(s), steps {steps or '-'}"
+                if doc["inputs"] or doc["rows"]
+                else "",
+                _timeline_counts(doc.get("timeline")),
+            )
+            if part
+        )
         + ("; some input was damaged (partial)" if doc.get("partial") else "")
         + (f"; recovered after the run stopped: {', '.join(recovered)}" if recovered else "")
         + (f"; lost: {', '.join(lost)} (see the warnings)" if lost else ""),
@@ -110,14 +123,18 @@ def build_page(
 
         page.section("over_time", "The run over time", over_time_html(doc), figure=stage_time_chart(doc["timeline"]))
     if doc.get("samples"):  # the rollout's host recorded its samples (report/samples.py)
-        from .samples import sample_lanes, samples_table_html
+        from .samples import sample_figures, samples_table_html
 
+        lanes = sample_figures(doc)  # the spike's step, and the captured step beside it where they differ
         page.section(
             "samples",
             "The rollout, sample by sample",
+            *(
+                f'<p class="note">{esc(note)}</p>' + page.chart("samples" if k == 0 else f"samples-{k}", figure)
+                for k, (figure, note) in enumerate(lanes)
+            ),
             samples_table_html(doc),
-            figure=sample_lanes(doc),
-            empty="no sample carries its start and end",
+            empty="" if lanes else "no sample carries its start and end",
         )
     page.section(
         "timeline",
@@ -135,6 +152,7 @@ def build_page(
                 ("role", "role"),
                 ("stage", "stage"),
                 ("ranks", "ranks"),
+                ("written_by", "written by"),
                 ("wall_ms", "wall ms"),
                 ("compute_ms", "compute"),
                 ("comm_ms", "comm"),
@@ -177,6 +195,16 @@ def build_page(
             empty="no stage in common",
         )
     return page.render()
+
+
+def _timeline_counts(timeline: dict | None) -> str:
+    """The run over time in the header: its ranks and watched steps (a run may hold a timeline and no trace)."""
+    if not timeline:
+        return ""
+    steps = timeline["steps"]
+    return f"run over time: {len(timeline['ranks']):,} rank(s) x {len(steps):,} watched steps" + (
+        f" ({steps[0]}-{steps[-1]})" if steps else ""
+    )
 
 
 def page_for(

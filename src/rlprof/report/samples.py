@@ -1,102 +1,284 @@
-"""The rollout, sample by sample, in the report: one lane per sample of a step (its generation from start to end, the
-slowest highlighted), the decode window the step kept marked on the same clock, and each step's distribution in a
-table. The step shown: the first captured step with samples (the trigger's), else the profiled step whose rollout
-lasted longest, else the step with the longest tail."""
+"""The rollout, sample by sample, in the report: for each step shown, one lane per sample from its arrival to its
+end, cut into its phases in the order they ran (analyze/diagnosis/samples.py: `phase_spans`), each phase one colour
+with its legend; the slowest outlined in red; each lane's preemptions counted at its end (the hosts record how many,
+not when); hovering a lane gives its numbers; the decode window the step kept shaded on the same clock; the phases
+a host does not record said under the title. And each step's distribution in a table, its phases' shares with it.
+
+The steps shown (`shown_steps`), each titled with why: for a capture whose trigger saw the rollout slow at an
+earlier step, that step (its samples as they ran, the watch records every watched step's) and the captured step
+beside it; else a rollout spike or level shift of the run over time; else the profiled step whose rollout lasted
+longest; else the recorded step whose rollout lasted longest."""
 
 from __future__ import annotations
 
+from ..analyze.diagnosis.samples import UNTIMED, phase_spans, unrecorded_phases
 from .charts import _layout, esc
 
 MAX_LANES = 512  # a step of thousands of samples: its longest ones
 HIGHLIGHT = "#e45756"
 STRAGGLING = 1.5
-REST = "#9aa7b4"
+STAGE = "rollout_generate"
+PHASE_STYLE = {  # phase -> (legend name, colour), in the order a sample lives them
+    "queue_ms": ("queued", "#f58518"),
+    UNTIMED: ("untimed (in no phase its host times)", "#d9d9d9"),
+    "prefill_ms": ("prefill", "#72b7b2"),
+    "decode_ms": ("decode", "#4c78a8"),
+    "generate_ms": ("generation (prefill and decode, timed whole)", "#54a24b"),
+    "tool_ms": ("tool calls", "#b279a2"),
+    "reward_ms": ("reward", "#eeca3b"),
+}
+PHASE_WORDS = {
+    "queue_ms": "queued",
+    "prefill_ms": "prefill",
+    "decode_ms": "decode",
+    "generate_ms": "generation",
+    "tool_ms": "tools",
+    "reward_ms": "reward",
+    "prefill_ms/decode_ms": "prefill and decode apart",
+}
+SOURCE_WORDS = {"vllm": "vLLM", "rlprof": "rlprof's trainer", "verl": "verl's agent loop"}
 
 
-def shown_step(doc: dict):
+def shown_steps(doc: dict) -> list[tuple[int, str]]:
+    """The steps the lanes show, each with why (one or two)."""
     steps = {s["step"]: s for s in doc.get("sample_steps", [])}
     if not steps:
-        return None
-    for b in (doc.get("timeline") or {}).get("beside", []):
-        if b.get("samples") and b["step"] in steps:
-            return b["step"]
+        return []
+    timeline = doc.get("timeline") or {}
+    triggers = {c["path"]: c["trigger"] for c in timeline.get("captures", [])}
+    for b in timeline.get("beside", []):
+        said, out = b.get("samples") or {}, []
+        spike, t = said.get("spike"), triggers.get(b["capture"]) or {}
+        if spike and spike["step"] in steps:
+            seen = (
+                f": {t['stage']} {t['seconds']:.3f} s against {t['baseline_seconds']:.3f} s"
+                if t.get("seconds") is not None and t.get("baseline_seconds") is not None
+                else ""
+            )
+            out.append((spike["step"], f"the spike the trigger saw{seen}; its samples as they ran"))
+        if said.get("samples") and b["step"] in steps:
+            repeat = (b.get("repeat") or {}).get("repeated")
+            out.append(
+                (
+                    b["step"],
+                    "the captured step"
+                    + (": ordinary, the spike did not repeat" if repeat is False and spike else "")
+                    + (f" (after the spike at step {spike['step']})" if spike else ""),
+                )
+            )
+        if out:
+            return out
     decoded = {r["step"] for r in doc["rows"] if r.get("unit") == "decode_step"} & set(steps)
     pool = decoded or set(steps)
-    return max(pool, key=lambda s: (steps[s].get("span_ms") or 0.0, steps[s].get("tail_ms") or 0.0))
+    step = max(pool, key=lambda s: (steps[s].get("span_ms") or 0.0, steps[s].get("tail_ms") or 0.0))
+    longest = (step, f"the {'profiled' if decoded else 'recorded'} step whose rollout lasted longest")
+    flagged = [
+        (s["step"], f"a spike of {STAGE}: {s['seconds']:.3f} s against {s['baseline_seconds']:.3f} s")
+        for s in timeline.get("spikes", [])
+        if s["stage"] == STAGE and s["step"] in steps
+    ] + [
+        (s["from_step"], f"{STAGE} went to a new level at this step and stayed")
+        for s in timeline.get("level_shifts", [])
+        if s["stage"] == STAGE and s["from_step"] in steps
+    ]
+    if flagged:  # and beside it the profiled step, where a window kept its decode steps
+        return flagged[:1] + ([longest] if decoded and step != flagged[0][0] else [])
+    return [longest]
 
 
-def sample_lanes(doc: dict) -> dict | None:
-    step = shown_step(doc)
-    if step is None:
-        return None
+def _who(s: dict, sources: int) -> str:
+    if s.get("replica") is not None:
+        who = f"replica {s['replica']}"
+    elif s.get("worker") is not None:
+        who = f"worker {s['worker']}"
+    else:
+        who = f"rank {s.get('rank', 0)}"
+    return (f"{s['source']} " if sources > 1 else "") + who
+
+
+def _key(s: dict) -> tuple:
+    return s.get("source"), s.get("rank"), s.get("replica"), s.get("worker"), s["sample"]
+
+
+def _hover(label: str, s: dict, spans: list, t0: float) -> str:
+    arrived, ended = spans[0][1], max(e for _, _, e, placed in spans if placed)
+    parts = [f"{label}: arrived at {(arrived - t0) / 1e3:.1f} ms, ended at {(ended - t0) / 1e3:.1f} ms"]
+    parts.append(
+        ", ".join(f"{PHASE_STYLE[p][0].split(' (')[0]} {(e - b) / 1e3:.1f} ms" for p, b, e, _ in spans)
+        + (" (reward after the batch)" if any(not placed for *_, placed in spans) else "")
+    )
+    facts = [
+        f"{s['response_tokens']} tokens" if "response_tokens" in s else "",
+        f"prompt {s['prompt_tokens']}" if "prompt_tokens" in s else "",
+        f"{s['turns']} turn(s)" if "turns" in s else "",
+        f"preempted {s['preemptions']}x" if "preemptions" in s else "",
+        f"finished: {s['finish_reason']}" if "finish_reason" in s else "",
+    ]
+    parts.append(", ".join(f for f in facts if f))
+    return "<br>".join(esc(p) for p in parts if p)
+
+
+def sample_lanes(doc: dict, step: int, why: str) -> tuple[dict, str] | None:
+    """The lanes of one step's samples, titled with the step and why it is shown, and the words that go above them
+    (what the marks mean, the preemptions, what the host does not record). None where no sample has its times."""
     mine = [s for s in doc["samples"] if s["step"] == step and "start_us" in s and "end_us" in s]
     if not mine:
         return None
-    mine.sort(key=lambda s: s["start_us"] - s["end_us"])  # longest first
+    spans = {_key(s): phase_spans(s) for s in mine}
+    mine = [s for s in mine if spans[_key(s)]]
+    if not mine:
+        return None
+    life = {k: max(e for _, _, e, placed in v if placed) - v[0][1] for k, v in spans.items()}
+    mine.sort(key=lambda s: -life[_key(s)])  # longest first
     mine = mine[:MAX_LANES]
-    took = [s["end_us"] - s["start_us"] for s in mine]
+    took = [life[_key(s)] for s in mine]
     median = sorted(took)[len(took) // 2]
     # the slowest, and every sample that took STRAGGLING x the median: the ones the batch waited for
-    slowest = {(s["sample"], s.get("rank"), s.get("replica")) for s, t in zip(mine, took) if t >= STRAGGLING * median}
-    slowest.add((mine[0]["sample"], mine[0].get("rank"), mine[0].get("replica")))
-    t0 = min(s["start_us"] for s in mine)
-
-    def lane(s):
-        who = f"replica {s['replica']}" if s.get("replica") is not None else f"rank {s.get('rank', 0)}"
-        return f"{who} · sample {s['sample']}"
-
-    ordered = sorted(mine, key=lambda s: (s.get("replica") or 0, s.get("rank") or 0, s["sample"]))
-    bars = {
-        "type": "bar",
-        "orientation": "h",
-        "name": "sample",
-        "y": [lane(s) for s in ordered],
-        "base": [(s["start_us"] - t0) / 1e3 for s in ordered],
-        "x": [(s["end_us"] - s["start_us"]) / 1e3 for s in ordered],
-        "marker": {
-            "color": [HIGHLIGHT if (s["sample"], s.get("rank"), s.get("replica")) in slowest else REST for s in ordered]
-        },
-        "customdata": [
-            [s.get("response_tokens", ""), s.get("prompt_tokens", ""), s.get("tool_ms", ""), s.get("preemptions", "")]
-            for s in ordered
-        ],
-        "hovertemplate": "%{y}: %{x:.1f} ms from %{base:.1f} ms<br>response %{customdata[0]} tokens, prompt "
-        "%{customdata[1]}<br>tools %{customdata[2]} ms, preempted %{customdata[3]}<extra></extra>",
-    }
-    decode = [r for r in doc["rows"] if r.get("unit") == "decode_step" and r.get("step") == step and r.get("start_us")]
-    shapes, words = [], ""
-    if decode:
-        lo = min(r["start_us"] for r in decode)
-        hi = max(r["start_us"] + r["wall_ms"] * 1e3 for r in decode)
-        indices = sorted(r["index"] for r in decode if isinstance(r.get("index"), int))
-        shapes.append(
+    slowest = {_key(s) for s, t in zip(mine, took) if t >= STRAGGLING * median} | {_key(mine[0])}
+    t0 = min(spans[_key(s)][0][1] for s in mine)
+    sources = len({s.get("source") for s in mine})
+    ordered = sorted(mine, key=lambda s: (_who(s, sources), s.get("rollout_pass", 0), s["sample"]))
+    labels = {_key(s): f"{_who(s, sources)} · sample {s['sample']}" for s in ordered}
+    hover = {_key(s): _hover(labels[_key(s)], s, spans[_key(s)], t0) for s in ordered}
+    traces = []
+    for phase, (name, colour) in PHASE_STYLE.items():
+        for placed in (True, False):
+            segs = [(s, b, e) for s in ordered for p, b, e, at in spans[_key(s)] if p == phase and at is placed]
+            if not segs:
+                continue
+            traces.append(
+                {
+                    "type": "bar",
+                    "orientation": "h",
+                    "name": esc(name if placed else f"{name} (after the batch: its length, not its place)"),
+                    "y": [labels[_key(s)] for s, _, _ in segs],
+                    "base": [(b - t0) / 1e3 for _, b, _ in segs],
+                    "x": [(e - b) / 1e3 for _, b, e in segs],
+                    "marker": {
+                        "color": colour,
+                        "line": {"width": 0},
+                        **({} if placed else {"pattern": {"shape": "/"}, "opacity": 0.6}),
+                    },
+                    "customdata": [hover[_key(s)] for s, _, _ in segs],
+                    "hovertemplate": "%{customdata}<extra>%{fullData.name}</extra>",
+                }
+            )
+    marked = [s for s in ordered if _key(s) in slowest]  # outlined over their phases, whole lives
+    traces.append(
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": f"slowest (and {STRAGGLING}x the median)",
+            "y": [labels[_key(s)] for s in marked],
+            "base": [(spans[_key(s)][0][1] - t0) / 1e3 for s in marked],
+            "x": [life[_key(s)] / 1e3 for s in marked],
+            "marker": {"color": "rgba(0,0,0,0)", "line": {"color": HIGHLIGHT, "width": 2}},
+            "customdata": [hover[_key(s)] for s in marked],
+            "hovertemplate": "%{customdata}<extra>slowest</extra>",
+        }
+    )
+    preempted = [s for s in ordered if s.get("preemptions")]
+    if preempted:  # counted on the lane: a host records how many times, not when
+        traces.append(
             {
-                "type": "rect",
-                "xref": "x",
-                "yref": "paper",
-                "x0": (lo - t0) / 1e3,
-                "x1": (hi - t0) / 1e3,
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": "#4c78a8",
-                "opacity": 0.12,
-                "line": {"width": 0},
+                "type": "scatter",
+                "mode": "text",
+                "name": "preemptions (how many; not when)",
+                "y": [labels[_key(s)] for s in preempted],
+                "x": [(max(e for _, _, e, at in spans[_key(s)] if at) - t0) / 1e3 for s in preempted],
+                "text": [f" ⟲{s['preemptions']}" for s in preempted],
+                "textposition": "middle right",
+                "textfont": {"color": HIGHLIGHT, "size": 11},
+                "customdata": [hover[_key(s)] for s in preempted],
+                "hovertemplate": "%{customdata}<extra>preempted</extra>",
             }
         )
-        if indices:
-            words = f"; shaded: the decode window kept (decode steps {indices[0]}-{indices[-1]})"
-    return {
-        "data": [bars],
+    shapes, kept = _decode_window(doc, step, t0)
+    preemptions = sum(s.get("preemptions", 0) for s in mine)
+    note = "; ".join(
+        x
+        for x in (
+            f"step {step}: one lane per sample from its arrival, cut into its phases in the order they ran; red"
+            f" outline: the slowest and those taking {STRAGGLING}x the median{kept}",
+            f"{len(preempted)} of {len(mine)} samples preempted, {preemptions} times in all (⟲ and the count at the"
+            " end of their lanes: the host records how many times, not when)"
+            if preempted
+            else "",
+            unrecorded_words(mine),
+            f"the {len(mine)} longest shown" if len(mine) == MAX_LANES else "",
+        )
+        if x
+    )
+    figure = {
+        "data": traces,
         "layout": _layout(
-            esc(f"Step {step}: one lane per sample; red: the slowest and those taking {STRAGGLING}x the median{words}"),
+            esc(f"Step {step}: {why}"),
             shapes=shapes,
-            xaxis={"title": {"text": "ms from the step's first sample"}},
-            yaxis={"automargin": True, "autorange": "reversed"},
+            barmode="overlay",
+            xaxis={"title": {"text": "ms from the step's first arrival"}, "rangemode": "nonnegative"},
+            yaxis={
+                "automargin": True,
+                "categoryorder": "array",
+                "categoryarray": [labels[_key(s)] for s in ordered][::-1],
+            },
             margin={"l": 140},
-            height=min(900, 160 + 14 * len(ordered)),
-            showlegend=False,
+            height=min(900, 200 + 14 * len(ordered)),
+            showlegend=True,
         ),
     }
+    return figure, note
+
+
+def _decode_window(doc: dict, step: int, t0: float) -> tuple[list[dict], str]:
+    """The decode window the step kept, shaded on the lanes' clock, and its words for the title."""
+    decode = [r for r in doc["rows"] if r.get("unit") == "decode_step" and r.get("step") == step and r.get("start_us")]
+    if not decode:
+        return [], "; no window kept this step's decode steps"
+    lo = min(r["start_us"] for r in decode)
+    hi = max(r["start_us"] + r["wall_ms"] * 1e3 for r in decode)
+    indices = sorted(r["index"] for r in decode if isinstance(r.get("index"), int))
+    shade = {
+        "type": "rect",
+        "xref": "x",
+        "yref": "paper",
+        "x0": (lo - t0) / 1e3,
+        "x1": (hi - t0) / 1e3,
+        "y0": 0,
+        "y1": 1,
+        "fillcolor": "#4c78a8",
+        "opacity": 0.12,
+        "line": {"width": 0},
+    }
+    return [shade], f"; shaded: the decode window kept (decode steps {indices[0]}-{indices[-1]})" if indices else ""
+
+
+def unrecorded_words(samples: list[dict]) -> str:
+    """What each host does not record, in words (the lanes cannot show it)."""
+    missing = unrecorded_phases(samples)
+    return "; ".join(
+        f"{SOURCE_WORDS.get(source, source)} does not record " + ", ".join(PHASE_WORDS.get(p, p) for p in phases)
+        for source, phases in missing.items()
+        if phases
+    )
+
+
+def sample_figures(doc: dict) -> list[tuple[dict, str]]:
+    """The lanes of every step shown (shown_steps), in order, each with its words."""
+    return [f for f in (sample_lanes(doc, step, why) for step, why in shown_steps(doc)) if f is not None]
+
+
+def phase_shares(summary: dict) -> str:
+    """A step's phases as shares of the time its samples spent in them (queued / prefill / decode / tools /
+    reward), in words: '' where its host times none."""
+    phases = {p: v for p, v in (summary.get("phases_ms") or {}).items() if v}
+    total = sum(phases.values())
+    if not total:
+        return ""
+    return " / ".join(f"{PHASE_WORDS.get(p, p)} {_share(v / total)}" for p, v in phases.items())
+
+
+def _share(x: float) -> str:
+    return "<1%" if 0 < x < 0.005 else f"{x:.0%}"
 
 
 def samples_table_html(doc: dict) -> str:
@@ -111,6 +293,8 @@ def samples_table_html(doc: dict) -> str:
             "max": _q(s, "duration_ms", "max"),
             "tokens_max": _q(s, "response_tokens", "max"),
             "tail": f"{s['tail_share']:.0%}" if s.get("tail_share") is not None else "",
+            "phases": phase_shares(s),
+            "preempted": f"{s['preempted_samples']} ({s['preemptions']}x)" if "preemptions" in s else "",
             "slowest": ", ".join(str(x["sample"]) for x in s.get("slowest", [])),
         }
         for s in doc.get("sample_steps", [])
@@ -125,6 +309,8 @@ def samples_table_html(doc: dict) -> str:
             ("max", "max ms"),
             ("tokens_max", "longest (tokens)"),
             ("tail", "tail (under half running)"),
+            ("phases", "phases (share of their time)"),
+            ("preempted", "preempted samples"),
             ("slowest", "slowest samples"),
         ],
         limit=60,

@@ -108,3 +108,18 @@ def ops_by_stage(ops: list[dict]) -> list[dict]:
 
 def where(role, stage) -> str:
     return f"{role}/{stage}" if stage else "-"
+
+
+def writer_words(row: dict) -> str:
+    """Who recorded a row, as the tables say it (analyze/document.py names it; a document written before, from its
+    replica or rank)."""
+    writer = row.get("writer")
+    if writer is None:
+        replica, rank = row.get("replica"), row.get("rank")
+        writer = f"replica {replica}" if replica is not None else f"rank {rank}" if rank is not None else "-"
+    return "driver (waiting)" if writer == "driver" else writer  # its rollout: waiting on the replicas
+
+
+def writers_differ(rows: list[dict]) -> bool:
+    """Whether a row's writer says more than its rank (a replica or a driver wrote some): then it is a column."""
+    return any(writer_words(r) != (f"rank {r['rank']}" if r.get("rank") is not None else "-") for r in rows)

@@ -169,8 +169,10 @@ SAMPLES_PID = 990_000  # the samples' own process in the trace (+ rank or replic
 
 def sample_tracks(run_dir: Path, sel: Selection, lo: float, hi: float, top: dict) -> list[msgspec.Raw]:
     """The step's rollout samples that ran in [lo, hi], one track each (Perfetto shows them beside the kernels): the
-    sample's generation, and its queue, prefill and decode where the host timed them, on the trace's clock (the host's
-    epoch microseconds less the trace's baseTimeNanoseconds)."""
+    sample's generation, and its phases where the host timed them (queue, prefill, decode, generation, tools, reward,
+    as analyze/diagnosis/samples.py's `phase_spans` lays them), on the trace's clock (the host's epoch microseconds
+    less the trace's baseTimeNanoseconds)."""
+    from ..analyze.diagnosis.samples import phase_spans
     from ..analyze.inputs.samples_file import read_samples
 
     base = json.loads(bytes(top["baseTimeNanoseconds"])) / 1e3 if "baseTimeNanoseconds" in top else 0.0
@@ -197,12 +199,9 @@ def sample_tracks(run_dir: Path, sel: Selection, lo: float, hi: float, top: dict
         args = {k: v for k, v in r.items() if k not in ("start_us", "end_us")}
         tokens = f" ({r['response_tokens']} tokens)" if "response_tokens" in r else ""
         out.append(_span(f"sample {r['sample']}{tokens}", pid, tid, start, end, args))
-        if "queue_ms" in r:
-            out.append(_span("queue", pid, tid, start - r["queue_ms"] * 1e3, start, {}))
-        if "prefill_ms" in r:
-            out.append(_span("prefill", pid, tid, start, start + r["prefill_ms"] * 1e3, {}))
-            if "decode_ms" in r:
-                out.append(_span("decode", pid, tid, start + r["prefill_ms"] * 1e3, end, {}))
+        for phase, lo_us, hi_us, placed in phase_spans(r):  # as the report's lanes cut it; placed ones only
+            if placed:
+                out.append(_span(phase.removesuffix("_ms"), pid, tid, lo_us - base, hi_us - base, {}))
     return [msgspec.Raw(json.dumps(e).encode()) for e in out]
 
 

@@ -8,7 +8,17 @@ from rich.table import Table
 
 from ..analyze.window.breakdown import BUCKETS
 from ..vocab import window_label
-from .shape import fmt, op_columns, ops_by_stage, pivot_columns, stage_pivot, units_differ, where
+from .shape import (
+    fmt,
+    op_columns,
+    ops_by_stage,
+    pivot_columns,
+    stage_pivot,
+    units_differ,
+    where,
+    writer_words,
+    writers_differ,
+)
 
 
 def _console(width: int = 120) -> Console:
@@ -134,7 +144,10 @@ SAMPLE_STEPS_SAID = 5  # the steps with the longest tails, one line each
 
 
 def sample_lines(doc: dict) -> list[str]:
-    """The rollout's samples per step, where its host recorded them: their time and tokens, the tail, the slowest."""
+    """The rollout's samples per step, where its host recorded them: their time and tokens, the tail, the slowest,
+    the phases' shares (and what the host does not record), the preemptions."""
+    from .samples import phase_shares, unrecorded_words
+
     steps = doc.get("sample_steps") or []
     if not steps:
         return []
@@ -154,9 +167,15 @@ def sample_lines(doc: dict) -> list[str]:
             line += f"; tail {s['tail_share']:.0%} of {s['span_ms']:.1f} ms with fewer than half still running"
         if s.get("slowest"):
             line += "; slowest: " + ", ".join(str(x["sample"]) for x in s["slowest"])
+        shares = phase_shares(s)
+        if shares:
+            line += f"; phases {shares}"
         if s.get("preemptions"):
-            line += f"; {s['preemptions']} preemptions"
+            line += f"; {s['preemptions']} preemptions of {s['preempted_samples']} samples"
         out.append(line)
+    missing = unrecorded_words(doc["samples"])
+    if missing:
+        out.append(f"  ({missing})")
     return out
 
 
@@ -174,11 +193,13 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         return
     rows = [r for r in doc["rows"] if r["unit"] is None][:max_rows]
     table = Table(title="time per window (ms)" + ("  [partial input]" if doc["partial"] else ""))
-    for col in ("step", "role", "stage", "rank") + BUCKETS:
-        table.add_column(col.replace("_ms", ""), justify="right")
+    writers = writers_differ(rows)  # a replica or the driver wrote some: who wrote each row is a column
+    for col in ("step", "role", "stage", "rank") + (("writer",) if writers else ()) + BUCKETS:
+        table.add_column(col.replace("_ms", ""), justify="right", no_wrap=col == "writer")
     for r in rows:
         table.add_row(
             *(str(r[c]) if r[c] is not None else "-" for c in ("step", "role", "stage", "rank")),
+            *((writer_words(r),) if writers else ()),
             *(f"{r[b]:.2f}" for b in BUCKETS),
         )
     console.print(table)

@@ -13,9 +13,10 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..inputs.samples_file import PHASE_PLACES, PHASES
+
 TAIL_RUNNING = 0.5  # fewer than this share of a pass's samples still running: the batch is in its tail
 SLOWEST = 3  # the slowest samples a step names
-PHASES = ("queue_ms", "prefill_ms", "decode_ms", "generate_ms", "tool_ms", "reward_ms")
 TABLE_FIELDS = (
     "step",
     "rank",
@@ -57,6 +58,56 @@ def sample_table(records: list[dict], clock_base_us: float | None) -> list[dict]
 
 def duration_ms(r: dict) -> float | None:
     return (r["end_us"] - r["start_us"]) / 1e3 if "start_us" in r and "end_us" in r else None
+
+
+UNTIMED = "untimed"  # the part of a sample's life in no phase its host times (vLLM: arrival to its queue)
+UNTIMED_US, UNTIMED_SHARE = 2.0, 0.005  # a gap this small is the records' rounding (whole µs, ms floats), not time
+
+
+def phase_spans(r: dict) -> list[tuple[str, float, float, bool]]:
+    """A sample's life on its clock, cut into its phases in the order they ran: (phase, start_us, end_us, placed).
+    The phases its host places between start and end are laid back from the end (its last phase ends with the
+    sample), what they leave at the start is UNTIMED, and where they sum to more than the span (two clocks) they are
+    scaled into it; a queue before the start ends at the start; a phase after the batch (the trainer's reward) follows
+    the end, `placed` False: its length is recorded, not its place. [] for a sample without start and end."""
+    if "start_us" not in r or "end_us" not in r:
+        return []
+    places = PHASE_PLACES.get(r.get("source"), {})
+    held = [p for p in PHASES if isinstance(r.get(p), (int, float))]
+    start, end = r["start_us"], r["end_us"]
+    out: list[tuple[str, float, float, bool]] = []
+    before = [p for p in held if places.get(p) == "before"]
+    t = start - sum(r[p] for p in before) * 1e3
+    for p in before:
+        out.append((p, t, t + r[p] * 1e3, True))
+        t += r[p] * 1e3
+    inside = [p for p in held if places.get(p, "inside") == "inside"]
+    total = sum(r[p] for p in inside) * 1e3
+    scale = min(1.0, (end - start) / total) if total > 0 else 1.0
+    t = end - total * scale
+    if t - start > max(UNTIMED_US, UNTIMED_SHARE * (end - start)):  # less: the records' rounding
+        out.append((UNTIMED, start, t, True))
+    for p in inside:
+        out.append((p, t, t + r[p] * 1e3 * scale, True))
+        t += r[p] * 1e3 * scale
+    t = end
+    for p in (p for p in held if places.get(p) == "after"):
+        out.append((p, t, t + r[p] * 1e3, False))
+        t += r[p] * 1e3
+    return out
+
+
+def unrecorded_phases(samples: list[dict]) -> dict[str, list[str]]:
+    """Per host (source), the phases of a sample's life none of its samples records (of queue, prefill, decode,
+    tools, reward; prefill and decode apart where it times generation whole)."""
+    out: dict[str, list[str]] = {}
+    for source in sorted({s.get("source") for s in samples if s.get("source")}):
+        held = {p for s in samples if s.get("source") == source for p in PHASES if p in s}
+        missing = [p for p in PHASES if p not in held and p != "generate_ms"]
+        if "generate_ms" in held:  # generation timed whole: prefill and decode are not apart
+            missing = [p for p in missing if p not in ("prefill_ms", "decode_ms")] + ["prefill_ms/decode_ms"]
+        out[source] = missing
+    return out
 
 
 def _quantiles(values: list[float]) -> dict | None:

@@ -178,9 +178,10 @@ def _slowest_words(slowest: list[dict]) -> str:
     )
 
 
-def samples_sentence(said: dict) -> str:
-    """A captured step's samples: the slowest named, where the slowest ran alone, and why, in words."""
-    text = f"the slowest of the step's {said['samples']} samples: {_slowest_words(said['slowest'])}"
+def samples_sentence(said: dict, why: bool = True) -> str:
+    """One step's samples as a capture says them: the slowest named, where the slowest ran alone, and (`why`) its
+    rollout against the baseline, in words; the step named."""
+    text = f"the slowest of step {said['step']}'s {said['samples']} samples: {_slowest_words(said['slowest'])}"
     alone = said.get("alone")
     if alone:
         a, b = alone["decode_steps"]
@@ -192,6 +193,6 @@ def samples_sentence(said: dict) -> str:
             text += f", {alone['kept'][0]}-{alone['kept'][1]} of them in the captured window"
         elif alone["window"]:
             text += f", none of them in the captured window ({alone['window'][0]}-{alone['window'][1]})"
-    if said.get("why"):
+    if why and said.get("why"):
         text += "; " + why_sentence(said["why"])
     return text

@@ -56,6 +56,19 @@ FIELDS: dict[str, tuple[type, str]] = {
 }
 REQUIRED = ("step", "sample", "source")
 
+# A sample's timed phases, in the order a sample lives them (a host records those it knows).
+PHASES = ("queue_ms", "prefill_ms", "decode_ms", "generate_ms", "tool_ms", "reward_ms")
+# Where each host's phases lie against its record's `start_us` .. `end_us` (what its clock marks):
+# "inside": between them, the last ending at `end_us` (vLLM's start is the request's arrival, its end the last
+# token; verl's agent loop spans the sample from its start to the end of its scoring); "before": ending at
+# `start_us` (rlprof's async replica starts after the driver's submission, its queue before); "after": after the
+# batch was generated, at a time the host does not record (the trainer scores a batch in its reward stage).
+PHASE_PLACES: dict[str, dict[str, str]] = {
+    "vllm": {"queue_ms": "inside", "prefill_ms": "inside", "decode_ms": "inside", "reward_ms": "after"},
+    "rlprof": {"queue_ms": "before", "prefill_ms": "inside", "decode_ms": "inside", "reward_ms": "after"},
+    "verl": {"generate_ms": "inside", "tool_ms": "inside", "reward_ms": "inside"},
+}
+
 
 def file_name(source: str, *, rank: int | None = None, replica: int | None = None, worker: int | None = None) -> str:
     """`<source>_rank<R>.jsonl`, `<source>_replica<K>.jsonl`, `<source>_worker<K>.jsonl`, or `<source>_driver.jsonl`

@@ -12,12 +12,14 @@ from __future__ import annotations
 from ...vocab import STAGE_ROLE
 from ..window.breakdown import BUCKETS
 from ..diagnosis.capture_cause import judge, slow_rank_cause
-from ..diagnosis.sentences import samples_sentence
-from .rollout_why import captured_samples
+from .rollout_why import WORKLOAD, captured_samples
 
 SHOWN_BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "idle_ms")
 TOP_GREW = 5
 MIN_GREW_MS = 0.05  # an operator that grew less is timer noise
+REPEATED = (
+    0.5  # the captured step repeated the spike: its ratio over the baseline grew at least this share of the spike's
+)
 
 
 def attach_beside(doc: dict) -> None:
@@ -104,10 +106,40 @@ def captures_beside(doc: dict) -> list[dict]:
         out.append(_beside(cap, stage, normal_file, why) | {"buckets": buckets, "grew": grew, "cause": cause})
     for record, cap in zip(out, [c for c in captures if _judged(c)]):
         said = captured_samples(doc, cap) if record["stage"] in ("rollout_generate", "step", None) else None
-        if said is not None:  # the rollout's samples at the captured step: the slowest named, and where they ran alone
+        if said is not None:  # the rollout's samples, step by step: the spike's own and the captured step's
             record["samples"] = said
-            record["cause"]["text"] += "; " + samples_sentence(said)
+        repeat = repeat_of(cap, record)
+        if repeat is not None:
+            record["repeat"] = repeat
     return out
+
+
+def repeat_of(cap: dict, record: dict) -> dict | None:
+    """Whether the captured step repeated what the trigger saw at its step (None for a request: nothing was seen).
+    On the same step: yes. Else, where the spike's samples say their workload explains it, on the captured step's
+    workload over the same baseline steps (`workload`: the longest sample's tokens, or tools); else, beside a normal
+    window, on the captured window's wall time over it against the trigger's seconds over its baseline
+    (`normal_window`: both windows ran under the profiler); else it cannot be told (`basis` null). Repeated: the
+    captured step's ratio grew at least REPEATED of the spike's growth over 1."""
+    t = cap["trigger"]
+    seen, seconds, baseline = t.get("step"), t.get("seconds"), t.get("baseline_seconds")
+    if seen is None or seconds is None or not baseline:
+        return None
+    out = {"spike_step": seen, "captured_step": cap["step"]}
+    if seen == cap["step"]:
+        return out | {"repeated": True, "basis": "same_step", "spike_ratio": seconds / baseline, "captured_ratio": None}
+    said = record.get("samples") or {}
+    spike_why, own_why = (said.get("spike") or {}).get("why") or {}, said.get("why") or {}
+    normal_wall = record.get("buckets", {}).get("wall_ms", {}).get("normal_ms")
+    if spike_why.get("explained_by") in WORKLOAD and own_why.get("workload_ratio") is not None:
+        basis, spike_ratio, ratio = "workload", spike_why["workload_ratio"], own_why["workload_ratio"]
+    elif record.get("normal") is not None and normal_wall:
+        basis, spike_ratio = "normal_window", seconds / baseline
+        ratio = record["buckets"]["wall_ms"]["captured_ms"] / normal_wall
+    else:
+        return out | {"repeated": None, "basis": None, "spike_ratio": seconds / baseline, "captured_ratio": None}
+    repeated = ratio - 1 >= REPEATED * (spike_ratio - 1) if spike_ratio > 1 else None
+    return out | {"repeated": repeated, "basis": basis, "spike_ratio": spike_ratio, "captured_ratio": ratio}
 
 
 def _judged(cap: dict) -> bool:

@@ -19,6 +19,7 @@ from ..diagnosis.causes import THRESHOLDS
 from .timeline import WINDOW
 
 EXPLAINED = 0.75
+WORKLOAD = ("response_tokens", "tool_time")  # the `explained_by` that say the workload explains a slow rollout
 STAGE = "rollout_generate"
 
 
@@ -111,28 +112,49 @@ def explain_rollout(timeline: dict, sample_steps: list[dict]) -> None:
 
 
 def captured_samples(doc: dict, cap: dict) -> dict | None:
-    """A captured step's samples (on the captured rank where the host says the rank): its slowest, the decode steps
-    where its slowest sample ran alone (after the next longest had finished) and how many of those the captured
-    window kept, and `why` against the judged steps before it (as a spike's). None where the run has no samples of
-    that step."""
+    """A captured step's samples, said step by step: the captured step's own (on the captured rank where the host
+    says the rank): its slowest, the decode steps where its slowest sample ran alone (after the next longest had
+    finished) and how many of those the captured window kept, its `why` against the judged steps before the spike;
+    and, where the trigger saw the spike at an earlier step whose samples were recorded (the watch records every
+    watched step's), that step's own under `spike`: its slowest, where its slowest ran alone, and its `why` (the
+    captured step ran under the profiler, whose own cost is in its samples' times: the spike's are the program's).
+    None where the run has no samples of either step."""
     steps = {s["step"]: s for s in doc.get("sample_steps", [])}
-    if cap["step"] not in steps:
+    seen = cap["trigger"].get("step")
+    if cap["step"] not in steps and seen not in steps:
         return None
+    timeline = doc.get("timeline") or {}
+    flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
+    flagged |= set(timeline.get("captured_steps", [])) | set(timeline.get("profiled_steps", []))
+    at = seen if seen in steps else cap["step"]
+    before = [_workload(steps[s]) for s in sorted(steps) if s < at and s not in flagged][-WINDOW:]
+    kept = sorted(
+        r["index"]
+        for r in doc["rows"]
+        if r.get("file") == cap["path"] and r.get("unit") == "decode_step" and isinstance(r.get("index"), int)
+    )
+    out = (
+        _step_samples(doc, steps[cap["step"]], cap.get("rank"), before, kept)
+        if cap["step"] in steps
+        else {"step": cap["step"], "samples": 0, "slowest": []}
+    )
+    if seen in steps and seen != cap["step"]:
+        out["spike"] = _step_samples(doc, steps[seen], cap.get("rank"), before, None)
+    return out
+
+
+def _step_samples(doc: dict, summary: dict, rank, before: list[dict], kept: list[int] | None) -> dict:
+    """One step's samples as a capture says them (`kept`: the captured window's decode steps, None for a step no
+    window holds)."""
+    step = summary["step"]
     mine = [
-        s
-        for s in doc["samples"]
-        if s["step"] == cap["step"] and (s.get("rank") is None or cap.get("rank") is None or s["rank"] == cap["rank"])
+        s for s in doc["samples"] if s["step"] == step and (s.get("rank") is None or rank is None or s["rank"] == rank)
     ]
-    out: dict = {"step": cap["step"], "samples": len(mine), "slowest": steps[cap["step"]]["slowest"]}
+    out: dict = {"step": step, "samples": len(mine), "slowest": summary["slowest"]}
     decoded = sorted((s for s in mine if "last_decode_step" in s), key=lambda s: -s["last_decode_step"])
     if len(decoded) >= 2 and decoded[0]["last_decode_step"] > decoded[1]["last_decode_step"]:
         first, last = decoded[1]["last_decode_step"] + 1, decoded[0]["last_decode_step"]
-        kept = sorted(
-            r["index"]
-            for r in doc["rows"]
-            if r.get("file") == cap["path"] and r.get("unit") == "decode_step" and isinstance(r.get("index"), int)
-        )
-        inside = [k for k in kept if first <= k <= last]
+        inside = [k for k in kept or () if first <= k <= last]
         out["alone"] = {
             "sample": decoded[0]["sample"],
             "response_tokens": decoded[0].get("response_tokens"),
@@ -141,14 +163,7 @@ def captured_samples(doc: dict, cap: dict) -> dict | None:
             "kept": [inside[0], inside[-1]] if inside else None,
             "window": [kept[0], kept[-1]] if kept else None,
         }
-    timeline = doc.get("timeline") or {}
-    flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
-    flagged |= set(timeline.get("captured_steps", [])) | set(timeline.get("profiled_steps", []))
-    # why: the step the trigger saw slow, where its samples were kept (the captured step ran under the profiler, whose
-    # own cost is in its samples' times), against the judged steps before it
-    seen = cap["trigger"].get("step") if cap["trigger"].get("step") in steps else cap["step"]
-    before = [s for s in sorted(steps) if s < seen and s not in flagged][-WINDOW:]
-    why = _why([_workload(steps[seen])], [_workload(steps[s]) for s in before])
+    why = _why([_workload(summary)], before)
     if why:
         out["why"] = why
     return out
