@@ -1,10 +1,14 @@
 """The run over time at scale: `rlprof analyze RUN` over a synthetic watch timeline of 1,000 ranks x 10,000 steps x 8
-stages (the format collect/watch.py writes: analyze/inputs/timeline_file.py), in at most 10 s and 1 GB on this machine.
+stages (the format collect/watch.py writes: analyze/inputs/timeline_file.py), in at most 10 s and 1 GB on this machine;
+then `rlprof report` of its analysis.json, and the report opened in Chromium without a GPU (no WebGL), as a cluster
+login node's or a VM's browser would, in seconds.
 
 The synthetic run holds what the analysis must find: rank 617 straggles in reward_compute from step 6,000, a spike
 of actor_update at step 4,321 (the same shares of a smaller run), rollout_generate drifting up by half over the run, and 2% of steps flagged busy.
 Reported: wall seconds and the peak memory of the command's process tree (bench/ingest.py's sampler), the bytes of
-the timeline, and whether the analysis named what was planted. Prints one JSON object.
+the timeline, and whether the analysis named what was planted; the report's seconds and size; the browser's
+seconds from opening the file to every chart drawn, the run over time's traces that ask for WebGL (none) and the
+points its lines draw (where playwright and Debian's chromium are installed, else why not). Prints one JSON object.
 
     python3 bench/timeline_scale.py                    # 1000 x 10000 x 8
     python3 bench/timeline_scale.py --ranks 64 --steps 1000
@@ -18,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +96,36 @@ def make_run(folder: Path, ranks: int, steps: int) -> int:
     return total
 
 
+def opened(report: Path) -> dict:
+    """The report in headless Chromium without a GPU: seconds until every chart is drawn, the run over time's traces
+    that ask for WebGL, the points its lines draw; or why it could not be opened."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    try:
+        from playwright import sync_api
+    except ImportError:
+        return {"skipped": "playwright is not installed (pip install playwright)"}
+    if not Path(chromium).exists():
+        return {"skipped": "Debian's chromium is not installed (apt-get install chromium)"}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        t = time.perf_counter()
+        page.goto(report.as_uri())
+        page.wait_for_function(
+            "() => document.querySelectorAll('.js-plotly-plot').length === document.querySelectorAll('.chart').length"
+        )
+        seconds = time.perf_counter() - t
+        traces = page.evaluate(
+            "() => document.getElementById('chart-over_time')._fullData.map(t => [t.type, t.mode, t.x.length])"
+        )
+        browser.close()
+    return {
+        "seconds_to_drawn": round(seconds, 2),
+        "webgl_traces": sum(kind.endswith("gl") for kind, _, _ in traces),
+        "line_points": max(n for _, mode, n in traces if mode == "lines"),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=1000)
@@ -104,6 +139,11 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
         seconds, peaks, _ = measured(cmd, env=env)
         doc = json.loads((tmp / "out" / "analysis.json").read_text())["timeline"]
+        report = tmp / "report.html"
+        report_seconds, _, _ = measured(
+            [sys.executable, "-m", "rlprof.cli", "report", str(tmp / "out" / "analysis.json"), "-o", str(report)],
+            env=env,
+        )
         straggler, _, spike_step = planted(args.ranks, args.steps)
         found = {
             "straggler": any(s["rank"] == straggler and s["stage"] == "reward_compute" for s in doc["stragglers"]),
@@ -125,6 +165,8 @@ def main() -> None:
                     "peak_mb": {k: round(v, 1) for k, v in peaks.items()},
                     "limit": {"seconds": 10, "peak_mb": 1000},
                     "found": found,
+                    "report": {"seconds": round(report_seconds, 2), "mb": round(report.stat().st_size / 1e6, 1)},
+                    "browser": opened(report),
                 }
             )
         )

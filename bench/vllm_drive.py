@@ -13,7 +13,7 @@ makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's
 k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
 engine with the step, `--log-stats` starts the engine with vLLM's stats on (disable_log_stats=False),
 `--kv-cache-bytes N` gives it a KV cache of N bytes (a small one cannot hold a round: its requests queue and are
-preempted; the longest sequence is then what the cache holds). The
+preempted; `--max-model-len` then no longer than one sequence the cache holds, as vLLM checks at its start). The
 environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
@@ -28,7 +28,6 @@ import sys
 import time
 
 VOCAB, HIDDEN, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 2  # head size 32: one the CPU attention backend takes
-TOKEN_BYTES = LAYERS * 2 * KV_HEADS * (HIDDEN // HEADS) * 4  # a token's keys and values in the KV cache (float32)
 
 
 def make_model(out: str) -> None:
@@ -52,7 +51,13 @@ def make_model(out: str) -> None:
     Qwen2ForCausalLM(cfg).save_pretrained(out)
 
 
-def engine(model: str, profiler_config: dict | None, log_stats: bool = False, kv_cache_bytes: int = 64 << 20):
+def engine(
+    model: str,
+    profiler_config: dict | None,
+    log_stats: bool = False,
+    kv_cache_bytes: int = 64 << 20,
+    max_model_len: int = 512,
+):
     from vllm import LLM
 
     kwargs = {"profiler_config": profiler_config} if profiler_config else {}
@@ -62,7 +67,7 @@ def engine(model: str, profiler_config: dict | None, log_stats: bool = False, kv
         model=model,
         skip_tokenizer_init=True,
         dtype="float32",
-        max_model_len=min(512, kv_cache_bytes // TOKEN_BYTES),  # a sequence must fit the cache: vLLM checks it
+        max_model_len=max_model_len,
         seed=0,
         kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=True,
@@ -80,6 +85,7 @@ def run(args) -> dict:
         json.loads(args.profiler_config) if args.profiler_config else None,
         args.log_stats,
         args.kv_cache_bytes,
+        args.max_model_len,
     )
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
@@ -153,6 +159,9 @@ def main() -> None:
     r.add_argument("--driver-steps", type=int, nargs="*", default=[])
     r.add_argument("--host-slow-from", type=int, default=0)
     r.add_argument("--log-stats", action="store_true", help="the engine with vLLM's stats on (disable_log_stats=False)")
+    r.add_argument(
+        "--max-model-len", type=int, default=512, help="vLLM's max_model_len (a small KV cache needs it small)"
+    )
     r.add_argument(
         "--kv-cache-bytes",
         type=int,

@@ -68,6 +68,7 @@ def drive(
     host_slow_from: int = 0,
     log_stats: bool = False,
     kv_cache_bytes: int | None = None,
+    max_model_len: int | None = None,
     timeout: int = 600,
 ) -> tuple[dict | None, subprocess.CompletedProcess]:
     """Run rounds of generation in a fresh vLLM process; (its JSON result or None, the finished process)."""
@@ -84,6 +85,8 @@ def drive(
         args += ["--log-stats"]
     if kv_cache_bytes:
         args += ["--kv-cache-bytes", str(kv_cache_bytes)]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
     full_env = dict(os.environ, **BASE_ENV, VLLM_CACHE_ROOT=str((cwd or model.parent) / "vllm-cache"))
     for key in ("RLPROF_PLAN", "RLPROF_RUN_ID", "RLPROF_VLLM_STEPS", "VLLM_PLUGINS"):
         full_env.pop(key, None)  # only what the caller gives

@@ -236,6 +236,27 @@ def open_page(browser, path: Path):
     return page, seen
 
 
+DRAWN_JS = """(id) => {
+    const gd = document.getElementById(id);
+    const bars = Array.from(gd.querySelectorAll('.barlayer .trace.bars')).map(t => t.querySelectorAll('.point').length);
+    const list = (v) => v == null ? null : Array.from(v);
+    return {
+        title: gd._fullLayout.title.text,
+        shapes: (gd._fullLayout.shapes || []).length,
+        bars: bars,
+        texts: Array.from(gd.querySelectorAll('.textpoint text')).map(e => e.textContent),
+        traces: gd._fullData.map(t => ({name: t.name, type: t.type, x: list(t.x), y: list(t.y), base: list(t.base),
+                                         text: list(t.text), customdata: list(t.customdata)})),
+    };
+}"""
+
+
+def drawn(page, chart_id: str) -> dict:
+    """A chart as the browser drew it: its title, its traces as plotly holds them once drawn (name, type, x, y, base,
+    text, customdata), the bars drawn per bar trace and the texts drawn on it."""
+    return page.evaluate(DRAWN_JS, chart_id)
+
+
 # ---- analysis documents made to order (the causes' thresholds, the savings' formulas) --------------------------------
 def window_row(stage, role, wall, unit=None, index=None, step=2, rank=0, start_us=0.0, **held) -> dict:
     """A stage row (or a unit row) of an analysis document whose wall is all compute, plus the fields `held`."""

@@ -116,6 +116,9 @@ def test_timeline_scale_bench_finds_what_it_planted():
     assert (
         figures["found"]["straggler"] and figures["found"]["spike"] and "rollout_generate" in figures["found"]["drift"]
     )
+    assert figures["report"]["seconds"] > 0 and figures["report"]["mb"] > 0
+    opened = figures["browser"]  # the report in Chromium without a GPU: drawn, nothing asking for WebGL
+    assert "skipped" in opened or (opened["webgl_traces"] == 0 and opened["line_points"] == 400)
 
 
 def test_watch_cost_bench_prints_documented_json():

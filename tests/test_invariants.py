@@ -95,7 +95,7 @@ def test_every_field_of_a_row_has_its_rule_when_assembled():
     """A field added to Row must say how a stage row made from units takes it (document.py), or the bug returns:
     the first unit's value standing for the stage."""
     ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
-    ruled |= {"host_wall_ms", "attribution", "units_only"}
+    ruled |= {"host_wall_ms", "attribution", "units_only"} | set(assembly.NAMED_AFTER)
     assert set(Row.__struct_fields__) == ruled
 
 
@@ -311,6 +311,28 @@ def test_each_steps_samples_summary_recomputes_from_its_samples(documents, name)
                 max(r["response_tokens"] for r in doc["samples"] if r["step"] == st) for st in steps
             )
             assert entry["why"]["longest_tokens"] == longest
+
+
+@pytest.mark.parametrize("name", [n for n in INPUTS if n.startswith("samples/")] or ["none"])
+def test_each_samples_phases_fill_its_life_in_the_order_it_lived_them(documents, name):
+    """A sample's lane (phase_spans): its placed phases follow one another, without gap or overlap, from its arrival
+    (its start, less a queue its host records before it) to its end, in the order a sample lives them, each as
+    long as its host recorded it (all scaled by one factor where they sum to more than the span); a phase after the
+    batch follows the end; and every recorded phase is there."""
+    from rlprof.analyze.diagnosis.samples import UNTIMED, phase_spans
+    from rlprof.analyze.inputs.samples_file import PHASES
+
+    doc, _ = documents(name)
+    for r in doc["samples"]:
+        spans = phase_spans(r)
+        placed = [(p, a, b) for p, a, b, at in spans if at]
+        assert all(close(b0, a1, abs_ms=1e-6) for (_, _, b0), (_, a1, _) in zip(placed, placed[1:]))
+        assert close(placed[-1][2], r["end_us"], abs_ms=2e-3) and placed[0][1] <= r["start_us"]
+        order = [p for p, *_ in placed if p != UNTIMED]
+        assert order == sorted(order, key=PHASES.index)
+        scale = {round((b - a) / 1e3 / r[p], 6) for p, a, b in placed if p != UNTIMED and r[p] > 0}
+        assert len(scale) <= 1 and all(0 < x <= 1 for x in scale)
+        assert {p for p, *_ in spans if p != UNTIMED} == {p for p in PHASES if p in r}
 
 
 @pytest.mark.parametrize("name", INPUTS)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, open_page, run_cli
+from conftest import ROOT, drawn, open_page, run_cli
 from helpers import A
 
 SECTIONS = ("timeline", "breakdown", "ops", "memory", "cluster", "compare")
@@ -161,6 +161,101 @@ def test_eight_ranks_five_steps_stays_under_10_mb(tmp_path):
     assert size < 10e6, size
     page = (tmp_path / "big.html").read_text()
     assert all(f"rank {r}" in page for r in range(8))
+
+
+# ---- the run over time at any scale, in a browser without WebGL -------------------------------------------------
+def test_a_lines_screen_points_keep_each_pixel_columns_lowest_and_highest_step_and_every_marked_one():
+    """screen_points against a brute force: each of the COLUMNS runs of steps keeps its lowest and highest value
+    (a spike and a dip stay as drawn at full scale), a gap (null) stays a gap, every marked step is kept, and no
+    more than two points a column are added; a short line is kept whole."""
+    import numpy as np
+
+    from rlprof.report.over_time import COLUMNS, screen_points
+
+    rng = np.random.default_rng(1)
+    n = 7 * COLUMNS + 13
+    values = list(rng.normal(1.0, 0.05, n))
+    values[4321] = 9.0  # a spike
+    values[5000] = -3.0  # a dip
+    for i in range(700, 705):
+        values[i] = None  # a gap in the line
+    marked = np.array([10, 11, 6000, n - 2])
+    kept = screen_points(values, marked)
+    assert list(kept) == sorted(set(kept)) and set(marked) <= set(kept) and {4321, 5000} <= set(kept)
+    column = np.arange(n) * COLUMNS // n
+    for c in range(COLUMNS):
+        members = [i for i in np.flatnonzero(column == c)]
+        numbers = [values[i] for i in members if values[i] is not None]
+        mine = [i for i in kept if column[i] == c]
+        drawn_values = [values[i] for i in mine if values[i] is not None]
+        assert min(drawn_values) == min(numbers) and max(drawn_values) == max(numbers)
+        assert len(set(mine) - set(marked)) <= 3  # low, high, and a null where the column holds one
+        assert any(values[i] is None for i in mine) == any(values[i] is None for i in members)
+    assert list(screen_points(values[:COLUMNS], np.array([], int))) == list(range(COLUMNS))
+
+
+@pytest.fixture(scope="session")
+def timeline_1000x10000(tmp_path_factory):
+    """bench/timeline_scale.py's run (1,000 ranks x 10,000 steps x 8 stages, 840 MB of timeline), made once per
+    session, analysed once: (its analysis.json, the document)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import timeline_scale
+
+    tmp = tmp_path_factory.mktemp("timeline_scale")
+    timeline_scale.make_run(tmp / "run", 1000, 10000)
+    proc = run_cli("analyze", tmp / "run", "-o", tmp / "out", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shutil.rmtree(tmp / "run")  # 840 MB: the document holds what the report draws
+    return tmp / "out" / "analysis.json", json.loads((tmp / "out" / "analysis.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_run_over_time_of_1000_ranks_by_10000_steps_is_drawn_without_webgl(timeline_1000x10000, browser, tmp_path):
+    """The report of 1,000 ranks x 10,000 steps opens in the suite's Chromium (no GPU, so no WebGL) with the run over
+    time drawn: every trace SVG (no scattergl), each line its lowest and highest step per pixel column plus every
+    marked step at its exact value (the planted spike, the level shift, the busy steps as bands of exactly the
+    steps the watch flagged), the header naming the timeline's 1,000 ranks and 10,000 steps."""
+    from rlprof.report.over_time import COLUMNS
+
+    analysis, doc = timeline_1000x10000
+    timeline = doc["timeline"]
+    out = tmp_path / "report.html"
+    proc = run_cli("report", analysis, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    page, seen = open_page(browser, out)
+    assert "1,000 rank(s) x 10,000 watched steps" in page.locator("header p").inner_text()
+    chart = drawn(page, "chart-over_time")
+    assert {t["type"] for t in chart["traces"]} == {"scatter"}  # SVG: nothing asks for WebGL
+    assert (
+        page.locator("#chart-over_time canvas").count() == 0 and "WebGL" not in page.locator("#over_time").inner_text()
+    )
+    at = {s: i for i, s in enumerate(timeline["steps"])}
+    marked = {s["step"] for s in timeline["spikes"]} | {s["from_step"] for s in timeline["level_shifts"]}
+    marked |= set(timeline["busy_steps"]) | set(timeline["profiled_steps"])
+    lines = {t["name"]: t for t in chart["traces"] if t["name"] in timeline["per_step"]}
+    assert set(lines) == set(timeline["per_step"])
+    for name, t in lines.items():
+        series = timeline["per_step"][name]["max"]
+        assert len(t["x"]) <= 2 * COLUMNS + len(marked) and t["x"] == sorted(t["x"])
+        assert all(series[at[x]] == y for x, y in zip(t["x"], t["y"]))  # each point a step's own value
+        assert marked <= set(t["x"])
+        column = {at[x] * COLUMNS // len(at) for x in t["x"]}
+        assert column == set(range(COLUMNS))  # no pixel column left out
+    (spike,) = [t for t in chart["traces"] if t["name"] == "spike"]
+    planted = 4321  # bench/timeline_scale.py's actor_update spike
+    assert planted in spike["x"] and series_at(lines["actor_update"], planted) == max(
+        timeline["per_step"]["actor_update"]["max"]
+    )
+    (band,) = [t for t in chart["traces"] if t["name"].startswith("busy machine")]
+    edges = [x for x in band["x"] if x is not None]
+    flagged = {s for a, b in zip(edges[::2], edges[1::2]) for s in range(int(a + 0.5), int(b + 0.5))}
+    assert flagged == set(timeline["busy_steps"]) and len(flagged) > 100
+    assert seen["errors"] == []
+    page.close()
+
+
+def series_at(trace: dict, step: int):
+    return trace["y"][trace["x"].index(step)]
 
 
 def _listening_address(port: int) -> str:

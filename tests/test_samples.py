@@ -6,6 +6,7 @@ span in the manifest."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import logging
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from conftest import fill, run_cli
-from helpers import R, profiler
+from helpers import A, R, profiler
 
 from rlprof.analyze.inputs.samples_file import FIELDS, REQUIRED, SAMPLES_DIR, read_samples, sample_files, samples_path
 from rlprof.collect.samples import SampleWriter
@@ -220,8 +221,10 @@ def test_a_steps_refill_passes_continue_its_sample_numbers_and_the_long_sample_m
 def test_async_replicas_samples_name_their_replica_its_queue_and_its_decode_steps(tmp_path):
     """rollout.mode=async, 2 replicas (Ray actors): step 2's 64 samples, half from each replica, each with the time it
     waited from the driver's submission to its replica's start; each replica's longest sample as long as the decode
-    steps in that replica's own trace; the driver's reward time added."""
-    train(
+    steps in that replica's own trace; the driver's reward time added. The driver's step profiled end to end too:
+    its rollout_generate row (its wait for the replicas) and each replica's are told apart by who wrote them, in the
+    terminal, the CSV and the report."""
+    proc = train(
         tmp_path,
         "rollout.mode=async",
         "rollout.replicas=2",
@@ -230,6 +233,7 @@ def test_async_replicas_samples_name_their_replica_its_queue_and_its_decode_step
         f"{R}.enable=true",
         f"{R}.all_ranks=true",
         f"{R}.tool_config.torch.discrete=true",
+        f"{A}.enable=true",
         steps=2,
         timeout=400,
     )
@@ -250,6 +254,22 @@ def test_async_replicas_samples_name_their_replica_its_queue_and_its_decode_step
             u["active"] == sum(r["last_decode_step"] >= u["index"] for r in records if r["replica"] == replica)
             for u in units
         )
+    # who wrote each row: the driver (rank 0, waiting on the replicas) and each replica, all three "rank"-numbered
+    out = tmp_path / "out"
+    assert run_cli("analyze", run, "-o", out, "--workers", "1").returncode == 0
+    with open(out / "rows.csv") as f:
+        written = {
+            (r["writer"], r["file"]) for r in csv.DictReader(f) if r["stage"] == "rollout_generate" and not r["unit"]
+        }
+    driver = [r for r in rows if r["role"] == "actor"][0]["path"]
+    replicas = {r["replica"]: r["path"] for r in rows if r["role"] == "rollout"}
+    assert written == {("driver", driver), ("replica 0", replicas[0]), ("replica 1", replicas[1])}
+    after = proc.stdout.split("time per window (ms)")[1].splitlines()  # its table
+    cells = [[c.strip() for c in line.split("│")] for line in after]
+    table = [c for c in cells if len(c) > 6 and c[2:4] == ["rollout", "rollout_generate"]]
+    assert sorted(c[5] for c in table) == ["driver (waiting)", "replica 0", "replica 1"]
+    page = (run / "report.html").read_text()  # the breakdown: the driver's wait apart from the replicas' generation
+    assert "<td>driver (waiting)</td>" in page and "<td>replica 0, replica 1</td>" in page
 
 
 # ---- on and off, in the Profiler ---------------------------------------------------------------------------------

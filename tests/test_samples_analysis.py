@@ -1,7 +1,9 @@
 """The rollout, sample by sample, analysed: the document's `samples` table on the trace's clock joined to the step's
 decode steps and metrics, each step's distribution and tail, and a slow rollout explained by its samples: the
 trigger's verdict and the run over time name the long sample, the decode steps it ran alone and the long-tail cause
-with its lever; a control run with every sample alike names none."""
+with its lever; a control run with every sample alike names none; a one-off spike said step by step (the spike's own
+samples, then the ordinary step the trigger captured); and the report's lanes, each sample cut into the phases its
+host records, read back from the chart Chromium drew."""
 
 import csv
 import json
@@ -9,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
-from helpers import unjudged_steps
+from conftest import drawn, open_page, run_cli
+from data_inputs import DATA
+from helpers import trigger_steps, unjudged_steps
 from rlprof.analyze.pipeline import analyze
 
 A = "actor_rollout_ref.actor.profiler"
@@ -67,13 +70,13 @@ def test_the_samples_of_a_profiled_step_join_its_metrics_and_its_decode_steps(tm
         assert len(list(csv.DictReader(f))) == len(doc["samples"])
 
 
-def _long_sample_run(tmp_path: Path, long: bool, profiled: int | None = None) -> Path:
-    """16 steps of 4 samples, each exactly 4 tokens (ignore_eos); with `long`, sample 1 generates 24 from step 10 on:
-    its batch then decodes 20 steps for it alone. The watch and the slow trigger on, the step captured end to end;
-    or, with `profiled`, that step profiled end to end (and the run ends there)."""
+def _long_sample_run(tmp_path: Path, long: bool, profiled: int | None = None, once: bool = False) -> Path:
+    """16 steps of 4 samples, each exactly 4 tokens (ignore_eos); with `long`, sample 1 generates 24 from step 10 on
+    (`once`: at step 10 alone): its batch then decodes 20 steps for it alone. The watch and the slow trigger on, the
+    step captured end to end; or, with `profiled`, that step profiled end to end (and the run ends there)."""
     return train(
         tmp_path,
-        f"trainer.steps={profiled or 16}",
+        f"trainer.steps={profiled or (12 if once else 16)}",
         *([f"global_profiler.steps=[{profiled}]"] if profiled else [f"{T}.slow.factor=2.0"]),
         f"{A}.enable=true",
         "data.prompts_per_step=2",
@@ -87,6 +90,7 @@ def _long_sample_run(tmp_path: Path, long: bool, profiled: int | None = None) ->
                 "trainer.debug.long_sample.from_step=10",
                 "trainer.debug.long_sample.sample=1",
                 "trainer.debug.long_sample.tokens=24",
+                *(["trainer.debug.long_sample.to_step=10"] if once else []),
             ]
             if long
             else []
@@ -120,9 +124,13 @@ def test_a_long_sample_is_named_by_the_captured_windows_verdict_and_the_run_over
     assert said["alone"]["decode_steps"] == [4, 23] and said["alone"]["kept"] == [4, 23]
     verdict = captured[0]["cause"]
     assert "rollout_tail" in [c["cause"] for c in verdict["causes"] + verdict["in_both"]]
-    assert "sample 1" in verdict["text"] and "decode steps 4-23 ran for sample 1 alone" in verdict["text"]
     printed = run_cli("analyze", run, "--workers", "1").stdout
     assert "rollout_generate went from" in printed and "sample 1 of rank 0" in printed
+    # the captured step's own samples, said as that step's
+    (said_line,) = [line for line in printed.splitlines() if line.strip().startswith(f"step {said['step']}: captured")]
+    assert "decode steps 4-23 ran for sample 1 alone" in said_line and f"step {said['step']}'s 4 samples" in said_line
+    if captured[0]["repeat"]["spike_step"] != said["step"]:  # the spike went on: the captured step repeated it
+        assert captured[0]["repeat"]["repeated"] is True and "the spike repeated" in said_line
 
 
 @pytest.mark.slow
@@ -141,18 +149,19 @@ def test_a_control_run_with_every_sample_alike_names_no_sample(tmp_path):
 
 @pytest.mark.slow
 def test_the_report_and_a_slice_show_the_samples_beside_the_trace(tmp_path):
-    """The report draws one lane per sample of the profiled step, the long one in red; a slice of the decode steps it
-    ran alone holds its track and no other sample's, on the trace's clock, inside the slice."""
-    from rlprof.report.samples import HIGHLIGHT, sample_lanes
+    """The report draws one lane per sample of the profiled step, the long one outlined as the slowest, the decode
+    window shaded; a slice of the decode steps it ran alone holds its track and no other sample's, on the trace's
+    clock, inside the slice, cut into its prefill and decode as the lanes cut it."""
+    from rlprof.report.samples import sample_figures
 
     run = _long_sample_run(tmp_path, long=True, profiled=11)
     doc = analyze(run, workers=1)
     step = 11
-    figure = sample_lanes(doc)
-    (bars,) = figure["data"]
-    colors = dict(zip(bars["y"], bars["marker"]["color"]))
-    assert colors["rank 0 · sample 1"] == HIGHLIGHT and list(colors.values()).count(HIGHLIGHT) == 1
+    ((figure, note),) = sample_figures(doc)
+    slowest = [t for t in figure["data"] if t["name"].startswith("slowest")]
+    assert [t["y"] for t in slowest] == [["rank 0 · sample 1"]]
     assert f"Step {step}" in figure["layout"]["title"]["text"] and figure["layout"]["shapes"]  # the decode window
+    assert "shaded: the decode window kept (decode steps 0-23)" in note
     out = tmp_path / "slice.json"
     proc = run_cli(
         "slice",
@@ -174,5 +183,112 @@ def test_the_report_and_a_slice_show_the_samples_beside_the_trace(tmp_path):
     assert [e["name"] for e in tracks] == ["sample 1 (24 tokens)"] and trace["rlprof"]["slice"]["sample_tracks"] == 1
     lo, hi = trace["rlprof"]["slice"]["start_us"], trace["rlprof"]["slice"]["end_us"]
     assert tracks[0]["ts"] <= lo and tracks[0]["ts"] + tracks[0]["dur"] >= hi - 2e3  # it runs through the slice
+    phases = sorted(
+        (e for e in trace["traceEvents"] if e.get("cat") == "rlprof_sample" and e["name"] in ("prefill", "decode")),
+        key=lambda e: e["ts"],
+    )
+    assert [e["name"] for e in phases] == ["prefill", "decode"]  # the sample's life cut as the lanes cut it
+    assert phases[0]["ts"] == pytest.approx(tracks[0]["ts"]) and phases[1]["ts"] + phases[1]["dur"] == pytest.approx(
+        tracks[0]["ts"] + tracks[0]["dur"], abs=2
+    )
     page = run_cli("report", run, "-o", tmp_path / "report.html")
     assert page.returncode == 0 and "The rollout, sample by sample" in (tmp_path / "report.html").read_text()
+
+
+def lane_segments(figure: dict) -> dict[tuple[str, str], tuple[float, float]]:
+    """A drawn lanes chart's bars: (trace name, lane) -> (start, length) in ms from the step's first arrival."""
+    return {
+        (t["name"], lane): (base, length)
+        for t in figure["traces"]
+        if t["type"] == "bar"
+        for lane, base, length in zip(t["y"], t["base"], t["x"])
+    }
+
+
+def test_the_trainers_lanes_cut_each_sample_into_the_phases_it_records(browser, tmp_path):
+    """rlprof's trainer (tests/data/samples/long_sample, recorded by it): the report shows step 11, where the run
+    over time saw rollout_generate go to its new level, and the profiled step 12 whose window kept its decode steps
+    (shaded), each titled with why; in Chromium each lane is its sample's prefill from its start, then its decode
+    to its end, as long as the sample recorded them, and its reward after (its length: the trainer scores the batch
+    later); sample 1 (24 tokens against 4) outlined as the slowest; the queue and tools said to be unrecorded."""
+    from rlprof.report.page import build_page
+
+    doc = analyze(DATA / "samples" / "long_sample", workers=1)
+    out = tmp_path / "report.html"
+    out.write_text(build_page(doc, "long_sample"))
+    page, seen = open_page(browser, out)
+    charts = [drawn(page, "chart-samples"), drawn(page, "chart-samples-1")]
+    assert charts[0]["title"].startswith("Step 11: rollout_generate went to a new level at this step")
+    assert charts[1]["title"].startswith("Step 12: the profiled step whose rollout lasted longest")
+    assert (charts[0]["shapes"], charts[1]["shapes"]) == (0, 1)  # only step 12's decode steps were kept
+    notes = page.locator("#samples p.note").all_inner_texts()
+    said = "rlprof's trainer does not record tool calls; rlprof's trainer's records here hold no queue"
+    assert len(notes) == 2 and all(said in n for n in notes)
+    for step, chart in zip((11, 12), charts):
+        mine = [s for s in doc["samples"] if s["step"] == step]
+        t0 = min(s["start_us"] for s in mine)
+        bars = lane_segments(chart)
+        names = {t["name"] for t in chart["traces"]}
+        assert {"prefill", "decode", "reward (after the batch: its length, not its place)"} <= names
+        assert not [n for n in names if n.startswith(("queued", "untimed", "tool"))]  # none recorded, none drawn
+        for s in mine:
+            lane = f"rank 0 · sample {s['sample']}"
+            (pb, pl), (db, dl) = bars[("prefill", lane)], bars[("decode", lane)]
+            rb, rl = bars[("reward (after the batch: its length, not its place)", lane)]
+            assert pb == pytest.approx((s["start_us"] - t0) / 1e3, abs=1e-6)
+            # as recorded, within the records' rounding (whole microseconds at start and end)
+            assert (pl, dl, rl) == pytest.approx((s["prefill_ms"], s["decode_ms"], s["reward_ms"]), abs=2e-3)
+            assert db == pytest.approx(pb + pl, abs=1e-6) and rb == pytest.approx((s["end_us"] - t0) / 1e3, abs=2e-3)
+        slowest = [t for t in chart["traces"] if t["name"].startswith("slowest")]
+        assert [t["y"] for t in slowest] == [["rank 0 · sample 1"]]
+        assert sum(chart["bars"]) == sum(len(t["x"]) for t in chart["traces"] if t["type"] == "bar")  # all drawn
+    assert seen["errors"] == []
+    page.close()
+
+
+@pytest.mark.slow
+def test_a_one_off_rollout_spike_is_said_step_by_step_and_the_captured_step_ordinary(tmp_path, browser):
+    """Sample 1 generates 24 tokens at step 10 alone (4 otherwise): the trigger sees the rollout slow there and
+    captures step 11, an ordinary step. The capture is said step by step: step 10, the spike, with its own samples
+    (sample 1's 24 tokens, the decode steps it ran alone) and why (its workload); then step 11, captured, said to be
+    ordinary (the spike did not repeat: its longest sample's tokens as the baseline's) with its own samples, which
+    no sentence mixes with step 10's; in the terminal and in the report, whose lanes show step 10 then step 11,
+    each titled with why."""
+    run = _long_sample_run(tmp_path, long=True, once=True)
+    judged = trigger_steps(10, unjudged_steps(run), 10)  # a one-off: only step 10 itself can be seen slow
+    doc = analyze(run, workers=1)
+    beside = [b for b in doc["timeline"].get("beside", []) if (b.get("repeat") or {}).get("spike_step") == 10]
+    assert bool(beside) == bool(judged), (judged, doc["timeline"]["captures"])
+    if not judged:
+        pytest.skip(f"the machine was busy at step 10 or before it ({sorted(unjudged_steps(run))}): nothing judged")
+    (b,) = beside
+    assert b["step"] == 11 and b["repeat"]["captured_step"] == 11
+    spike, said = b["samples"]["spike"], b["samples"]
+    assert spike["step"] == 10 and spike["slowest"][0]["sample"] == 1 and spike["slowest"][0]["response_tokens"] == 24
+    assert (
+        spike["alone"]["sample"] == 1 and spike["alone"]["decode_steps"] == [4, 23] and spike["alone"]["kept"] is None
+    )
+    assert spike["why"]["explained_by"] == "response_tokens" and spike["why"]["longest_tokens"] == 24
+    assert said["step"] == 11 and "alone" not in said and {x["response_tokens"] for x in said["slowest"]} == {4}
+    assert b["repeat"]["repeated"] is False and b["repeat"]["basis"] == "workload"
+    assert (b["repeat"]["spike_ratio"], b["repeat"]["captured_ratio"]) == (6.0, 1.0)  # 24 / 4 tokens; 4 / 4
+    printed = run_cli("analyze", run, "--workers", "1").stdout.splitlines()
+    (step10,) = [line for line in printed if line.strip().startswith("step 10: the slow step the trigger saw")]
+    (step11,) = [line for line in printed if line.strip().startswith("step 11: captured")]
+    assert "24 tokens against 4" in step10 and "decode steps 4-23 ran for sample 1 alone" in step10
+    assert (
+        "an ordinary step: the spike of step 10 did not repeat" in step11
+        and "the spike's own samples are step 10's" in step11
+    )
+    assert "24 tokens" not in step11 and "step 11's 4 samples" in step11  # its own samples, not the spike's
+    out = tmp_path / "report.html"
+    assert run_cli("report", run, "-o", out).returncode == 0
+    page, seen = open_page(browser, out)
+    titles = [drawn(page, "chart-samples")["title"], drawn(page, "chart-samples-1")["title"]]
+    assert titles[0].startswith("Step 10: the spike the trigger saw: rollout_generate")
+    assert titles[1].startswith("Step 11: the captured step: ordinary, the spike did not repeat")
+    said_there = page.locator("#over_time li").all_inner_texts()
+    assert any(t.startswith("step 10: the slow step the trigger saw") for t in said_there)
+    assert any(t.startswith("step 11: captured") and "did not repeat" in t for t in said_there)
+    assert seen["errors"] == []
+    page.close()

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, drawn, open_page, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -252,6 +252,46 @@ def test_each_profiled_steps_samples_come_from_the_agent_loop_with_generation_an
         # verl's generation and scoring of the sample lie inside its life in the worker
         assert (r["end_us"] - r["start_us"]) / 1e3 >= (r["generate_ms"] + r["reward_ms"]) * 0.99
         assert "tool_ms" not in r  # single-turn: no tool ran, and none is said to
+
+
+def test_the_reports_lanes_show_what_the_agent_loop_times_and_who_wrote_each_row(discrete_run, browser, tmp_path):
+    """The report of the job, in Chromium: one lane per sample of the step shown, its generation (verl times its
+    prefill and decode whole) then its scoring, which ends with the sample, as long as verl timed them; what verl's
+    agent loop does not record said. Who wrote each row: the rollout's rows its vLLM replica, the others rank 0, in
+    the terminal's table and the report's breakdown."""
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    out = tmp_path / "report.html"
+    proc = run_cli("report", save, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    page, seen = open_page(browser, out)
+    chart = drawn(page, "chart-samples")
+    step = int(chart["title"].split(":")[0].removeprefix("Step "))
+    mine = [r for r in agent_loop_samples(save) if r["step"] == step]
+    bars = {
+        (t["name"], lane): (b, x)
+        for t in chart["traces"]
+        if t["type"] == "bar"
+        for lane, b, x in zip(t["y"], t["base"], t["x"])
+    }
+    t0 = min(r["start_us"] for r in mine)
+    generation = "generation (prefill and decode, timed whole)"
+    for r in mine:
+        lane = f"worker 0 · sample {r['sample']}"
+        (gb, gl), (rb, rl) = bars[(generation, lane)], bars[("reward", lane)]
+        assert (gl, rl) == pytest.approx((r["generate_ms"], r["reward_ms"]), abs=2e-3) and rb == pytest.approx(gb + gl)
+        assert rb + rl == pytest.approx((r["end_us"] - t0) / 1e3, abs=2e-3)  # its scoring ends its life in the worker
+    assert not [n for n, _ in bars if n.startswith(("prefill", "decode", "queue", "tool"))]
+    note = page.locator("#samples p.note").first.inner_text()
+    assert "verl's agent loop does not record queue, prefill and decode apart" in note
+    assert "hold no tool calls" in note  # single-turn: no tool ran
+    written = {c.strip() for c in page.locator("#breakdown tbody td:nth-child(5)").all_inner_texts()}
+    assert written == {"replica 0", "rank 0"}
+    assert seen["errors"] == []
+    page.close()
+    printed = run_cli("analyze", save).stdout.split("time per window (ms)")[1].splitlines()
+    cells = [[c.strip() for c in line.split("│")] for line in printed if line.count("│") > 6]
+    assert {(c[3], c[5]) for c in cells} >= {("rollout_generate", "replica 0"), ("actor_update", "rank 0")}
 
 
 # ---- the seeds' commands, analysed -----------------------------------------------------------------------------------

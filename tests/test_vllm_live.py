@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import drawn, open_page, run_cli
 from helpers import R
 
 pytestmark = pytest.mark.slow
@@ -438,3 +438,59 @@ def test_each_finished_request_is_a_sample_record_with_vllms_own_counts_and_time
     result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env=env)
     assert generated_all(result, rounds), proc.stderr[-3000:]
     assert sample_files(off_dir) == [] and [r["step"] for r in manifest(off_dir)] == [2]
+
+
+def test_a_kv_bound_rollouts_lanes_show_each_samples_queue_and_generation_apart(vllm_live, tmp_path, browser):
+    """A KV cache of four of the CPU backend's 128-token blocks (1 MiB) for 32 requests of 160 tokens arriving
+    together: vLLM runs a few at a time, the rest wait in its queue, and a running request that needs a second block
+    when none is free is preempted. The report's lanes, read back from the chart Chromium drew: each sample's lane
+    starts at its arrival with its time queued, then its prefill and its decode, as long as vLLM counted them; the
+    preemptions counted at the end of their lanes, as many as vLLM counted for each."""
+    run_dir = tmp_path / "profile" / "kv"
+    rounds = [[8] * 4, [160] * 32, [4]]
+    env = {"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "kv"}
+    result, proc = vllm_live.drive(
+        vllm_live.model, rounds, cwd=tmp_path, env=env, log_stats=True, kv_cache_bytes=1 << 20, max_model_len=256
+    )
+    assert generated_all(result, rounds), proc.stderr[-3000:]
+    from rlprof.analyze.inputs.samples_file import read_samples
+
+    records = {r["sample"]: r for r in read_samples(run_dir)}
+    assert sorted(records) == list(range(32))
+    assert sum(r["preemptions"] for r in records.values()) > 0  # the cache cannot hold what runs
+    assert max(r["queue_ms"] for r in records.values()) > 10 * min(r["queue_ms"] for r in records.values()) + 10
+    out = tmp_path / "report.html"
+    report = run_cli("report", run_dir, "-o", out)
+    assert report.returncode == 0, report.stderr
+    page, seen = open_page(browser, out)
+    chart = drawn(page, "chart-samples")
+    assert chart["title"].startswith("Step 2:")
+    bars = {
+        (t["name"], lane): (b, x)
+        for t in chart["traces"]
+        if t["type"] == "bar"
+        for lane, b, x in zip(t["y"], t["base"], t["x"])
+    }
+    t0 = min(r["start_us"] for r in records.values())
+    first_end = min(r["end_us"] for r in records.values())
+    for k, r in records.items():
+        lane = f"replica 0 · sample {k}"
+        (qb, ql), (pb, pl), (db, dl) = (bars[(name, lane)] for name in ("queued", "prefill", "decode"))
+        assert qb == pytest.approx((r["start_us"] - t0) / 1e3, abs=1e-3)  # the lane starts at its arrival
+        assert r["start_us"] < first_end  # they arrived together: before any had finished
+        assert (ql, pl, dl) == pytest.approx((r["queue_ms"], r["prefill_ms"], r["decode_ms"]), rel=1e-6, abs=2e-3)
+        assert pb == pytest.approx(qb + ql, abs=1e-3) and db == pytest.approx(pb + pl, abs=1e-3)
+        assert db + dl <= (r["end_us"] - t0) / 1e3 + 2e-3  # what vLLM counted lies in its life
+    preempted = {r["sample"]: r["preemptions"] for r in records.values() if r["preemptions"]}
+    (counts,) = [t for t in chart["traces"] if t["name"].startswith("preemptions")]
+    drawn_counts = {
+        int(y.rsplit(" ", 1)[1]): int(text.strip().lstrip("⟲")) for y, text in zip(counts["y"], counts["text"])
+    }
+    assert drawn_counts == preempted and sorted(t.strip() for t in chart["texts"]) == sorted(
+        f"⟲{n}" for n in preempted.values()
+    )
+    note = page.locator("#samples p.note").first.inner_text()
+    assert f"{len(preempted)} of 32 samples preempted, {sum(preempted.values())} times in all" in note
+    assert "vLLM does not record tool calls" in note
+    assert seen["errors"] == []
+    page.close()

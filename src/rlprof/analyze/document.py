@@ -120,6 +120,7 @@ KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belon
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+NAMED_AFTER = ("writer",)  # named on every row once the stage rows are made (name_writers): from its own key
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:

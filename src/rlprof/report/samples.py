@@ -28,11 +28,11 @@ PHASE_STYLE = {  # phase -> (legend name, colour), in the order a sample lives t
     "reward_ms": ("reward", "#eeca3b"),
 }
 PHASE_WORDS = {
-    "queue_ms": "queued",
+    "queue_ms": "queue",
     "prefill_ms": "prefill",
     "decode_ms": "decode",
     "generate_ms": "generation",
-    "tool_ms": "tools",
+    "tool_ms": "tool calls",
     "reward_ms": "reward",
     "prefill_ms/decode_ms": "prefill and decode apart",
 }
@@ -253,13 +253,15 @@ def _decode_window(doc: dict, step: int, t0: float) -> tuple[list[dict], str]:
 
 
 def unrecorded_words(samples: list[dict]) -> str:
-    """What each host does not record, in words (the lanes cannot show it)."""
-    missing = unrecorded_phases(samples)
-    return "; ".join(
-        f"{SOURCE_WORDS.get(source, source)} does not record " + ", ".join(PHASE_WORDS.get(p, p) for p in phases)
-        for source, phases in missing.items()
-        if phases
-    )
+    """What each host does not record, and what its records hold none of here, in words (no lane can show it)."""
+    parts = []
+    for source, (never, absent) in unrecorded_phases(samples).items():
+        host = SOURCE_WORDS.get(source, source)
+        if never:
+            parts.append(f"{host} does not record " + ", ".join(PHASE_WORDS.get(p, p) for p in never))
+        if absent:
+            parts.append(f"{host}'s records here hold no " + ", ".join(PHASE_WORDS.get(p, p) for p in absent))
+    return "; ".join(parts)
 
 
 def sample_figures(doc: dict) -> list[tuple[dict, str]]:

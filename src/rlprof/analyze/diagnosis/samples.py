@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..inputs.samples_file import PHASE_PLACES, PHASES
+from ..inputs.samples_file import INSIDE_FROM, PHASE_PLACES, PHASES
 
 TAIL_RUNNING = 0.5  # fewer than this share of a pass's samples still running: the batch is in its tail
 SLOWEST = 3  # the slowest samples a step names
@@ -60,19 +60,21 @@ def duration_ms(r: dict) -> float | None:
     return (r["end_us"] - r["start_us"]) / 1e3 if "start_us" in r and "end_us" in r else None
 
 
-UNTIMED = "untimed"  # the part of a sample's life in no phase its host times (vLLM: arrival to its queue)
-UNTIMED_US, UNTIMED_SHARE = 2.0, 0.005  # a gap this small is the records' rounding (whole µs, ms floats), not time
+UNTIMED = "untimed"  # a sample's life in no phase its host times (vLLM: after its last token until returned)
+UNTIMED_US = 2.0  # a gap this small is the records' rounding (whole microseconds, milliseconds as floats), not time
 
 
 def phase_spans(r: dict) -> list[tuple[str, float, float, bool]]:
     """A sample's life on its clock, cut into its phases in the order they ran: (phase, start_us, end_us, placed).
-    The phases its host places between start and end are laid back from the end (its last phase ends with the
-    sample), what they leave at the start is UNTIMED, and where they sum to more than the span (two clocks) they are
-    scaled into it; a queue before the start ends at the start; a phase after the batch (the trainer's reward) follows
-    the end, `placed` False: its length is recorded, not its place. [] for a sample without start and end."""
+    The phases its host places between start and end follow each other from the end its host anchors them to
+    (INSIDE_FROM), what they leave of the span is UNTIMED, and where they sum to more than the span (two clocks)
+    they are scaled into it; a queue before the start ends at the start; a phase after the batch (the trainer's
+    reward) follows the end, `placed` False: its length is recorded, not its place. [] for a sample without start
+    and end."""
     if "start_us" not in r or "end_us" not in r:
         return []
-    places = PHASE_PLACES.get(r.get("source"), {})
+    source = r.get("source")
+    places = PHASE_PLACES.get(source, {})
     held = [p for p in PHASES if isinstance(r.get(p), (int, float))]
     start, end = r["start_us"], r["end_us"]
     out: list[tuple[str, float, float, bool]] = []
@@ -84,12 +86,13 @@ def phase_spans(r: dict) -> list[tuple[str, float, float, bool]]:
     inside = [p for p in held if places.get(p, "inside") == "inside"]
     total = sum(r[p] for p in inside) * 1e3
     scale = min(1.0, (end - start) / total) if total > 0 else 1.0
-    t = end - total * scale
-    if t - start > max(UNTIMED_US, UNTIMED_SHARE * (end - start)):  # less: the records' rounding
-        out.append((UNTIMED, start, t, True))
-    for p in inside:
-        out.append((p, t, t + r[p] * 1e3 * scale, True))
-        t += r[p] * 1e3 * scale
+    gap = (end - start) - total * scale
+    untimed = [(UNTIMED, 0.0, gap)] if gap > UNTIMED_US else []
+    lengths = [(p, 0.0, r[p] * 1e3 * scale) for p in inside]
+    t = start
+    for p, _, length in untimed + lengths if INSIDE_FROM.get(source, "start") == "end" else lengths + untimed:
+        out.append((p, t, t + length, True))
+        t += length
     t = end
     for p in (p for p in held if places.get(p) == "after"):
         out.append((p, t, t + r[p] * 1e3, False))
@@ -97,16 +100,18 @@ def phase_spans(r: dict) -> list[tuple[str, float, float, bool]]:
     return out
 
 
-def unrecorded_phases(samples: list[dict]) -> dict[str, list[str]]:
-    """Per host (source), the phases of a sample's life none of its samples records (of queue, prefill, decode,
-    tools, reward; prefill and decode apart where it times generation whole)."""
-    out: dict[str, list[str]] = {}
+def unrecorded_phases(samples: list[dict]) -> dict[str, tuple[list[str], list[str]]]:
+    """Per host (source): the phases of a sample's life (queue, prefill, decode, tools, reward; prefill and decode
+    apart where it times generation whole) it never records (PHASE_PLACES: what each host times), and those it may
+    record but none of these samples holds (no tool ran, no queue in a synchronous rollout)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
     for source in sorted({s.get("source") for s in samples if s.get("source")}):
+        knows = PHASE_PLACES.get(source, {})
         held = {p for s in samples if s.get("source") == source for p in PHASES if p in s}
-        missing = [p for p in PHASES if p not in held and p != "generate_ms"]
-        if "generate_ms" in held:  # generation timed whole: prefill and decode are not apart
-            missing = [p for p in missing if p not in ("prefill_ms", "decode_ms")] + ["prefill_ms/decode_ms"]
-        out[source] = missing
+        never = [p for p in PHASES if p not in knows and p != "generate_ms"]
+        if "generate_ms" in knows:  # generation timed whole: prefill and decode are not apart
+            never = [p for p in never if p not in ("prefill_ms", "decode_ms")] + ["prefill_ms/decode_ms"]
+        out[source] = (never, [p for p in PHASES if p in knows and p not in held])
     return out
 
 

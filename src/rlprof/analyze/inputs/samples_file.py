@@ -59,15 +59,19 @@ REQUIRED = ("step", "sample", "source")
 # A sample's timed phases, in the order a sample lives them (a host records those it knows).
 PHASES = ("queue_ms", "prefill_ms", "decode_ms", "generate_ms", "tool_ms", "reward_ms")
 # Where each host's phases lie against its record's `start_us` .. `end_us` (what its clock marks):
-# "inside": between them, the last ending at `end_us` (vLLM's start is the request's arrival, its end the last
-# token; verl's agent loop spans the sample from its start to the end of its scoring); "before": ending at
-# `start_us` (rlprof's async replica starts after the driver's submission, its queue before); "after": after the
-# batch was generated, at a time the host does not record (the trainer scores a batch in its reward stage).
+# "inside": between them, one after the other from the end INSIDE_FROM names; "before": ending at `start_us`
+# (rlprof's async replica starts after the driver's submission, its queue before); "after": after the batch was
+# generated, at a time the host does not record (the trainer scores a batch in its reward stage).
 PHASE_PLACES: dict[str, dict[str, str]] = {
     "vllm": {"queue_ms": "inside", "prefill_ms": "inside", "decode_ms": "inside", "reward_ms": "after"},
     "rlprof": {"queue_ms": "before", "prefill_ms": "inside", "decode_ms": "inside", "reward_ms": "after"},
     "verl": {"generate_ms": "inside", "tool_ms": "inside", "reward_ms": "inside"},
 }
+# The end of a record the inside phases are laid from: vLLM's queue begins as the request arrives (the engine core
+# queues it at once) while its end is when the front end returned its last token, later on a loaded front end;
+# verl's scoring ends with the record, its start is before the agent loop's own preparation; rlprof's phases fill
+# the record exactly.
+INSIDE_FROM = {"vllm": "start", "rlprof": "start", "verl": "end"}
 
 
 def file_name(source: str, *, rank: int | None = None, replica: int | None = None, worker: int | None = None) -> str:
