@@ -611,6 +611,38 @@ def test_the_capture_is_put_beside_the_baseline_window_in_analysis_and_report(tm
     assert "The run over time" in page and "chart-over_time" in page and "beside step4_actor_actor_update" in page
 
 
+def test_a_one_off_spike_is_said_step_by_step_and_its_captured_step_ordinary(tmp_path, capsys):
+    """One update 0.3 s slow at step 10, the rest 0.01 s, a baseline window at step 4: the trigger sees step 10 and
+    captures step 11, an ordinary step. The capture is said step by step, each line naming its step: step 10 the
+    spike the trigger saw, step 11 captured and ordinary (its window no slower than the normal one, against the
+    spike's 30x: `repeat`, on the normal window), then its window beside the normal one."""
+    from rlprof.analyze.pipeline import analyze
+    from rlprof.report.terminal import print_analysis
+
+    prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.baseline=true"), run_id="run")
+    d = updates(prof, 13, {10: 0.3})
+    judged = trigger_steps(10, unjudged_steps(d), 10)  # a one-off: only step 10 itself can be seen slow
+    taken = [r for r in rows(d) if r.get("trigger") and r["trigger"]["reason"] == "slow"]
+    assert bool(taken) == bool(judged), (judged, taken)
+    if not judged:
+        return  # a loaded machine left step 10 unjudged
+    doc = analyze(d, workers=1)
+    (item,) = [b for b in doc["timeline"]["beside"] if b["reason"] == "slow"]
+    t = taken[0]["trigger"]
+    repeat = item["repeat"]
+    assert (repeat["spike_step"], repeat["captured_step"], repeat["basis"]) == (10, 11, "normal_window")
+    assert repeat["spike_ratio"] == pytest.approx(t["seconds"] / t["baseline_seconds"])
+    wall = item["buckets"]["wall_ms"]
+    assert repeat["captured_ratio"] == pytest.approx(wall["captured_ms"] / wall["normal_ms"])
+    assert repeat["repeated"] is (repeat["captured_ratio"] - 1 >= 0.5 * (repeat["spike_ratio"] - 1)) is False
+    print_analysis(doc)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    at = [k for k, line in enumerate(lines) if line.startswith(("step 10: the slow step", "step 11: captured"))]
+    assert len(at) == 2 and at[1] == at[0] + 1  # the spike's step, then the captured step
+    assert "actor_update" in lines[at[0]] and "an ordinary step: the spike of step 10 did not repeat" in lines[at[1]]
+    assert lines[at[1] + 1].startswith("step 11's window (actor_update) beside step4_")
+
+
 # ---- the cause of a captured slow step ------------------------------------------------------------------------------
 FOUR_STAGES = ("rollout_generate", "reward_compute", "actor_compute_log_prob", "actor_update")
 

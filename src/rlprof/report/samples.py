@@ -130,7 +130,7 @@ def sample_lanes(doc: dict, step: int, why: str) -> tuple[dict, str] | None:
         return None
     life = {k: max(e for _, _, e, placed in v if placed) - v[0][1] for k, v in spans.items()}
     mine.sort(key=lambda s: -life[_key(s)])  # longest first
-    mine = mine[:MAX_LANES]
+    recorded, mine = len(mine), mine[:MAX_LANES]
     took = [life[_key(s)] for s in mine]
     median = sorted(took)[len(took) // 2]
     # the slowest, and every sample that took STRAGGLING x the median: the ones the batch waited for
@@ -205,7 +205,7 @@ def sample_lanes(doc: dict, step: int, why: str) -> tuple[dict, str] | None:
             if preempted
             else "",
             unrecorded_words(mine),
-            f"the {len(mine)} longest shown" if len(mine) == MAX_LANES else "",
+            f"the {len(mine)} longest of its {recorded} samples shown" if recorded > len(mine) else "",
         )
         if x
     )

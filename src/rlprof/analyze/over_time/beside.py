@@ -2,6 +2,9 @@
 docs/analysis_schema.md): per bucket the two times, the operators that grew most, and the cause of the slow step
 with its lever and predicted saving where one applies (analyze/diagnosis/capture_cause.py).
 
+Said step by step: where the trigger saw its step slow, whether the captured step repeated it (`repeat_of`), and
+the rollout's samples of both steps where the run recorded them (over_time/rollout_why.py).
+
 The normal window: for a straggler, the healthy rank captured at the same step; else the latest earlier window of
 the same stage on the same rank that no trigger flagged as slow (a `baseline` capture, or a step listed in
 global_profiler.steps). The stage compared is the one the trigger saw slow (within an end-to-end window, its
@@ -17,9 +20,8 @@ from .rollout_why import WORKLOAD, captured_samples
 SHOWN_BUCKETS = ("wall_ms", "compute_ms", "comm_ms", "idle_ms")
 TOP_GREW = 5
 MIN_GREW_MS = 0.05  # an operator that grew less is timer noise
-REPEATED = (
-    0.5  # the captured step repeated the spike: its ratio over the baseline grew at least this share of the spike's
-)
+# the captured step repeated the spike: its ratio over the baseline grew at least this share of the spike's
+REPEATED = 0.5
 
 
 def attach_beside(doc: dict) -> None:
