@@ -10,9 +10,9 @@ pyinstrument's sampler is a profile hook on the thread it watches (called on eve
 cost grows with the calls the stage makes and it sees one thread; py-spy reads another process's memory, which needs
 ptrace rights a container or a Ray worker rarely grants, and is a separate binary on another clock.
 
-Frames are interned as a prefix tree (one node per (caller node, frame)): a sample is three numbers. The walk stops
-at the first caller already in the tree: a frame object's caller cannot change while it runs, so a frame seen before
-at the same instruction has the same callers (its node is cached by the frame's identity and instruction).
+Frames are interned as a prefix tree (one node per (caller node, frame)): a sample is three numbers. The walk up a
+thread's stack stops at the first frame of its previous look that is the same object at the same instruction (held
+from that look to this one, so identity is never an address reused): a running frame's callers cannot change.
 
 Memory and bytes stay within the window's budget: the sampler stops at `cap_bytes` (its share of
 max_bytes_per_window, or `CAP_BYTES` without a budget) and the file says it was cut. A fault in the sampler is one
@@ -43,7 +43,6 @@ CAP_BYTES = 64 << 20  # without a budget: what one window's sampler may hold (ab
 SAMPLE_BYTES = 12  # an estimate of what one sample costs in the file (three numbers)
 NODE_BYTES = 8
 FRAME_BYTES = 96  # and one frame, besides its names (its source line, the list around it)
-CHAIN_CACHE = 1 << 16  # frame identities remembered; cleared when full
 THREAD_NAME = "rlprof-host-stacks"
 
 
@@ -63,7 +62,7 @@ class HostSampler:
         self._frame_index: dict = {}  # (code, line) -> frame
         self.nodes: list[tuple[int, int]] = []
         self._node_index: dict = {}  # (parent node, frame) -> node
-        self._chain: dict = {}  # (id(frame), lasti, id(code)) -> node: frames seen before at that instruction
+        self._chains: dict = {}  # thread -> its last look: [(frame, instruction, node)] outermost first, by id
         self.gc: list[list] = []
         self._gc_open: dict[int, int] = {}
         self.bytes = 0
@@ -97,7 +96,6 @@ class HostSampler:
     def _run(self) -> None:
         own = threading.get_ident()
         frames_of, now, wait = sys._current_frames, time.time_ns, self._stop.wait
-        last: dict[int, tuple] = {}
         cpu0 = time.thread_time_ns()
         try:
             while not wait(self.interval_s):
@@ -107,18 +105,17 @@ class HostSampler:
                 for tid, frame in current.items():
                     if tid == own:
                         continue
-                    key = (id(frame), frame.f_lasti, id(frame.f_back))
-                    prev = last.get(tid)
-                    node = prev[1] if prev is not None and prev[0] == key else self._node_of(frame)
-                    last[tid] = (key, node)
+                    node = self._node_of(tid, frame)
                     index = self._thread_index.get(tid)
                     if index is None:
                         index = self._new_thread(tid)
                     self.t_us.append(t)
                     self.thread.append(index)
                     self.stack.append(node)
+                self.bytes += SAMPLE_BYTES * (len(current) - 1 or 1)
+                for gone in self._chains.keys() - current.keys():  # a thread that ended: its frames let go
+                    del self._chains[gone]
                 del current, frame
-                self.bytes += SAMPLE_BYTES * (len(last) or 1)
                 if self.bytes >= self.cap_bytes:
                     self.truncated = True
                     break
@@ -126,39 +123,45 @@ class HostSampler:
             self.faults.append(f"{type(exc).__name__}: {exc}")
             say_fault(exc)
         finally:
+            self._chains.clear()  # the frames of the last look let go
             self.cpu_ns = time.thread_time_ns() - cpu0
 
     # ---- interning -------------------------------------------------------------------------------------------------
-    def _node_of(self, frame) -> int:
-        """The prefix-tree node of `frame`'s stack: its uncached frames, innermost first, walked up to the first
-        caller already known, then interned outermost first."""
-        chain = self._chain
-        if len(chain) > CHAIN_CACHE:
-            chain.clear()
+    def _node_of(self, tid: int, frame) -> int:
+        """The prefix-tree node of `frame`'s stack. The thread's previous look is kept as its chain of (frame,
+        instruction, node), outermost first, holding those frames until this look: a frame of it that is this
+        very object at the same instruction has the same callers, so the walk up stops there and only the frames
+        below it are interned."""
+        chain, where = self._chains.get(tid, ((), {}))
+        if chain and chain[-1][0] is frame and chain[-1][1] == frame.f_lasti:
+            return chain[-1][2]  # not moved since the last look (waiting, or inside one long call)
         pending = []
-        parent = -1
+        keep = 0
         f = frame
         while f is not None:
-            key = (id(f), f.f_lasti, id(f.f_code))
-            node = chain.get(key)
-            if node is not None:
-                parent = node
+            k = where.get(id(f))
+            if k is not None and chain[k][0] is f and chain[k][1] == f.f_lasti:
+                keep = k + 1
                 break
-            pending.append((key, f))
+            pending.append(f)
             f = f.f_back
-        for key, f in reversed(pending):
+        parent = chain[keep - 1][2] if keep else -1
+        new = list(chain[:keep])
+        for f in reversed(pending):
             code = f.f_code
-            where = (code, f.f_lineno)
-            index = self._frame_index.get(where)
+            spot = (code, f.f_lineno)
+            index = self._frame_index.get(spot)
             if index is None:
-                index = self._new_frame(where, f)
+                index = self._new_frame(spot, f)
             node_key = (parent, index)
             node = self._node_index.get(node_key)
             if node is None:
                 node = self._node_index[node_key] = len(self.nodes)
                 self.nodes.append(node_key)
                 self.bytes += NODE_BYTES
-            chain[key] = parent = node
+            new.append((f, f.f_lasti, node))
+            parent = node
+        self._chains[tid] = (new, {id(entry[0]): k for k, entry in enumerate(new)})
         return parent
 
     def _new_frame(self, where: tuple, f) -> int:
@@ -195,7 +198,9 @@ class HostSampler:
             index = self._thread_index.get(tid)
             if index is None:
                 index = self._new_thread(tid)
-            self.gc.append([start / 1000, time.time_ns() / 1000, index, info.get("generation", -1), info.get("collected", 0)])
+            self.gc.append(
+                [start / 1000, time.time_ns() / 1000, index, info.get("generation", -1), info.get("collected", 0)]
+            )
         except Exception:  # a callback must not raise inside the collector
             pass
 

@@ -73,6 +73,7 @@ class TrainerSection:
     device: Literal["cpu", "cuda"] = "cpu"
     threads: Optional[int] = None  # intra-op threads; null: the free cores of the affinity, shared by local ranks
     output_dir: str = "outputs/train"
+    gc_freeze: bool = False  # gc.freeze() once the models are built: collections skip the long-lived objects
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 

@@ -7,6 +7,7 @@ ref_compute_log_prob -> actor_compute_log_prob -> advantage_compute -> actor_upd
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 import time
@@ -95,6 +96,9 @@ class Trainer:
         self.inject = inject if inject.from_step is not None and inject.rank in (None, rank) else None
         self.step_now = 0
         self.timings: dict[str, float] = {}
+        if cfg.trainer.gc_freeze:  # the models, optimizer and engine built: their objects leave the collector's scans
+            gc.collect()
+            gc.freeze()
 
     # ---- helpers ----------------------------------------------------------------------------
     @contextmanager

@@ -10,7 +10,9 @@ import msgspec
 
 from ...errors import AnalyzeError
 from ...where import this_process
-from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
+from .breakdown import Breakdown, OverlapBreakdown, framework_ranges, stage_of_events, window_rows
+from .idle_frames import attribute_idle
+from ..inputs.host_stacks_file import read_host_stacks
 from ..tables.schema import SCHEMA_VERSION
 from ..inputs.manifest import LOAD_KEYS
 from .ops import (
@@ -67,6 +69,11 @@ def analyze_file(
     unit_signatures(trace.table, rows)
     release_free_memory()
     launch = {**tag, **launch_overhead(trace.table)} if device else None
+    stacks = read_host_stacks(path)
+    if stacks is not None:  # the host's stacks sampled beside the window: each row's idle by frame
+        base_us = (trace.meta.baseTimeNanoseconds or 0) / 1e3
+        attribute_idle(rows, Breakdown(trace.table, device).busy, stacks, base_us)
+        release_free_memory()
     if device:
         gaps = LaunchGaps(trace.table)
         for row in rows:  # the device's idle gaps inside each window, and how many of them waited on a launch
