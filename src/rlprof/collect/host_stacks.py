@@ -37,7 +37,7 @@ from ..warn_once import warn_once
 
 log = logging.getLogger("rlprof")
 
-INTERVAL_S = 0.005  # one look every 5 ms: a 1 ms gap in a stage is still seen by one sample in five
+INTERVAL_S = 0.002  # a look every 2 ms (while another thread runs Python, a look waits for the GIL: up to 5 ms)
 BUDGET_SHARE = 0.25  # of a window's max_bytes_per_window: the rest is its trace's
 CAP_BYTES = 64 << 20  # without a budget: what one window's sampler may hold (about an hour of 10 busy threads)
 SAMPLE_BYTES = 12  # an estimate of what one sample costs in the file (three numbers)

@@ -25,7 +25,10 @@ from ...frameworks import host_frames
 from ..inputs.host_stacks_file import HostStacks
 from ..tables.intervals import Coverage
 
-REACH = 2  # a sample stands for time at most this many sampling intervals away
+# A sample stands for time at most this far away: two sampling intervals, and at least Python's switch interval
+# (5 ms) and its interval: a look waits for the GIL that long while the stage thread runs Python
+REACH = 2
+REACH_MIN_US = 10_000
 TOP = 25  # idle_frames lists at most this many frames
 LISTED_SHARE = 0.995  # and stops once the listed ones hold this share of the attributed idle
 TREE_MIN_SHARE = 0.01  # the icicle keeps the stacks holding at least this share of the row's attributed idle
@@ -87,7 +90,7 @@ class IdleAttribution:
         order = np.argsort(t, kind="stable")
         self.t = t[order]
         self.sample_node = np.array([s.stack[i] for i in mine], np.int64)[order]
-        reach = REACH * stacks.interval_us
+        reach = max(REACH * stacks.interval_us, REACH_MIN_US)
         mid = (self.t[1:] + self.t[:-1]) / 2
         self.a = np.maximum(np.concatenate([[-np.inf], mid]), self.t - reach)
         self.b = np.minimum(np.concatenate([mid, [np.inf]]), self.t + reach)
