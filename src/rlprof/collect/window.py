@@ -184,10 +184,10 @@ class Window:
         try:
             size = host.write(dest, out.start_ns, out.end_ns, window)
         except Exception as exc:
-            warn_once(
+            warn_once(  # said once, naming no window: the window's own fault, if any, is its one line
                 ("host-stacks-write", type(exc).__name__, getattr(exc, "errno", None)),
-                "rlprof: the host stacks of %s could not be written (%s: %s); its trace is written without them",
-                dest.name,
+                "rlprof: the host stacks could not be written (%s: %s); traces are written without them, training "
+                "goes on",
                 type(exc).__name__,
                 getattr(exc, "strerror", None) or exc,
             )

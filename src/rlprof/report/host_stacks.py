@@ -148,6 +148,7 @@ def _flame(stacks, samples: list[tuple[float, int]], tid: int, lo: float, hi: fl
     def close(depth: int, end: float) -> None:
         while len(open_spans) > depth:
             frame, start = open_spans.pop()
+            end = min(end, hi)
             if end <= start:  # before the slice began: nothing of it inside
                 continue
             module, file, line, function, _ = stacks.frames[frame]
