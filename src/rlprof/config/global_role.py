@@ -140,13 +140,13 @@ class _Reader:
                 self.extension(f"{key}.contents", "module", "torch module hierarchy")
             host_stacks = self.wants_host_stacks(f"{key}.contents", contents)
             contents = tuple(x for x in contents if x != HOST_STACKS)
-        elif tool == "markers" and "contents" in block:
-            listed = c.choices(f"{key}.contents", block["contents"] or [], (HOST_STACKS,))
-            host_stacks = HOST_STACKS in listed  # rlprof's own tool: its contents say it, [] turns it off
             if tool == "torch":  # empty = everything verl collects (CPU + CUDA)
                 contents = contents or DEFAULT_CONTENTS["torch"]
             if "cpu" not in contents:  # verl records CPU activity whatever contents says; npu [] is CPU only
                 contents = contents + ("cpu",)
+        elif tool == "markers" and "contents" in block:
+            listed = c.choices(f"{key}.contents", block["contents"] or [], (HOST_STACKS,))
+            host_stacks = HOST_STACKS in listed  # rlprof's own tool: its contents say it, [] turns it off
         level = export_type = None
         analysis = False
         if tool == "npu":

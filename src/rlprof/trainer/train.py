@@ -2,6 +2,8 @@
 
 One step: (weight_sync) -> rollout_generate -> reward_compute [-> DAPO refill] ->
 ref_compute_log_prob -> actor_compute_log_prob -> advantage_compute -> actor_update.
+
+Over 400 lines because it is one job: the trainer's setup and its step, stage by stage, with the step's metrics.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Adding a cause: one record in CAUSES (its threshold in THRESHOLDS, its levers in
 beside the others in analyze/diagnosis/savings.py where its saving can be predicted), and its firing case in
 tests/test_causes.py. A cause judged on a measure of analyze/diagnosis/measures.py needs nothing else: `judge` says when it
 fires and its impact, and findings loop over the records.
+
+Over 400 lines because it is the registry: one record per cause, each with all its parts.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ one is enough).
 
 The functions here compute Finding values (analyze/diagnosis/finding.py); their sentences are made by analyze/diagnosis/sentences.py
 when the document's findings are assembled (diagnose).
+
+Over 400 lines because it is one job: every kind of finding looked for over one document, and their ranking.
 """
 
 from __future__ import annotations
