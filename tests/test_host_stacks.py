@@ -260,20 +260,26 @@ def fresh_warnings(monkeypatch):
     monkeypatch.setattr(warn_once, "_said_here", set())
 
 
-def test_a_sampler_fault_is_one_warning_and_the_window_goes_on(tmp_path, monkeypatch, caplog, fresh_warnings):
-    from rlprof.collect import host_stacks
+def two_windows(save: Path, caplog) -> None:
+    """Steps 1 and 2 profiled, an actor_update in each, the warnings caught."""
     from rlprof.collect.profiler import Profiler
 
-    def broken():
-        raise RuntimeError("no frames today")
-
-    monkeypatch.setattr(host_stacks.sys, "_current_frames", broken)
-    plan = load_plan(None, [*TORCH, "global_profiler.steps=[1,2]", f"global_profiler.save_path={tmp_path}"])
+    plan = load_plan(None, [*TORCH, "global_profiler.steps=[1,2]", f"global_profiler.save_path={save}"])
     with caplog.at_level(logging.WARNING, "rlprof"):
         with Profiler(plan, rank=0, world_size=1) as prof:
             for step in (1, 2):
                 with prof.step(step), prof.stage("actor_update"):
                     time.sleep(0.03)
+
+
+def test_a_sampler_fault_is_one_warning_and_the_window_goes_on(tmp_path, monkeypatch, caplog, fresh_warnings):
+    from rlprof.collect import host_stacks
+
+    def broken():
+        raise RuntimeError("no frames today")
+
+    monkeypatch.setattr(host_stacks.sys, "_current_frames", broken)
+    two_windows(tmp_path, caplog)
     said = [r.getMessage() for r in caplog.records if "host sampler" in r.getMessage()]
     assert len(said) == 1 and "no frames today" in said[0] and "training goes on" in said[0]
     rows = [json.loads(x) for x in (only_run(tmp_path) / "manifest.jsonl").read_text().splitlines()]
@@ -285,18 +291,11 @@ def test_stacks_that_cannot_be_written_are_one_line_and_the_trace_is_written(
 ):
     import errno
 
-    from rlprof.collect.profiler import Profiler
-
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(HostSampler, "write", full)
-    plan = load_plan(None, [*TORCH, "global_profiler.steps=[1,2]", f"global_profiler.save_path={tmp_path}"])
-    with caplog.at_level(logging.WARNING, "rlprof"):
-        with Profiler(plan, rank=0, world_size=1) as prof:
-            for step in (1, 2):
-                with prof.step(step), prof.stage("actor_update"):
-                    time.sleep(0.03)
+    two_windows(tmp_path, caplog)
     said = [r.getMessage() for r in caplog.records if "host stacks" in r.getMessage()]
     assert len(said) == 1 and "No space left" in said[0]
     run = only_run(tmp_path)
