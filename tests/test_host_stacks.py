@@ -335,3 +335,64 @@ def test_sigterm_writes_the_open_windows_stacks_and_the_signal_goes_on(tmp_path)
     waits = [n for th, n in zip(stacks.samples.thread, stacks.samples.stack) if th == stage]
     leaf = {stacks.frames[stacks.frames_of(n)[0]][3] for n in waits}
     assert leaf == {"waiting_for_the_judge"} and len(waits) >= 20, leaf
+
+
+def _syncing(x, until: float) -> None:
+    while time.perf_counter() < until:
+        x.sum().item()
+
+
+def _waiting(until: float) -> None:
+    while time.perf_counter() < until:
+        time.sleep(0.001)
+
+
+def _serialising(batch, until: float) -> None:
+    import pickle
+
+    while time.perf_counter() < until:
+        pickle.loads(pickle.dumps(batch))
+
+
+def test_the_host_causes_are_told_from_real_stacks_and_collections_are_timed():
+    """What a host sync, a wait and serialising a batch look like on the stack, and a collection on the stage thread,
+    as the sampler records them (frameworks/host_frames.py reads them)."""
+    import gc
+
+    import torch
+
+    from rlprof.frameworks.host_frames import host_kind
+
+    sampler = HostSampler()
+    sampler.start()
+    spans = {}
+    for kind, run in (
+        ("host_sync", lambda until: _syncing(torch.ones(256), until)),
+        ("host_wait", _waiting),
+        ("data_transfer", lambda until: _serialising({"ids": list(range(20_000))}, until)),
+    ):
+        t0 = time.time_ns() / 1000
+        run(time.perf_counter() + 0.25)
+        spans[kind] = (t0, time.time_ns() / 1000)
+    gc.collect()
+    sampler.stop()
+    doc = sampler.document()
+    main = next(i for i, t in enumerate(doc["threads"]) if t["stage"])
+    frames, nodes = doc["frames"], doc["stacks"]
+
+    def stack(node):
+        out = []
+        while node >= 0:
+            node, f = nodes[node]
+            out.append(tuple(frames[f]))
+        return out
+
+    for kind, (lo, hi) in spans.items():
+        told = [
+            host_kind(stack(n))
+            for t, th, n in zip(doc["samples"]["t_us"], doc["samples"]["thread"], doc["samples"]["stack"])
+            if th == main and lo + 20_000 <= t <= hi - 20_000
+        ]
+        assert told and told.count(kind) >= 0.8 * len(told), (kind, told)
+    collected = [g for g in doc["gc"] if g[2] == main]
+    assert collected and all(g[1] >= g[0] for g in collected) and collected[-1][3] == 2  # gc.collect(): generation 2

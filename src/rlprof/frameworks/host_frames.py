@@ -36,6 +36,8 @@ TRANSFER_FUNCTIONS += (
     ("verl.protocol", "DataProto.__setstate__"),
     ("verl.single_controller.base.decorator", "dispatch"),
 )
+# and a line that serialises in C (pickle's and torch's own), or puts into Ray's object store
+TRANSFER_LINE = re.compile(r"\b(c?pickle|cloudpickle|torch)\.(dumps?|loads?|save)\(|\bray\.put\(")
 # Waiting on I/O, a remote call (Ray's get and wait), another thread or a sleep: the host holds no work.
 WAIT_MODULES = ("socket", "selectors", "select", "ssl", "http.client", "urllib", "urllib3", "requests", "httpx")
 WAIT_MODULES += ("aiohttp", "asyncio", "subprocess", "threading", "queue", "concurrent.futures", "multiprocessing")
@@ -77,6 +79,8 @@ def host_kind(frames: list[tuple]) -> str | None:
     module, _, _, function, source = frames[0]
     if SYNC_LINE.search(source or "") or any(_under(module, (m,)) and function == f for m, f in SYNC_FUNCTIONS):
         return "host_sync"
+    if TRANSFER_LINE.search(source or ""):
+        return "data_transfer"
     for m, _, _, f, _ in frames:
         if _under(m, TRANSFER_MODULES) or (m, f) in TRANSFER_FUNCTIONS:
             return "data_transfer"

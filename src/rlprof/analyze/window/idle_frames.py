@@ -80,8 +80,9 @@ class _Node:
 class IdleAttribution:
     """One window's samples of its stage thread, on the trace's clock, and the device's (or operators') busy time."""
 
-    def __init__(self, stacks: HostStacks, busy: Coverage, base_us: float):
+    def __init__(self, stacks: HostStacks, busy: Coverage, base_us: float, device: bool = True):
         self.stacks = stacks
+        self.device = device  # a host sync waits for a device: none on a CPU-only trace
         self.busy = busy
         thread = stacks.stage_thread()
         s = stacks.samples
@@ -130,7 +131,7 @@ class IdleAttribution:
                 by_frame[(info.charged, info.inside)] += w_idle
                 by_library[info.inside] += w_idle
                 tree[n] += w_idle
-            if info.kind is not None and w_span > 0:
+            if info.kind is not None and w_span > 0 and (self.device or info.kind != "host_sync"):
                 by_kind[info.kind][info.charged] += w_span
         gc_us, gc_site = self._gc(lo, hi, i, j)
         if gc_us > 0:
@@ -240,10 +241,10 @@ def _top(weights: dict, total: float) -> tuple[list, float]:
     return listed, total - held
 
 
-def attribute_idle(rows: list[dict], busy: Coverage, stacks: HostStacks, base_us: float) -> None:
+def attribute_idle(rows: list[dict], busy: Coverage, stacks: HostStacks, base_us: float, device: bool) -> None:
     """Each stage row (the units where the file has no stage row: a window sampled by its units) gains the fields of
-    ROW_FIELDS, from the stacks sampled beside its file."""
-    attribution = IdleAttribution(stacks, busy, base_us)
+    ROW_FIELDS, from the stacks sampled beside its file (`device`: the trace records a device's work)."""
+    attribution = IdleAttribution(stacks, busy, base_us, device)
     if not len(attribution.t):
         return
     stage_rows = [r for r in rows if r.get("unit") is None]

@@ -72,7 +72,7 @@ def analyze_file(
     stacks = read_host_stacks(path)
     if stacks is not None:  # the host's stacks sampled beside the window: each row's idle by frame
         base_us = (trace.meta.baseTimeNanoseconds or 0) / 1e3
-        attribute_idle(rows, Breakdown(trace.table, device).busy, stacks, base_us)
+        attribute_idle(rows, Breakdown(trace.table, device).busy, stacks, base_us, device)
         release_free_memory()
     if device:
         gaps = LaunchGaps(trace.table)
