@@ -213,7 +213,7 @@ def main() -> None:
         for name in ("rlprof", "pyinstrument", "py-spy"):
             reason = why_not(name)
             result["mechanisms"][name] = {"error": reason} if reason else summary(_rounds(args, ["mech", name]))
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
