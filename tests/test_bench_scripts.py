@@ -141,11 +141,8 @@ def test_samples_cost_bench_prints_documented_json():
 
 
 def test_host_stacks_cost_bench_prints_documented_json():
-    figures = bench_figures("host_stacks_cost.py", "--rounds", "1", "--steps", "4")
+    figures = bench_figures("host_stacks_cost.py", "--rounds", "1", "--steps", "4", "--part", "trainer")
     trainer = figures["trainer"]
     (run,) = trainer["rounds"]
     assert trainer["on_ms"] > 0 and trainer["off_ms"] > 0 and trainer["ratio"] > 0
     assert run["sampled_steps"] == [2, 4] and 0 < run["sampler_cpu_share"] < 1 and run["stacks_to_trace_bytes"] > 0
-    mechanisms = figures["mechanisms"]
-    assert set(mechanisms) == {"rlprof", "pyinstrument", "py-spy"} and mechanisms["rlprof"]["ratio"] > 0
-    assert all("ratio" in m or m["error"] for m in mechanisms.values())  # measured, or why not here
