@@ -184,6 +184,8 @@ class Window:
         try:
             size = host.write(dest, out.start_ns, out.end_ns, window)
         except Exception as exc:
+            if self.plan.strict:
+                raise
             warn_once(  # said once, naming no window: the window's own fault, if any, is its one line
                 ("host-stacks-write", type(exc).__name__, getattr(exc, "errno", None)),
                 "rlprof: the host stacks could not be written (%s: %s); traces are written without them, training "
