@@ -396,3 +396,46 @@ def test_the_host_causes_are_told_from_real_stacks_and_collections_are_timed():
         assert told and told.count(kind) >= 0.8 * len(told), (kind, told)
     collected = [g for g in doc["gc"] if g[2] == main]
     assert collected and all(g[1] >= g[0] for g in collected) and collected[-1][3] == 2  # gc.collect(): generation 2
+
+
+def _spin_a(until: float) -> None:
+    while time.perf_counter() < until:
+        sum(range(300))
+
+
+def _spin_b(until: float) -> None:
+    while time.perf_counter() < until:
+        sum(range(300))
+
+
+def test_a_rows_idle_and_launch_bound_gaps_are_the_frames_the_host_was_in_then():
+    """A row whose device was busy while the host ran `_spin_a`, then idle waiting for launches while it ran
+    `_spin_b` (the device's side placed over real samples): its idle and its launch-bound gaps are `_spin_b`'s, with
+    the line it ran; the idle and launch time no sample stands for is said, not spread."""
+    import msgspec
+    import numpy as np
+
+    from rlprof.analyze.inputs.host_stacks_file import HostStacks
+    from rlprof.analyze.tables.intervals import Coverage
+    from rlprof.analyze.window.idle_frames import IdleAttribution
+
+    sampler = HostSampler()
+    sampler.start()
+    t0 = time.time_ns() / 1000
+    _spin_a(time.perf_counter() + 0.2)
+    switched = time.time_ns() / 1000
+    _spin_b(time.perf_counter() + 0.2)
+    t1 = time.time_ns() / 1000
+    sampler.stop()
+    stacks = msgspec.convert(sampler.document(), HostStacks)
+    busy, bound = Coverage(np.array([t0]), np.array([switched])), Coverage(np.array([switched]), np.array([t1]))
+    gap_ms = (t1 - switched) / 1e3
+    row = {"start_us": t0, "wall_ms": (t1 - t0) / 1e3, "idle_ms": gap_ms, "launch_bound_ms": gap_ms}
+    got = IdleAttribution(stacks, busy, 0.0, True, bound).row(row)
+    for key in ("idle_frames", "launch_frames"):
+        frames = got[key]
+        assert frames[0]["function"] == "_spin_b" and frames[0]["library"] == "user code", frames
+        assert frames[0]["file"] == "test_host_stacks.py" and frames[0]["share"] >= 0.8, frames
+        assert not [f for f in frames if f["function"] == "_spin_a"], frames
+    said = sum(f["ms"] for f in got["idle_frames"]) + got["idle_frames_rest_ms"] + got["idle_unattributed_ms"]
+    assert said == pytest.approx(gap_ms) and sum(f["ms"] for f in got["launch_frames"]) <= gap_ms + 1e-6

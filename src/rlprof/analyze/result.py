@@ -94,6 +94,7 @@ class Row(Record, kw_only=True):
     idle_tree: list[IdleNode] | UnsetType = UNSET
     host_time: dict[str, HostSite] | UnsetType = UNSET
     host_samples: int | UnsetType = UNSET
+    launch_frames: list[IdleFrame] | UnsetType = UNSET
 
 
 class Frame(Record, kw_only=True):
@@ -112,7 +113,7 @@ class IdleFrame(Frame, kw_only=True):
 
     inside: str
     ms: Number
-    share: Number  # of the row's idle_ms
+    share: Number  # of the row's idle_ms (launch_frames: of its launch_bound_ms)
 
 
 class IdleNode(Frame, kw_only=True):

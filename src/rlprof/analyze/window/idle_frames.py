@@ -11,8 +11,9 @@ library, ...); `idle_libraries` sums the idle by that library.
 
 What a row gains (docs/analysis_schema.md): `idle_frames` (function, file, line, library, inside, ms, share of the
 row's idle), `idle_frames_rest_ms` (the charged frames past the listed ones), `idle_unattributed_ms`,
-`idle_libraries`, `idle_tree` (the stacks of the idle, merged and pruned: the report's icicle) and `host_time` (per
-cause: ms of the row's time, its top call site).
+`idle_libraries`, `idle_tree` (the stacks of the idle, merged and pruned: the report's icicle), `host_time` (per
+cause: ms of the row's time, its top call site) and, on a device trace that links its launches, `launch_frames` (its
+launch-bound gaps, the device waiting for the host's next launch, split the same way).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ ROW_FIELDS = (
     "idle_tree",
     "host_time",
     "host_samples",
+    "launch_frames",
 )
 
 
@@ -80,9 +82,12 @@ class _Node:
 class IdleAttribution:
     """One window's samples of its stage thread, on the trace's clock, and the device's (or operators') busy time."""
 
-    def __init__(self, stacks: HostStacks, busy: Coverage, base_us: float, device: bool = True):
+    def __init__(
+        self, stacks: HostStacks, busy: Coverage, base_us: float, device: bool = True, bound: Coverage | None = None
+    ):
         self.stacks = stacks
         self.device = device  # a host sync waits for a device: none on a CPU-only trace
+        self.bound = bound  # the device's launch-bound gaps (ops.LaunchGaps), where the trace links launches
         self.busy = busy
         thread = stacks.stage_thread()
         s = stacks.samples
@@ -120,13 +125,18 @@ class IdleAttribution:
         a, b = np.clip(self.a[i:j], lo, hi), np.clip(self.b[i:j], lo, hi)
         idle = self._idle_runs(lo, hi)
         idle_us = _covered_between(idle, a, b)
+        bound_us = _covered_between(self.bound, a, b) if self.bound is not None else np.zeros(len(idle_us))
         span_us = b - a
         by_frame: dict = defaultdict(float)
         by_library: dict = defaultdict(float)
         by_kind: dict = defaultdict(lambda: defaultdict(float))
         tree: dict = defaultdict(float)
-        for n, w_idle, w_span in zip(self.sample_node[i:j].tolist(), idle_us.tolist(), span_us.tolist()):
+        by_launch: dict = defaultdict(float)
+        weights = zip(self.sample_node[i:j].tolist(), idle_us.tolist(), span_us.tolist(), bound_us.tolist())
+        for n, w_idle, w_span, w_bound in weights:
             info = self.node(n)
+            if w_bound > 0:
+                by_launch[(info.charged, info.inside)] += w_bound
             if w_idle > 0:
                 by_frame[(info.charged, info.inside)] += w_idle
                 by_library[info.inside] += w_idle
@@ -140,10 +150,7 @@ class IdleAttribution:
         idle_ms = row.get("idle_ms") or 0.0
         listed, rest = _top(by_frame, attributed)
         return {
-            "idle_frames": [
-                {**self.frame(f), "inside": inside, "ms": us / 1e3, "share": us / 1e3 / idle_ms if idle_ms > 0 else 0.0}
-                for (f, inside), us in listed
-            ],
+            "idle_frames": self._frames(listed, idle_ms),
             "idle_frames_rest_ms": rest / 1e3,
             "idle_unattributed_ms": max(0.0, idle_ms - attributed / 1e3),
             "idle_libraries": {lib: us / 1e3 for lib, us in sorted(by_library.items(), key=lambda kv: -kv[1])},
@@ -153,7 +160,19 @@ class IdleAttribution:
                 for kind, sites in by_kind.items()
             },
             "host_samples": int(j - i),
+            **(
+                {"launch_frames": self._frames(_top(by_launch, 0.0)[0], row.get("launch_bound_ms"))}
+                if by_launch
+                else {}
+            ),
         }
+
+    def _frames(self, listed: list, of_ms: float | None) -> list[dict]:
+        """Charged frames [((frame, inside), µs)] as records, each with its share of `of_ms`."""
+        return [
+            {**self.frame(f), "inside": inside, "ms": us / 1e3, "share": us / 1e3 / of_ms if of_ms else 0.0}
+            for (f, inside), us in listed
+        ]
 
     def _idle_runs(self, lo: float, hi: float) -> Coverage:
         """The row's idle: [lo, hi] less the busy runs inside it."""
@@ -241,10 +260,13 @@ def _top(weights: dict, total: float) -> tuple[list, float]:
     return listed, total - held
 
 
-def attribute_idle(rows: list[dict], busy: Coverage, stacks: HostStacks, base_us: float, device: bool) -> None:
+def attribute_idle(
+    rows: list[dict], busy: Coverage, stacks: HostStacks, base_us: float, device: bool, bound: Coverage | None = None
+) -> None:
     """Each stage row (the units where the file has no stage row: a window sampled by its units) gains the fields of
-    ROW_FIELDS, from the stacks sampled beside its file (`device`: the trace records a device's work)."""
-    attribution = IdleAttribution(stacks, busy, base_us, device)
+    ROW_FIELDS, from the stacks sampled beside its file (`device`: the trace records a device's work; `bound`: its
+    launch-bound gaps, which `launch_frames` splits by frame)."""
+    attribution = IdleAttribution(stacks, busy, base_us, device, bound)
     if not len(attribution.t):
         return
     stage_rows = [r for r in rows if r.get("unit") is None]
@@ -260,11 +282,16 @@ def merged(units: list[dict]) -> dict:
     if not held:
         return {}
     idle_ms = sum(u.get("idle_ms") or 0.0 for u in held)
+    keys = ("function", "file", "line", "library", "inside")
     frames: dict = defaultdict(float)
+    launch: dict = defaultdict(float)
     for u in held:
         for f in u["idle_frames"]:
-            frames[tuple(f[k] for k in ("function", "file", "line", "library", "inside"))] += f["ms"]
+            frames[tuple(f[k] for k in keys)] += f["ms"]
+        for f in u.get("launch_frames", ()):
+            launch[tuple(f[k] for k in keys)] += f["ms"]
     listed, rest = _top(frames, sum(frames.values()))
+    bound_ms = sum(u.get("launch_bound_ms") or 0.0 for u in held)
     libraries: dict = defaultdict(float)
     host: dict = {}
     for u in held:
@@ -274,11 +301,20 @@ def merged(units: list[dict]) -> dict:
             if kind not in host or site["ms"] > host[kind]["top_ms"]:
                 host[kind] = {**site, "top_ms": site["ms"], "ms": host.get(kind, {}).get("ms", 0.0)}
             host[kind]["ms"] += site["ms"]
-    keys = ("function", "file", "line", "library", "inside")
     return {
         "idle_frames": [
             {**dict(zip(keys, key)), "ms": ms, "share": ms / idle_ms if idle_ms > 0 else 0.0} for key, ms in listed
         ],
+        **(
+            {
+                "launch_frames": [
+                    {**dict(zip(keys, key)), "ms": ms, "share": ms / bound_ms if bound_ms > 0 else 0.0}
+                    for key, ms in _top(launch, 0.0)[0]
+                ]
+            }
+            if launch
+            else {}
+        ),
         "idle_frames_rest_ms": rest + sum(u["idle_frames_rest_ms"] for u in held),
         "idle_unattributed_ms": sum(u["idle_unattributed_ms"] for u in held),
         "idle_libraries": dict(sorted(libraries.items(), key=lambda kv: -kv[1])),
