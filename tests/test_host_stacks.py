@@ -163,7 +163,8 @@ def test_each_sample_is_the_call_path_the_thread_was_on():
             continue
         via = "a" if "_through_a" in names else "b"
         assert ("_through_b" in names) != ("_through_a" in names), names
-        assert via == ("a" if t < switched else "b"), (t - switched, names)
+        if abs(t - switched) > 20_000:  # the look's time and its frames are a few bytecodes apart: a margin
+            assert via == ("a" if t < switched else "b"), (t - switched, names)
         seen[via] += 1
     assert seen["a"] >= 10 and seen["b"] >= 10, seen
 
