@@ -333,14 +333,22 @@ def run_training(
     on_step=None,
     run_id: str | None = None,
     metrics_dir: Path | None = None,
+    console=None,
 ) -> tuple[list[dict], Trainer]:
     """Train; with `metrics_dir`, rank 0 appends each step's metrics to `<metrics_dir>/<run id>/metrics.jsonl` as
-    the step ends (`trainer.metrics_path`): a job preempted at step 900 keeps its 899 steps."""
+    the step ends (`trainer.metrics_path`): a job preempted at step 900 keeps its 899 steps; and sends them with
+    rlprof's measures of the step to the trackers `trainer.logger` names (step_log.py; `console`: where the console
+    tracker's lines go)."""
     trainer = Trainer(cfg, plan, rank=rank, world_size=world_size, run_id=run_id)
     log = None
     if metrics_dir is not None and rank == 0:
         log = MetricsLog(Path(metrics_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S")))
     trainer.metrics_path = log.path if log is not None else None
+    trackers = None
+    if rank == 0 and metrics_dir is not None:
+        from .step_log import StepLog
+
+        trackers = StepLog(cfg, trainer.prof, Path(metrics_dir), console=console)
     history = []
     try:
         for step in range(1, cfg.trainer.steps + 1):
@@ -350,6 +358,8 @@ def run_training(
                 log.append(metrics)
             if on_step is not None:
                 on_step(metrics)
+            if trackers is not None:
+                trackers.log(metrics)
             why = diverging(metrics)
             if why and rank == 0:
                 warn_once(
@@ -363,6 +373,8 @@ def run_training(
     finally:
         if log is not None:
             log.close()
+        if trackers is not None:
+            trackers.close()
         trainer.replica_steps = trainer.close()
     return history, trainer
 
