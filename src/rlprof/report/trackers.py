@@ -7,7 +7,8 @@ or that cannot start (W&B online without a login), is `Unavailable`, said in one
 TensorBoard's events are written with tensorboard's own EventFileWriter. Where each writes, as verl's
 Tracking does: TensorBoard in TENSORBOARD_DIR, else `<dir>/tensorboard_log/<project>/<experiment>`; W&B in `<dir>`,
 in the mode WANDB_MODE says (`offline` needs no network; `rlprof export` always writes offline); MLflow to
-MLFLOW_TRACKING_URI, else a SQLite store `<dir>/mlflow.db` (`rlprof export`: always the latter)."""
+MLFLOW_TRACKING_URI, else a SQLite store `<dir>/mlflow.db` (`rlprof export`: always the latter), a new experiment's
+artifacts (the findings' text) in `<dir>/mlartifacts`."""
 
 from __future__ import annotations
 
@@ -133,14 +134,18 @@ class Mlflow:
 
     name = "mlflow"
 
-    def __init__(self, uri: str, project: str, experiment: str, config: dict | None):
+    def __init__(self, uri: str, project: str, experiment: str, config: dict | None, artifacts: Path):
         _need("mlflow")
         from mlflow.tracking import MlflowClient
 
         try:
             self.client = MlflowClient(tracking_uri=uri)
             found = self.client.get_experiment_by_name(project)
-            exp = found.experiment_id if found is not None else self.client.create_experiment(project)
+            exp = (
+                found.experiment_id
+                if found is not None
+                else self.client.create_experiment(project, artifact_location=artifacts.resolve().as_uri())
+            )
             self.run_id = self.client.create_run(exp, run_name=experiment).info.run_id
         except Exception as exc:
             raise Unavailable(f"the mlflow logger could not start at {uri} ({type(exc).__name__}: {exc})") from None
@@ -204,7 +209,7 @@ def open_tracker(
             os.environ.get("MLFLOW_TRACKING_URI") if not export else None
         ) or f"sqlite:///{directory.resolve()}/mlflow.db"
         directory.mkdir(parents=True, exist_ok=True)
-        return Mlflow(uri, project, experiment, config)
+        return Mlflow(uri, project, experiment, config, artifacts=directory / "mlartifacts")
     raise ValueError(f"{name!r} is no tracker; allowed: {', '.join(LOGGERS)}")
 
 

@@ -47,7 +47,7 @@ NOT_JUDGED = {"warmup": WARMUP, "busy": BUSY, "profiled": PROFILED, "captured": 
 # every key, with what it holds (docs/verl.md's table says the same)
 KEYS: dict[str, str] = {
     "rlprof/time/<stage>/max_s": "the stage's wall seconds at the step on its slowest rank (the watch's timeline)",
-    "rlprof/time/<stage>/spread": "the stage's slowest rank over its median rank (1 with one rank)",
+    "rlprof/time/<stage>/spread": "the stage's slowest rank over its median rank (two ranks or more)",
     "rlprof/time/<stage>/slowest_rank": "the rank (or replica) that was slowest in the stage (two ranks or more)",
     "rlprof/rollout/samples": "samples the step's rollout generated (its sample records)",
     "rlprof/rollout/sample_ms/<q>": "a sample's time, start to end, at quantile <q> (p50, p90, p99, max)",
@@ -102,8 +102,8 @@ def time_measures(rows: dict[int, np.void], stages: list[str]) -> dict[str, floa
         worst = int(np.argmax(np.where(ran, col, -np.inf)))
         top, median = float(col[worst]), float(np.median(col[ran]))
         out[f"{PREFIX}time/{name}/max_s"] = top
-        out[f"{PREFIX}time/{name}/spread"] = top / median if median > 0 else 1.0
         if len(ranks) > 1:
+            out[f"{PREFIX}time/{name}/spread"] = top / median if median > 0 else 1.0
             out[f"{PREFIX}time/{name}/slowest_rank"] = float(ranks[worst])
     return out
 
@@ -291,9 +291,8 @@ def finding_measures(doc: dict) -> list[tuple[int, dict[str, float]]]:
     for s in timeline.get("stragglers") or ():
         at[s["first_step"]][f"{PREFIX}finding/straggler/{s['stage']}"] = float(s["median_ratio"])
     for b in timeline.get("beside") or ():
-        verdict = b.get("verdict") or {}
         if isinstance(b.get("step"), int):
-            for c in verdict.get("causes") or ():
+            for c in (b.get("cause") or {}).get("causes") or ():
                 at[b["step"]][f"{PREFIX}capture/cause/{c['cause']}"] = 1.0
     return sorted(at.items())
 
