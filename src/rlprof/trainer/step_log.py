@@ -1,5 +1,7 @@
-"""`trainer.logger` (verl's key and meaning: `[console, tensorboard, wandb, mlflow]`): on rank 0, each step's GRPO
-metrics and rlprof's measures of the step (analyze/over_time/step_measures.py: the watch's stage times over every
+"""Rank 0's record of each step as it ends: its metrics appended to metrics.jsonl (the trainer's own output directory,
+never the profile's disk: a job preempted at step 900 keeps its 899 steps), and, to the trackers `trainer.logger`
+names (verl's key and meaning: `[console, tensorboard, wandb, mlflow]`), its GRPO metrics and rlprof's measures of
+the step (analyze/over_time/step_measures.py: the watch's stage times over every
 rank, the rollout's samples, the trigger's verdict, a capture's cause) sent to the trackers named, as the step ends.
 
 rlprof's measures are read from the run directory (every rank has written its timeline record and samples of the
@@ -10,6 +12,9 @@ logging. The console: the progress line is the GRPO metrics' already; it adds a 
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+from pathlib import Path
 
 from ..analyze.over_time.step_measures import PAST_STEPS, RunReader, finite
 from ..report.trackers import Unavailable, open_tracker, step_scalars
@@ -17,9 +22,13 @@ from ..warn_once import warn_once
 
 
 class StepLog:
-    def __init__(self, cfg, prof, output_dir, console=None):
+    def __init__(self, cfg, prof, output_dir: Path, console=None):
         t = cfg.trainer
         self.prof = prof
+        run_dir = Path(output_dir) / (prof.run_id or time.strftime("%Y%m%d-%H%M%S"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / "metrics.jsonl"
+        self._file = open(self.path, "w")
         self.reader = RunReader(prof.watch_dir)
         self.trackers = []
         config = dataclasses.asdict(cfg)
@@ -33,6 +42,12 @@ class StepLog:
                 )
             except Unavailable as exc:
                 print(f"rlprof train: {exc}; training goes on without it", flush=True)
+
+    def append(self, metrics: dict) -> None:
+        """One step's metrics: a line of metrics.jsonl, flushed; then to every tracker with rlprof's measures."""
+        self._file.write(json.dumps(metrics) + "\n")
+        self._file.flush()
+        self.log(metrics)
 
     def log(self, metrics: dict) -> None:
         """One step's metrics and rlprof's measures of it, to every tracker."""
@@ -78,6 +93,7 @@ class StepLog:
             )
 
     def close(self) -> None:
+        self._file.close()
         for tracker in self.trackers:
             try:
                 tracker.close()
