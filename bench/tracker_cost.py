@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import statistics
 import sys
@@ -128,8 +129,8 @@ def main_ppo(workdir: Path) -> dict:
         (copy / TIMELINE_DIR).mkdir(parents=True)
         (copy / TIMELINE_DIR / "columns.json").write_bytes((run_dir / TIMELINE_DIR / "columns.json").read_bytes())
         log = StepLog(copy)
-        with contextlib.chdir(tmp):  # verl's tensorboard_log/<project>/<experiment>, here
-            board = _TensorboardAdapter("bench", "bench")
+        os.environ["TENSORBOARD_DIR"] = str(Path(tmp) / "tb")  # verl's variable: its logger writes here
+        board = _TensorboardAdapter("bench", "bench")
         console = LocalLogger(print_to_console=True)
         for rec in records:
             n = int(rec["step"])
