@@ -242,3 +242,59 @@ def test_a_tracker_not_installed_is_one_line_and_training_goes_on(trackers, tmp_
     # rlprof export names the tracker it cannot write to, in one line, exit 2
     out = blocked("mlflow", "export", str(RECORDED), "--to", "mlflow", str(tmp_path / "m"), cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_samples_that_arrive_after_their_step_was_logged_go_to_their_own_step(trackers, tmp_path, caplog):
+    """main_ppo's driver (integrations/verl/step_log.py), an async rollout's samples late: step 1's last samples
+    reach the run directory after step 1 was logged. On the backends that take an earlier step (TensorBoard here,
+    in verl's Tracking.logger shape: name -> backend) step 1's rollout measures are logged again over all its
+    samples, at step 1; a backend that does not (W&B) hears nothing, and one line says so."""
+    import logging
+    import types
+
+    from rlprof.collect.samples import SampleWriter, record
+    from rlprof.integrations.verl.step_log import StepLog
+    from rlprof.report.trackers import Console, TensorBoard
+
+    run_dir = tmp_path / "run"
+    writer = SampleWriter(run_dir, "verl", worker=0)
+
+    def samples(step, first, n):
+        writer.write(
+            [
+                record(
+                    step=step,
+                    sample=i,
+                    worker=0,
+                    start_us=0,
+                    end_us=1000 * (i + 1),
+                    response_tokens=10 + i,
+                    source="verl",
+                )
+                for i in range(first, first + n)
+            ]
+        )
+
+    said = []
+    board = TensorBoard(tmp_path / "tb")
+    tracking = types.SimpleNamespace(logger={"tensorboard": board, "wandb": Console(said.append)})
+    trainer = types.SimpleNamespace(logger=tracking)
+    log = StepLog(run_dir)
+    samples(1, 0, 3)
+    step1: dict = {}
+    log.add(trainer, step1, 1, [])
+    samples(1, 3, 2)  # late: step 1 was logged
+    samples(2, 0, 4)
+    step2: dict = {}
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        log.add(trainer, step2, 2, [])
+    board.close()
+    assert step1["rlprof/rollout/samples"] == 3 and step2["rlprof/rollout/samples"] == 4
+    scalars = tensorboard_scalars(tmp_path / "tb")  # only the late measures went to it directly (verl logs the rest)
+    assert scalars["rlprof/rollout/samples"] == {1: 5.0}
+    assert scalars["rlprof/rollout/sample_ms/max"] == {1: 5.0} and scalars["rlprof/rollout/response_tokens/max"] == {
+        1: 14.0
+    }
+    assert said == []  # wandb takes no earlier step
+    lines = [r.getMessage() for r in caplog.records if "after verl logged step 1" in r.getMessage()]
+    assert len(lines) == 1 and "wandb takes no earlier step" in lines[0]

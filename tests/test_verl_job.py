@@ -527,6 +527,13 @@ def test_verls_tensorboard_and_console_hold_rlprofs_measures_of_every_step(trigg
         for key, value in console[n].items():
             assert value == pytest.approx(scalars[key][n], rel=1e-6), (n, key)
         assert {k for k in scalars if n in scalars[k] and k.startswith("rlprof/")} == set(console[n])
+    # and `rlprof export` of the run directory writes the same scalars (the analysis's findings besides)
+    out = run_cli("export", run_dir, "--to", "tensorboard", result["tensorboard"].parent / "export", timeout=600)
+    assert out.returncode == 0, out.stderr
+    exported = tensorboard_scalars(result["tensorboard"].parent / "export")
+    for key, values in scalars.items():
+        if key.startswith("rlprof/"):
+            assert exported[key] == values, key
 
 
 def test_profiled_steps_samples_reach_verls_console_without_a_trigger(discrete_run):
