@@ -174,18 +174,20 @@ def _metrics(original):
     @functools.wraps(original)
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         out = original(self, batch, metrics, *args, **kwargs)
+        step = int(self.global_steps)
+        driver = self.__dict__.get(_DRIVER)
+        if driver and driver.open_step == step:
+            try:
+                last = step >= int(getattr(self, "total_training_steps", step + 1) or step + 1)
+                driver.timing = getattr(self, "timing_raw", None)
+                driver._step_ended(step, requests=not last)
+            except Exception as exc:
+                _fault(self, "end a step", exc)
+                driver = None
         log = _step_log(self)
         if log is not None:
             try:
-                driver = self.__dict__.get(_DRIVER)
-                step = int(self.global_steps)
-                captures = ()
-                if driver and driver.open_step == step:
-                    last = step >= int(getattr(self, "total_training_steps", step + 1) or step + 1)
-                    driver.timing = getattr(self, "timing_raw", None)
-                    driver._step_ended(step, requests=not last)
-                if driver:
-                    captures = [c.trigger for c in driver.taken.get(step, ())]
+                captures = [c.trigger for c in driver.taken.get(step, ())] if driver else ()
                 log.add(self, metrics, step, captures)
             except Exception as exc:
                 self.__dict__[_STEP_LOG] = False
