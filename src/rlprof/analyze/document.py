@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
+from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
 from .inputs.find import directory_warnings, run_config
 from .inputs.salvage import run_accounts, salvage_lines
@@ -121,6 +122,7 @@ KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belon
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
 NAMED_AFTER = ("writer",)  # named on every row once the stage rows are made (name_writers): from its own key
+MERGED = IDLE_FIELDS  # the frames of the units' idle and host time: summed frame by frame (window/idle_frames.py)
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:
@@ -155,4 +157,5 @@ def assembled_row(units: list[dict]) -> dict:
     if any("attribution" in u for u in units):
         row["attribution"] = "launch+time" if any(u.get("attribution") == "launch+time" for u in units) else "launch"
     row["units_only"] = len(units)
+    row.update(merged_idle_frames(units))  # the frames of the units' idle, summed by frame (window/idle_frames.py)
     return row
