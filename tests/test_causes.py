@@ -216,6 +216,45 @@ def _queued():
     return _samples_doc([_sample(2, k, 40.0, queue_ms=30.0 if k % 2 else 5.0) for k in range(8)])
 
 
+def _refills():
+    """DAPO's dynamic sampling, as rlprof's trainer records it: a first pass of 4 groups of 2 samples, 3 dropped, and
+    two refill passes after it (each pass its own span: 40 ms, then 50 and 60)."""
+    out = []
+    for p, (at, ms, dropped) in enumerate([(0.0, 40.0, 3), (40.0, 50.0, 2), (90.0, 60.0, 0)]):
+        for k in range(8):
+            out.append(
+                _sample(
+                    2, 8 * p + k, ms, rollout_pass=p, group=k // 2, group_filtered=k // 2 < dropped, source="rlprof"
+                )
+                | {"start_us": at * 1e3, "end_us": (at + ms) * 1e3}
+            )
+    return _samples_doc(out)
+
+
+def _outside():
+    """verl's gen timer 400 ms at two watched steps whose 12 samples ran 150 ms: 250 outside generation, 200 of them
+    after the handover (the replicas put to sleep), as rollout_account.py accounts for them."""
+    doc = _samples_doc([_sample(s, k, 150.0) for s in (2, 3) for k in range(12)])
+    doc["rollout_account"] = [
+        {
+            "step": s,
+            "stage_ms": 400.0,
+            "generation_ms": 150.0,
+            "outside_ms": 250.0,
+            "outside_share": 0.625,
+            "samples": 12,
+            "passes": 1,
+            "before_ms": 30.0,
+            "after_ms": 220.0,
+            "handover_ms": 20.0,
+            "release_ms": 200.0,
+            "profiled": False,
+        }
+        for s in (2, 3)
+    ]
+    return doc
+
+
 def _tail_of_samples():
     return _samples_doc(
         [_sample(2, k, 100.0 if k == 0 else 20.0, response_tokens=50 if k == 0 else 10) for k in range(8)]
@@ -236,6 +275,8 @@ FIRING = {
     "slow_tools": _slow_tools,
     "preemption": _preemption,
     "queued": _queued,
+    "dynamic_sampling": _refills,
+    "rollout_outside": _outside,
 }
 
 

@@ -426,6 +426,7 @@ def test_recorded_scenario_is_diagnosed_exactly(name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_cause_that_dominates_is_found_live_whatever_the_load(tmp_path):
     """Live training asserts what holds whatever the timing: a verifier that waits 25 ms a sample holds the step
     for 1.6 s, several times what the rest of it takes even on a loaded machine, and is among the causes found."""

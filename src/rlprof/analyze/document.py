@@ -13,8 +13,10 @@ from .inputs.find import directory_warnings, run_config
 from .inputs.salvage import run_accounts, salvage_lines
 from .inputs.samples_file import read_samples
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
+from .over_time.rollout_account import rollout_account
 from .over_time.rollout_why import explain_rollout
-from .over_time.timeline import run_timeline
+from .over_time.row_steps import place_steps, timeline_dirs
+from .over_time.timeline import run_timeline, step_bounds
 from .tables.schema import SCHEMA_VERSION
 
 
@@ -47,6 +49,10 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["warnings"][:0] = salvage_lines(salvaged) + cut_lines
     if salvaged:
         doc["salvage"] = salvaged
+    records = read_samples(path) if Path(path).is_dir() else []  # the rollout's samples, where its host kept them
+    samples = sample_table(records, clock_base_us(doc["inputs"])) if records else []
+    bounds = [b for d in timeline_dirs(path) for b in step_bounds(d)]
+    doc["warnings"].extend(place_steps(doc, samples, bounds))  # a file naming no step: the same clock's records say
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/over_time/timeline.py)
     if timeline is not None:
@@ -55,12 +61,14 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
-    records = read_samples(path) if Path(path).is_dir() else []  # the rollout's samples, where its host kept them
     if records:
-        doc["samples"] = sample_table(records, clock_base_us(doc["inputs"]))
+        doc["samples"] = samples
         doc["sample_steps"] = step_summaries(doc["samples"])
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
+        account = rollout_account(timeline_dirs(path), samples, clock_base_us(doc["inputs"]))
+        if account:  # the rollout stage split: generation and the rest (analyze/over_time/rollout_account.py)
+            doc["rollout_account"] = account
     doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc

@@ -52,7 +52,10 @@ class Buckets(Record, kw_only=True):
 
 
 class Row(Record, kw_only=True):
-    """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it."""
+    """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it. `step_source`: where
+    a window whose file names no step took it from (analyze/over_time/row_steps.py: `samples`, the samples that ran
+    in its time range; `watch`, the watch's step boundaries; `windows`, the windows of the other files); absent where
+    its file or manifest row says it."""
 
     step: Label
     role: str | None
@@ -87,6 +90,7 @@ class Row(Record, kw_only=True):
     prefill_seqs: int | UnsetType = UNSET
     prefill_tokens: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
+    step_source: str | UnsetType = UNSET
 
 
 class InWindow(Record, kw_only=True):
@@ -207,6 +211,17 @@ class RunConfig(Record, kw_only=True):
     unprofiled: Unprofiled | None
 
 
+class RefillPass(Record, kw_only=True):
+    """One generation pass of DAPO's dynamic sampling (0: the first; refills after), summed over the watched steps:
+    its samples, its groups and those the filter dropped (0 where the host does not say its groups)."""
+
+    # `pass` is a Python keyword: the field keeps its JSON name
+    pass_: int = msgspec.field(name="pass")
+    samples: int
+    groups: int
+    dropped: int
+
+
 class Measure(Record, kw_only=True):
     """An RL measure, with the inputs of its formula (those of its kind; `why` where not measurable)."""
 
@@ -256,6 +271,15 @@ class Measure(Record, kw_only=True):
     excess_ms: Number | UnsetType = UNSET
     queue_ms: Number | UnsetType = UNSET
     longest_queue_ms: Number | UnsetType = UNSET
+    refill_ms: Number | UnsetType = UNSET
+    rollout_ms: Number | UnsetType = UNSET
+    outside_ms: Number | UnsetType = UNSET
+    generation_ms: Number | UnsetType = UNSET
+    handover_ms: Number | UnsetType = UNSET
+    release_ms: Number | UnsetType = UNSET
+    refilled_steps: int | UnsetType = UNSET
+    passes: list[RefillPass] | UnsetType = UNSET
+    filtered_groups: int | UnsetType = UNSET
 
 
 class Lever(Record, kw_only=True):
@@ -368,13 +392,34 @@ class Drift(Record, kw_only=True):
 
 
 class Straggler(Record, kw_only=True):
-    """A rank slower than the others in one stage, step after step."""
+    """A rank slower than the others in one stage, step after step; with `cause: contention` where its wait for a core
+    in the stage beyond the wait expected at the other ranks' share there explains its excess at half of its steps or
+    more (its median wait there, the median expected, other processes' share of its host)."""
 
     rank: Label
     stage: str
     steps: int
     first_step: int
     median_ratio: Number
+    cause: str | UnsetType = UNSET
+    run_wait_ms: Number | None | UnsetType = UNSET
+    expected_wait_ms: Number | None | UnsetType = UNSET
+    others_share: Number | None | UnsetType = UNSET
+
+
+class Contention(Record, kw_only=True):
+    """Slow steps the machine's contention explained (the busy ranks' wait for a core in the stage beyond the wait
+    expected at their usual share there, summed, at least `contention_share` of the excess), said once: for every
+    rank alike (the whole machine) or for one rank; medians over its steps."""
+
+    every_rank: bool
+    ranks: list[Label]
+    steps: list[int]
+    stages: list[str]
+    excess_seconds: Number
+    run_wait_ms: Number | None
+    expected_wait_ms: Number | None
+    others_share: Number | None
 
 
 class Trigger(Record, kw_only=True):
@@ -493,11 +538,13 @@ class Timeline(Record, kw_only=True):
     warmup_steps: list[int]
     captured_steps: list[int]
     profiled_steps: list[int]
+    contention_steps: list[int] | UnsetType = UNSET
     per_step: dict[str, PerStep]
     spikes: list[Spike]
     level_shifts: list[LevelShift]
     drift: list[Drift]
     stragglers: list[Straggler]
+    contention: list[Contention] | UnsetType = UNSET
     captures: list[Capture]
     beside: list[Beside] | UnsetType = UNSET
 
@@ -538,12 +585,40 @@ class Sample(Record, kw_only=True):
     reward_ms: Number | UnsetType = UNSET
     preemptions: int | UnsetType = UNSET
     rollout_pass: int | UnsetType = UNSET
+    group: int | UnsetType = UNSET
+    group_filtered: bool | UnsetType = UNSET
     first_decode_step: int | UnsetType = UNSET
     last_decode_step: int | UnsetType = UNSET
     request_id: str | UnsetType = UNSET
     finish_reason: str | UnsetType = UNSET
     cached_tokens: int | UnsetType = UNSET
     worker: int | UnsetType = UNSET
+
+
+class RolloutAccount(Record, kw_only=True):
+    """One watched step's rollout stage split (analyze/over_time/rollout_account.py): the host's stage time, its
+    samples' generation (each pass's first start to last end, summed) and the rest; where the host says when its stage
+    began and ended (verl's driver), the time before the first sample and after the last, of which the wait for the
+    batch's handover and what followed it (the replicas put to sleep; a rollout profiler stopped on a profiled step);
+    with DAPO's dynamic sampling the time its refills added (`refill_ms`), verl's refill dispatches, the samples they
+    started and the groups its filter dropped; ms."""
+
+    step: int
+    stage_ms: Number
+    generation_ms: Number
+    outside_ms: Number
+    outside_share: Number | None
+    samples: int
+    passes: int
+    before_ms: Number | UnsetType = UNSET
+    after_ms: Number | UnsetType = UNSET
+    handover_ms: Number | UnsetType = UNSET
+    release_ms: Number | UnsetType = UNSET
+    refill_ms: Number | UnsetType = UNSET
+    refill_samples: int | UnsetType = UNSET
+    refills: int | UnsetType = UNSET
+    filtered_groups: int | UnsetType = UNSET
+    profiled: bool
 
 
 class Quantiles(Record, kw_only=True):
@@ -606,6 +681,7 @@ class Analysis(Record, kw_only=True):
     run_config: RunConfig | None
     samples: list[Sample] | UnsetType = UNSET
     sample_steps: list[SampleStep] | UnsetType = UNSET
+    rollout_account: list[RolloutAccount] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
 
@@ -715,9 +791,11 @@ REFERENCE_ORDER = (
     Unprofiled,
     Sample,
     SampleStep,
+    RolloutAccount,
     Quantiles,
     SlowSample,
     Measure,
+    RefillPass,
     Finding,
     Lever,
     Saving,
@@ -728,6 +806,7 @@ REFERENCE_ORDER = (
     RolloutWhy,
     Drift,
     Straggler,
+    Contention,
     Capture,
     Trigger,
     Beside,

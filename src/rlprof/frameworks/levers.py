@@ -300,6 +300,55 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
         "mindspeed": (Lever("generate_config.max_num_seqs", "raise", "more samples run at once in the engine"),),
         "rlprof": (Lever("rollout.replicas", "raise", "async rollout: more replicas take requests at once"),),
     },
+    "dynamic_sampling": {
+        "verl": (
+            Lever(
+                "algorithm.filter_groups.max_inflight_gen_batches",
+                "raise",
+                "v1 trainer: refill prompts dispatched while the first batch generates, not after it",
+            ),
+            Lever(
+                "data.gen_batch_size",
+                "raise",
+                "legacy trainer: more prompts in each generation batch: fewer refill batches needed",
+            ),
+            Lever(
+                "algorithm.filter_groups.max_num_gen_batches",
+                "lower",
+                "legacy trainer: fewer generation batches per step (the batch fills with filtered groups)",
+            ),
+        ),
+        "mindspeed": (
+            Lever(
+                "rl_config.filter_groups_max_batches",
+                "lower",
+                "fewer refill generation batches per step (the batch fills with filtered groups)",
+            ),
+            Lever(
+                "rl_config.filter_groups_train_batch_size",
+                "lower",
+                "fewer informative groups needed per step: fewer refills",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "dapo.max_sampling_retries",
+                "0",
+                "no refill pass: the batch keeps the first pass's informative groups and fills with filtered ones",
+            ),
+            Lever("rollout.n", "raise", "more samples per prompt: fewer groups whose rewards are all equal"),
+        ),
+    },
+    "rollout_outside": {
+        "verl": (
+            Lever(
+                VA + "rollout.free_cache_engine",
+                "False",
+                "the engine keeps its weights and KV cache between steps: no sleep after the rollout, no wake-up before "
+                "the next (more memory held)",
+            ),
+        )
+    },
     "memory_headroom": {
         "verl": (
             Lever(

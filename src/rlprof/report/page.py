@@ -119,6 +119,10 @@ def build_page(
             figure=sample_lanes(doc),
             empty="no sample carries its start and end",
         )
+    if doc.get("rollout_account"):  # the rollout stage split: generation and the rest (report/samples.py)
+        from .samples import account_html
+
+        page.section("rollout_account", "The rollout stage, accounted for", account_html(doc))
     page.section(
         "timeline",
         "Stage timeline per rank",

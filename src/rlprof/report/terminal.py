@@ -24,6 +24,8 @@ MEASURE_WORDS = {
     "weight_sync_share": "weight sync share of step",
     "launch_bound": "launch-bound",
     "memory_use": "memory use / capacity",
+    "refill_share": "dynamic sampling's refills",
+    "outside_share": "rollout outside generation",
 }
 
 
@@ -160,6 +162,18 @@ def sample_lines(doc: dict) -> list[str]:
     return out
 
 
+def account_lines(doc: dict) -> list[str]:
+    """The rollout stage split per watched step, where the host timed it and recorded its samples."""
+    from .samples import account_line
+
+    account = doc.get("rollout_account") or []
+    return (
+        ["rollout stage accounted for (rollout_account):"] + ["  " + account_line(a) for a in account]
+        if account
+        else []
+    )
+
+
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
     print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
@@ -167,7 +181,7 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         from .over_time import print_over_time
 
         print_over_time(console, doc)
-    for line in memory_lines(doc) + sample_lines(doc):
+    for line in memory_lines(doc) + sample_lines(doc) + account_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if not doc["rows"] and all(i.get("kind") == "memory_snapshot" for i in doc["inputs"]):
         console.print("no time windows: these inputs are memory snapshots (torch_memory records allocations, not time)")

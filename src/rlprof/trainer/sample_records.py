@@ -6,7 +6,8 @@ rlprof's engine (rollout.py, sync or in an async replica) keeps, where asked, th
 perf counter after each decode step; a row that generated n tokens (EOS included, as the response mask counts
 them) was active in decode steps 0..n-1 of its pass, numbered as the `rlprof:decode_step:K` ranges of a window:
 its `end_us` is the end of step n-1, its `prefill_ms` step 0 (the prompt's forward pass, which gives the first
-token) and its `decode_ms` steps 1..n-1. An async replica's sample waited `queue_ms` from the driver's submission to
+token) and its `decode_ms` steps 1..n-1. With DAPO's dynamic sampling each record says its prompt's group in the
+pass and whether the filter dropped that group (its rewards all equal). An async replica's sample waited `queue_ms` from the driver's submission to
 the replica's start. `reward_ms` is its own scoring call (trainer/reward.py). vLLM's samples are vLLM's own
 (collect/vllm_samples.py), to which the trainer adds the sample's index in the batch, its turn and its reward time.
 """
@@ -48,8 +49,11 @@ class TrainerSamples:
             hold = [long.sample - first]
         return self.passes, first, hold
 
-    def end_pass(self, step: int, rollout_pass: int, first: int, rollout, timing: list | None, reward_ns) -> None:
-        """The pass is generated and scored: its records written where the step records them (`timing` not None)."""
+    def end_pass(
+        self, step: int, rollout_pass: int, first: int, rollout, timing: list | None, reward_ns, filtered=None
+    ) -> None:
+        """The pass is generated and scored: its records written where the step records them (`timing` not None);
+        `filtered` (DAPO's dynamic sampling): per group of the pass, whether the filter dropped it."""
         rows = rollout.prompt_ids.shape[0]
         self.passes += 1
         self.count += rows
@@ -90,6 +94,11 @@ class TrainerSamples:
                 step=step,
                 **common,
             )
+        if filtered is not None:  # each row's group: rollout.n consecutive rows per prompt
+            per_group = rows // max(len(filtered), 1)
+            for r in records:
+                group = (r["sample"] - first) // per_group
+                r["group"], r["group_filtered"] = group, bool(filtered[group])
         if self._writer is None:
             source = "vllm" if self.kind == "vllm" else "rlprof"
             self._writer = SampleWriter(self.prof.watch_dir, source, rank=self.rank, said=self.prof.said)

@@ -229,7 +229,9 @@ class Trainer:
                 scores = scores + overlong_penalty(
                     lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer, cfg.dapo.overlong_penalty
                 )
-        self.samples.end_pass(step, rollout_pass, first, rollout, timing, reward_ns)
+        dynamic = cfg.trainer.algorithm == "dapo" and cfg.dapo.dynamic_sampling
+        filtered = (~informative_groups(scores, cfg.rollout.n)).tolist() if dynamic and timing is not None else None
+        self.samples.end_pass(step, rollout_pass, first, rollout, timing, reward_ns, filtered)
         return rollout, rewards, scores
 
     def train_step(self, step: int) -> dict:

@@ -50,6 +50,8 @@ THRESHOLDS = {
     "tool_share": 0.30,  # the slowest samples' time in tool calls, at least this share of theirs
     "preempted_share": 0.05,  # samples the engine preempted (and recomputed), at least this share
     "queue_share": 0.20,  # samples' time queued before their generation began, at least this share of their time
+    "refill_share": 0.25,  # the rollout's generation time spent in DAPO's refill passes, at least this share
+    "outside_share": 0.30,  # the rollout stage's time outside its samples' generation, at least this share
 }
 
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
@@ -97,6 +99,36 @@ def _memory_sentence(x: dict) -> str:
     return (
         f"memory headroom: the peak is {x['value']:.0%} of the device's memory ({x['peak_bytes'] / 2**30:.1f}"
         f" of {x['capacity_bytes'] / 2**30:.1f} GiB) in {x['file']}: larger micro-batches fit"
+    )
+
+
+def _outside_sentence(x: dict) -> str:
+    parts = [
+        f"{x[k]:.1f} ms {what}"
+        for k, what in (
+            ("handover_ms", "after the last sample before the batch was handed over (the replay buffer's poll)"),
+            ("release_ms", "after the handover (the replicas put to sleep)"),
+        )
+        if x.get(k) is not None
+    ]
+    return (
+        f"rollout outside generation: {x['value']:.0%} of the rollout stage is not its samples' generation "
+        f"({x['outside_ms']:.1f} of {x['stage_ms']:.1f} ms per step, mean over {x['steps']} unprofiled step(s); "
+        f"generation {x['generation_ms']:.1f} ms)" + (": " + "; ".join(parts) if parts else "")
+    )
+
+
+def _refill_sentence(x: dict) -> str:
+    passes = "; ".join(
+        f"pass {p['pass']} {p['groups']} groups, {p['dropped']} dropped"
+        if p["groups"]
+        else f"{'the first batch' if p['pass'] == 0 else 'the refills'} {p['samples']} samples"
+        for p in x["passes"]
+    ) + (f"; the filter dropped {x['filtered_groups']} groups" if x.get("filtered_groups") else "")
+    return (
+        f"dynamic sampling: {x['value']:.0%} of the rollout's generation time regenerates filtered groups "
+        f"({x['refill_ms']:.1f} of {x['rollout_ms']:.1f} ms per step in refill passes, {x['refilled_steps']} of "
+        f"{x['steps']} step(s) refilled; {passes}, summed over the steps)"
     )
 
 
@@ -261,6 +293,26 @@ CAUSES: dict[str, Cause] = {
             "a sample; the longest wait {longest_queue_ms:.1f} ms per step)",
             saving=savings.queued,
             judge=lambda m, j: m["longest_queue_ms"] if m["value"] >= j.t["queue_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "dynamic_sampling",
+            "dynamic sampling's refills: the rollout regenerates the groups the filter dropped (rewards all equal)",
+            measure="refill_share",
+            threshold="refill_share",
+            impact="the refill passes' generation time per step",
+            sentence=_refill_sentence,
+            saving=savings.dynamic_sampling,
+            judge=lambda m, j: m["refill_ms"] if m["value"] >= j.t["refill_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "rollout_outside",
+            "the rollout stage waits outside generation: no sample is being generated for much of it",
+            measure="outside_share",
+            threshold="outside_share",
+            impact="the rollout stage's time outside its samples' generation per step",
+            sentence=_outside_sentence,
+            saving=savings.rollout_outside,
+            judge=lambda m, j: m["outside_ms"] if m["value"] >= j.t["outside_share"] and j.large(m) else None,
         ),
         Cause(
             "memory_headroom",

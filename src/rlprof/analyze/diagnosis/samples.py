@@ -30,6 +30,8 @@ TABLE_FIELDS = (
     *PHASES,
     "preemptions",
     "rollout_pass",
+    "group",
+    "group_filtered",
     "first_decode_step",
     "last_decode_step",
     "request_id",
@@ -173,6 +175,12 @@ def sample_measures(doc: dict) -> list[dict]:
                 steps=len(slow),
             )
         )
+    refills = _refills(samples) or _refills_of(doc.get("rollout_account") or [])
+    if refills:
+        out.append(_record("refill_share", **refills))
+    outside = _outside(doc.get("rollout_account") or [])
+    if outside:
+        out.append(_record("outside_share", **outside))
     known = [r for r in samples if "preemptions" in r]
     if known:
         hit = [r for r in known if r["preemptions"] > 0]
@@ -212,3 +220,85 @@ def _preempted_excess(hit: list[dict], steps: list[dict]) -> float:
         if duration_ms(r) is not None and r["step"] in median:
             worst[r["step"]] = max(worst.get(r["step"], 0.0), duration_ms(r) - median[r["step"]])
     return sum(worst.values()) / len(worst) if worst else 0.0
+
+
+def _refills(samples: list[dict]) -> dict | None:
+    """DAPO's dynamic sampling, from the passes its host numbered (`rollout_pass`): the share of the rollout's
+    generation time its refill passes took (each pass's span, first start to last end, summed per step), the refill
+    time per step, and per pass the groups it generated and those the filter dropped (`group_filtered`, where the
+    host says it), summed over the steps; None where no step refilled."""
+    by_step: dict = defaultdict(lambda: defaultdict(list))
+    for r in samples:
+        if duration_ms(r) is not None and "rollout_pass" in r:
+            by_step[r["step"]][r["rollout_pass"]].append(r)
+    refilled = {step: passes for step, passes in by_step.items() if len(passes) > 1}
+    if not refilled:
+        return None
+    total = refill = 0.0
+    per_pass: dict = defaultdict(lambda: {"samples": 0, "groups": 0, "dropped": 0})
+    for passes in by_step.values():
+        for k, rows in passes.items():
+            span = (max(r["end_us"] for r in rows) - min(r["start_us"] for r in rows)) / 1e3
+            total += span
+            refill += span if k > 0 else 0.0
+            p = per_pass[k]
+            p["samples"] += len(rows)
+            grouped = {r["group"]: r.get("group_filtered") for r in rows if "group" in r}
+            p["groups"] += len(grouped)
+            p["dropped"] += sum(1 for dropped in grouped.values() if dropped)
+    steps = len(by_step)
+    return {
+        "value": refill / total if total > 0 else 0.0,
+        "refill_ms": refill / steps,
+        "rollout_ms": total / steps,
+        "steps": steps,
+        "refilled_steps": len(refilled),
+        "passes": [{"pass": k, **per_pass[k]} for k in sorted(per_pass)],
+    }
+
+
+def _outside(account: list[dict]) -> dict | None:
+    """The rollout stage's time outside its samples' generation, over the watched steps no window profiled (the
+    profiler's start and stop are in the others'): its share of the stage, per step, and the parts the host names
+    (medians); None where no such step was accounted for."""
+    steps = [a for a in account if not a["profiled"] and a["stage_ms"] > 0]
+    if not steps:
+        return None
+    stage, outside = sum(a["stage_ms"] for a in steps), sum(a["outside_ms"] for a in steps)
+    out = {
+        "value": outside / stage,
+        "outside_ms": outside / len(steps),
+        "stage_ms": stage / len(steps),
+        "generation_ms": sum(a["generation_ms"] for a in steps) / len(steps),
+        "steps": len(steps),
+    }
+    for part in ("handover_ms", "release_ms"):
+        known = [a[part] for a in steps if part in a]
+        if known:
+            out[part] = float(np.median(known))
+    return out
+
+
+def _refills_of(account: list[dict]) -> dict | None:
+    """DAPO's dynamic sampling where the host's passes overlap (verl's v1 replay buffer dispatches refills while the
+    first batch runs): the generation time its refills added after the first batch had ended, over the generation
+    time (rollout_account.py), per step; the filter's dropped groups summed. None where no step refilled."""
+    steps = [a for a in account if a["generation_ms"] > 0]
+    refilled = [a for a in steps if a.get("refills")]
+    if not refilled:
+        return None
+    refill, total = sum(a.get("refill_ms", 0.0) for a in steps), sum(a["generation_ms"] for a in steps)
+    samples = sum(a["samples"] for a in steps)
+    again = sum(a.get("refill_samples", 0) for a in steps)
+    return {
+        "value": refill / total,
+        "refill_ms": refill / len(steps),
+        "rollout_ms": total / len(steps),
+        "steps": len(steps),
+        "refilled_steps": len(refilled),
+        "passes": [
+            {"pass": 0, "samples": samples - again, "groups": 0, "dropped": 0},
+            {"pass": 1, "samples": again, "groups": 0, "dropped": 0},
+        ],
+        "filtered_groups": sum(a.get("filtered_groups", 0) for a in steps),
+    }

@@ -158,6 +158,39 @@ def queued(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     )
 
 
+def rollout_outside(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """release_ms: verl's first lever keeps the engine awake between steps (free_cache_engine=False): what the stage
+    spends after the batch is handed over, putting the replicas to sleep, is saved (their wake-up before the next
+    step too, outside this stage: not counted, a lower bound). Not predictable where the host does not say it."""
+    release = f.evidence.get("release_ms")
+    if release is None:
+        return not_predictable(
+            "the rollout's host does not say what its stage does after its samples (verl's driver does, with "
+            "global_profiler.trigger): rlprof cannot tell the engine's sleep from the rest"
+        )
+    return predicted(
+        ctx,
+        {f.stage: release},
+        "the engine kept awake between steps: the stage's time after the batch is handed over (its replicas put to "
+        "sleep) saved; their wake-up before the next step, outside this stage, not counted (a lower bound); more memory "
+        "held by the engine",
+    )
+
+
+def dynamic_sampling(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """refill_ms: with no refill pass (rlprof: dapo.max_sampling_retries=0; MindSpeed-RL: its filter_groups_max_batches
+    at 1; verl: the refills dispatched beside the first batch, max_inflight_gen_batches raised, where their generation
+    overlaps it) the refill passes' generation time is saved; the batch then keeps the first pass's informative groups
+    and fills up with filtered ones (zero advantage): it changes what the step trains on."""
+    return predicted(
+        ctx,
+        {f.stage: f.evidence["refill_ms"]},
+        "the refill passes' generation time saved (no pass after the first, or refills overlapping it); the batch then "
+        "trains on the first pass's informative groups and filtered ones filling it (zero advantage): it changes the "
+        "experiment",
+    )
+
+
 def _tail_from_samples(ctx: PredictionContext, f: Finding) -> dict:
     """The rollout's tail from its samples: cap responses at C tokens, the longest cap whose tail (samples.tail_of)
     stays at MARGIN of the threshold; each sample keeps its own time per token, so a capped sample ends after C of

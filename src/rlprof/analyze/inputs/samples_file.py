@@ -47,6 +47,11 @@ FIELDS: dict[str, tuple[type, str]] = {
     "preemptions": (int, "times the engine preempted it"),
     "source": (str, "the host that wrote it: " + ", ".join(SOURCES)),
     "rollout_pass": (int, "rlprof's trainer: the step's generation pass (0; DAPO's refills 1, 2, ...)"),
+    "group": (int, "rlprof's trainer: its prompt's group in its pass (the prompt's rollout.n samples share it)"),
+    "group_filtered": (
+        bool,
+        "rlprof's trainer with DAPO's dynamic sampling: its group's rewards were all equal, so the filter dropped it",
+    ),
     "first_decode_step": (int, "rlprof's trainer: its first decode step, numbered as the rlprof:decode_step:K ranges"),
     "last_decode_step": (int, "rlprof's trainer: the decode step that produced its last token"),
     "request_id": (str, "vLLM: the request's id"),
