@@ -16,7 +16,8 @@ from .diagnosis.samples import clock_base_us, sample_table, step_summaries
 from .over_time.rollout_account import rollout_account
 from .over_time.rollout_why import explain_rollout
 from .over_time.row_steps import place_steps, timeline_dirs
-from .over_time.timeline import run_timeline, step_bounds
+from .over_time.timeline import run_timeline
+from .over_time.watched import step_bounds
 from .tables.schema import SCHEMA_VERSION
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..inputs.timeline_file import read_rollout_windows
-from .timeline import Loaded
+from .watched import Loaded
 
 STAGE = "rollout_generate"
 

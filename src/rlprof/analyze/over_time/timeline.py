@@ -36,8 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs.busy_machine import CONTENTION_SHARE, expected_wait_ms, explains
-from ..inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP, read_rank, stage_names, timeline_ranks
+from ..inputs.busy_machine import CONTENTION_SHARE
+from ..inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP, timeline_ranks
+from .contention import contention_evidence, contention_records, rank_evidence, straggler_contention, usual_share
+from .watched import Loaded
 
 SPIKE_FACTOR = 2.0
 DRIFT_FACTOR = 1.3
@@ -60,80 +62,6 @@ RULES = {
     "window": WINDOW,
     "contention_share": CONTENTION_SHARE,
 }
-
-
-class Loaded:
-    """A run's timeline as tables: steps, flags OR-ed over ranks and per rank, step and stage times [ranks x steps],
-    each stage's mean first entry in the step over ranks, each rank's time on a core, run-queue wait and others' share
-    and its wait for a core and time on one in the step and in each stage [ranks x steps], each step's earliest start
-    on the wall clock, and the ranks."""
-
-    def shares(self, name: str) -> np.ndarray:
-        """Each rank's wait for a core in `name` (a stage or the step) as a share of its ready time there [ranks x
-        steps] (NaN: not known)."""
-        ready = self.cpus[name].astype(float) + self.waits[name]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(ready > 0, self.waits[name] / ready, np.nan)
-
-    def __init__(self, run_dir: Path):
-        files = timeline_ranks(run_dir)
-        names = stage_names(run_dir)
-        steps = np.zeros(0, np.uint32)
-        present = np.zeros(len(names), bool)
-        for _, path in files:  # two passes, one rank's records in memory at a time: the steps and stages first
-            r = read_rank(path)
-            if len(r):
-                steps = np.union1d(steps, r["step"]) if not np.array_equal(steps, r["step"]) else steps
-                present |= ~np.isnan(r["stage_s"]).all(axis=0)
-        kept = [i for i in range(len(names)) if present[i]]
-        shape = (len(files), len(steps))
-        self.steps, self.ranks = steps, [rank for rank, _ in files]
-        self.step_s = np.full(shape, np.nan, np.float32)
-        self.stages = {names[i]: np.full(shape, np.nan, np.float32) for i in kept}
-        self.waits = {
-            "step": np.full(shape, np.nan, np.float32),
-            **{names[i]: np.full(shape, np.nan, np.float32) for i in kept},
-        }
-        self.cpus = {name: np.full(shape, np.nan, np.float32) for name in self.waits}
-        self.rank_flags = np.zeros(shape, np.uint32)
-        self.others_share = np.full(shape, np.nan, np.float32)
-        self.start_unix_s = np.full(len(steps), np.nan)
-        start_sum = np.zeros((len(names), len(steps)))
-        start_n = np.zeros((len(names), len(steps)))
-        for k, (_, path) in enumerate(files):
-            r = read_rank(path)
-            at = np.searchsorted(steps, r["step"])
-            self.step_s[k, at] = r["step_s"]
-            self.rank_flags[k, at] = r["flags"]
-            self.waits["step"][k, at] = r["run_wait_ms"]
-            self.cpus["step"][k, at] = r["cpu_ms"]
-            self.others_share[k, at] = r["others_share"]
-            self.start_unix_s[at] = np.fmin(self.start_unix_s[at], r["start_unix_s"])
-            for i in kept:
-                self.stages[names[i]][k, at] = r["stage_s"][:, i]
-                self.waits[names[i]][k, at] = r["stage_wait_ms"][:, i]
-                self.cpus[names[i]][k, at] = r["stage_cpu_ms"][:, i]
-                start = r["stage_start_s"][:, i]
-                ok = ~np.isnan(start)
-                start_sum[i, at[ok]] += start[ok]
-                start_n[i, at[ok]] += 1
-        self.flags = np.bitwise_or.reduce(self.rank_flags, axis=0) if len(files) else np.zeros(len(steps), np.uint32)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self.starts = {names[i]: np.where(start_n[i] > 0, start_sum[i] / start_n[i], np.inf) for i in kept}
-
-
-def step_bounds(run_dir: str | Path) -> list[tuple[int, float, float]]:
-    """(step, start, end) of each watched step on the wall clock (seconds since the epoch; the earliest start of the
-    ranks, plus the longest step), where the timeline says when its steps began (version 2)."""
-    t = Loaded(Path(run_dir))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        longest = np.nanmax(t.step_s, axis=0) if len(t.ranks) else np.full(len(t.steps), np.nan)
-    return [
-        (int(s), float(a), float(a + d))
-        for s, a, d in zip(t.steps, t.start_unix_s, longest)
-        if np.isfinite(a) and np.isfinite(d)
-    ]
 
 
 def _median0(a: np.ndarray) -> np.ndarray:
@@ -275,7 +203,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
     judged = ((flags & WARMUP) == 0) & ~profiled  # busy steps included
     own = judged & ((flags & CONTENTION) == 0)  # the live trigger's contention steps: no baseline, no level
     columns = {"step": step_s, **stages}
-    usual = {name: _usual_share(t.shares(name), own) for name in columns}
+    usual = {name: usual_share(t.shares(name), own) for name in columns}
     times_of = columns.__getitem__
     least = max(STRAGGLER_STEPS, STRAGGLER_SHARE * int(judged.sum()))
     straggling: dict = {}
@@ -292,7 +220,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         with np.errstate(invalid="ignore"):
             over = own & (job > DRIFT_FACTOR * first_base) & (job - first_base >= MIN_SECONDS)
         for i in np.flatnonzero(over):
-            explained[i] = _explained(t, name, i, usual[name], float(job[i] - first_base[i])) is not None
+            explained[i] = contention_evidence(t, name, i, usual[name], float(job[i] - first_base[i])) is not None
         series = np.where(own & ~explained, job, np.nan)
         base, shifts = _levels(series)
         for i, before, after, seen in shifts:
@@ -322,9 +250,9 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
                 "baseline_seconds": float(base[i]),
                 "rank": ranks[k],
             }
-            evidence = _explained(t, name, i, usual[name], float(job[i] - base[i]))
+            evidence = contention_evidence(t, name, i, usual[name], float(job[i] - base[i]))
             if evidence is None and flags[i] & CONTENTION:  # the live trigger found the wait explained it
-                evidence = _evidence(t, name, i, usual[name])
+                evidence = rank_evidence(t, name, i, usual[name])
             if evidence is not None:
                 contended.append({**spike, **evidence})
             else:
@@ -369,18 +297,11 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
                     "first_step": int(steps[at[0]]),
                     "median_ratio": float(np.median(mine / theirs)),
                 }
-                straggler.update(_straggler_contention(t, name, int(k), at, mine - theirs))
+                straggler.update(straggler_contention(t, name, int(k), at, mine - theirs))
                 out["stragglers"].append(straggler)
     out["stragglers"].sort(key=lambda s: (-s["steps"], s["rank"]))
-    out["contention"] = _contention_records(contended, ranks)
+    out["contention"] = contention_records(contended, ranks)
     return out
-
-
-def _usual_share(shares: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Each rank's usual wait share: its median over `steps` (NaN where not known)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(np.where(steps[None, :], shares, np.nan), axis=1) if shares.size else np.zeros(0)
 
 
 def _carried(base: np.ndarray) -> np.ndarray:
@@ -392,86 +313,3 @@ def _carried(base: np.ndarray) -> np.ndarray:
         ok = at >= 0
         out[ok] = out[known[at[ok]]]
     return out
-
-
-def _expected(t: Loaded, name: str, i: int, ranks: np.ndarray, usual: np.ndarray) -> np.ndarray:
-    """The wait each of `ranks` would have had in `name` at step i at its `usual` share, given its time on a core."""
-    return np.asarray([expected_wait_ms(float(t.cpus[name][k, i]), float(u)) for k, u in zip(ranks, usual)])
-
-
-def _evidence(t: Loaded, name: str, i: int, usual: np.ndarray) -> dict:
-    """Step i's contention evidence in `name` (a stage or the step): the busy ranks' wait there and the wait expected
-    at their usual share, summed; others' share of the host (median over them); how many ranks were busy."""
-    busy = np.flatnonzero((t.rank_flags[:, i] & BUSY) != 0)
-    waits, others = t.waits[name][busy, i], t.others_share[busy, i]
-    known = np.isfinite(waits) & np.isfinite(t.cpus[name][busy, i])
-    expected = _expected(t, name, i, busy[known], usual[busy][known])
-    return {
-        "cause": "contention",
-        "run_wait_ms": float(waits[known].sum()) if known.any() else None,
-        "expected_wait_ms": float(expected.sum()) if known.any() else None,
-        "others_share": float(np.median(others[np.isfinite(others)])) if np.isfinite(others).any() else None,
-        "ranks_busy": len(busy),
-    }
-
-
-def _explained(t: Loaded, name: str, i: int, usual: np.ndarray, excess_s: float) -> dict | None:
-    """Step i's contention evidence in `name` where it explains `excess_s` (busy_machine.py's rule: the busy ranks'
-    wait there beyond the wait expected at their usual share, summed), else None."""
-    busy = np.flatnonzero((t.rank_flags[:, i] & BUSY) != 0)
-    known = busy[np.isfinite(t.waits[name][busy, i]) & np.isfinite(t.cpus[name][busy, i])]
-    if not len(known):
-        return None
-    extra = np.maximum(t.waits[name][known, i] - _expected(t, name, i, known, usual[known]), 0.0)
-    return _evidence(t, name, i, usual) if explains(float(extra.sum()), excess_s) else None
-
-
-def _straggler_contention(t: Loaded, name: str, k: int, at: np.ndarray, excess_s: np.ndarray) -> dict:
-    """A straggler's cause where its wait for a core in the stage beyond the wait expected at the other ranks' share
-    explains its excess at half of its steps or more: `cause: contention` with its median wait there and the median
-    expected ({} otherwise)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        theirs = np.nanmedian(np.delete(t.shares(name)[:, at], k, axis=0), axis=0)
-    mine = t.waits[name][k, at].astype(float)
-    expected = np.asarray([expected_wait_ms(float(t.cpus[name][k, i]), float(s)) for i, s in zip(at, theirs)])
-    busy = (t.rank_flags[k, at] & BUSY) != 0
-    explained = [j for j in range(len(at)) if busy[j] and explains(mine[j] - expected[j], float(excess_s[j]))]
-    if not len(at) or len(explained) * 2 < len(at):
-        return {}
-    share = t.others_share[k, at[explained]]
-    return {
-        "cause": "contention",
-        "run_wait_ms": float(np.median(mine[explained])),
-        "expected_wait_ms": float(np.nanmedian(expected[explained])),
-        "others_share": float(np.nanmedian(share)) if np.isfinite(share).any() else None,
-    }
-
-
-def _contention_records(contended: list[dict], ranks: list) -> list[dict]:
-    """The spikes contention explained, said once: one record where every rank was busy at each of them (the whole
-    machine), else one per rank; each with its steps, stages and the median of its evidence."""
-    groups: dict = {}
-    for c in contended:
-        whole = c["ranks_busy"] >= len(ranks) > 0
-        groups.setdefault(None if whole else c["rank"], []).append(c)
-    out = []
-    for rank, items in groups.items():
-        out.append(
-            {
-                "every_rank": rank is None,
-                "ranks": list(ranks) if rank is None else [rank],
-                "steps": sorted({c["step"] for c in items}),
-                "stages": sorted({c["stage"] for c in items}),
-                "excess_seconds": float(np.median([c["seconds"] - c["baseline_seconds"] for c in items])),
-                "run_wait_ms": _median_of(items, "run_wait_ms"),
-                "expected_wait_ms": _median_of(items, "expected_wait_ms"),
-                "others_share": _median_of(items, "others_share"),
-            }
-        )
-    return out
-
-
-def _median_of(items: list[dict], key: str) -> float | None:
-    known = [c[key] for c in items if c[key] is not None]
-    return float(np.median(known)) if known else None
