@@ -111,11 +111,17 @@ def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
     expected = trigger_steps(10, unjudged_steps(d), 16)
     captured = [r for r in rows(d) if r.get("trigger")]
     if not expected:
-        assert captured == []
+        assert captured == [], timeline_said(d)
         return
     judged = captured[0]["trigger"]["step"]
-    assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update")
-    assert len(captured) == 1  # the slowdown persists: a new level, captured once (the baseline restarts after it)
+    assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update"), (
+        expected,
+        [r["trigger"] for r in captured],
+        timeline_said(d),
+    )
+    assert len(captured) == 1, timeline_said(
+        d
+    )  # the slowdown persists: a new level, captured once (the baseline restarts after it)
     t = captured[0]["trigger"]
     assert t["reason"] == "slow" and t["step"] == judged and t["stage"] == "actor_update" and t["rank"] == 0
     assert t["seconds"] > 2 * t["baseline_seconds"] and t["seconds"] >= 0.15
@@ -131,7 +137,7 @@ def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):
     # the first steps are the slow ones (a warm-up): the trigger must not take them
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.warmup_steps=3"), run_id="run")
     d = updates(prof, 30, dict.fromkeys((1, 2, 3), 0.2))
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
 
 
@@ -143,7 +149,7 @@ def test_the_plans_own_profiled_steps_are_flagged_and_never_called_a_spike(tmp_p
 
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", "global_profiler.steps=[10]"), run_id="run")
     d = updates(prof, 12, {10: 0.21})
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert [r["step"] for r in rows(d)] == [10]  # the plan's window, written
     timeline = analyze_timeline(d)
     # step 10, and the steps its window's background write overlapped (none on a quiet machine)
@@ -231,12 +237,12 @@ def test_a_new_level_is_captured_once_and_separate_spikes_each_time(tmp_path):
     prof = Profiler(plan(tmp_path / "level", f"{T}.slow.factor=2.0"), run_id="run")
     d = host(prof, 30, slow_from=10)
     captured = [r for r in rows(d) if r.get("trigger")]
-    assert len(captured) == (1 if trigger_steps(10, unjudged_steps(d), 30) else 0), captured
+    assert len(captured) == (1 if trigger_steps(10, unjudged_steps(d), 30) else 0), (captured, timeline_said(d))
 
     prof = Profiler(plan(tmp_path / "spikes", f"{T}.slow.factor=2.0"), run_id="run")
     d = updates(prof, 26, dict.fromkeys((8, 15, 22), 0.3))
     taken = sorted(r["step"] for r in rows(d) if r.get("trigger"))
-    assert set(taken) <= {9, 16, 23}, taken  # only the step after a spike
+    assert set(taken) <= {9, 16, 23}, (taken, timeline_said(d))  # only the step after a spike
     rec = read_rank(d / "timeline" / "rank0.bin")
     if not (rec["flags"] & BUSY).any():  # a quiet machine: every spike judged
         assert taken == [9, 16, 23]
@@ -294,7 +300,8 @@ def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
     d = host(prof, 12, slow_from=9)
     kept = [r for r in rows(d) if r["stage"] == "actor_update"]
     busy = unjudged_steps(d)
-    assert bool(kept) == bool(trigger_steps(9, busy, 12))  # empty only where a loaded machine left no judgement
+    # empty only where a loaded machine left no judgement
+    assert bool(kept) == bool(trigger_steps(9, busy, 12)), ([r["step"] for r in kept], timeline_said(d))
     assert all(r["trigger"]["reason"] == "slow" and r["trigger"]["step"] == r["step"] for r in kept)
     assert all(r["step"] >= 9 and r["step"] not in busy for r in kept)  # the fast windows were profiled, dropped
     assert sorted(p.name for p in d.glob("*.json.gz")) == sorted(r["path"] for r in kept)
@@ -446,7 +453,7 @@ def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tm
     assert f"run directory {d}" in proc.stdout
     expected = trigger_steps(14, unjudged_steps(d), 22)
     captured = [r for r in rows(d) if r.get("trigger")]
-    assert bool(captured) == bool(expected), (expected, unjudged_steps(d))
+    assert bool(captured) == bool(expected), (expected, timeline_said(d))
     if not expected:
         return
     judged = captured[0]["trigger"]["step"]
@@ -469,7 +476,7 @@ def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path
         burner.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
 
 
@@ -512,10 +519,12 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     busy = unjudged_steps(d, 0) | unjudged_steps(d, 1)
     captured = [r for r in rows(d) if r.get("trigger")]
     judged = first_judged(8, busy)
+    seen = timeline_said(d, (0, 1))
     if judged >= 12:  # a loaded machine left no step to judge with a step after it to capture
-        assert captured == [], (busy, captured)
+        assert captured == [], (captured, seen)
         return
-    assert sorted(r["rank"] for r in captured) == [0, 1], busy  # the actor's rank 0 is the healthy one, rank 1 the slow
+    # the actor's rank 0 is the healthy one, rank 1 the slow
+    assert sorted(r["rank"] for r in captured) == [0, 1], ([r["trigger"] for r in captured], seen)
     assert len({r["step"] for r in captured}) == 1
     t = captured[0]["trigger"]
     assert t["reason"] == "straggler" and t["rank"] == 1 and t["stage"] == "reward_compute"
@@ -750,7 +759,7 @@ def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(t
     d, slow, expected = slowed_host(
         tmp_path, "reward_compute", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return  # a loaded machine left no step judged after the onset
     proc = run_cli("analyze", d, "-o", tmp_path / "out")
@@ -784,7 +793,7 @@ def test_a_captured_window_without_a_known_cause_says_so(tmp_path):
     d, slow, expected = slowed_host(
         tmp_path, "actor_update", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return
     from rlprof.analyze.pipeline import analyze
@@ -802,7 +811,7 @@ def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path
     d, slow, expected = slowed_host(
         tmp_path, "actor_update", {s: 0.08 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return
     from rlprof.analyze.pipeline import analyze
@@ -836,7 +845,7 @@ def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     slow = [r for r in rows(d) if r.get("trigger") and r["trigger"]["reason"] == "slow"]
-    assert bool(slow) == bool(trigger_steps(10, unjudged_steps(d), 16)), unjudged_steps(d)
+    assert bool(slow) == bool(trigger_steps(10, unjudged_steps(d), 16)), timeline_said(d)
     if not slow:
         return
     assert "slow_reward" in proc.stdout  # the first screen says the cause of the captured step

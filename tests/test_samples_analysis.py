@@ -120,7 +120,7 @@ def test_a_long_sample_is_named_by_the_captured_windows_verdict_and_the_run_over
     captured = [b for b in timeline["beside"] if b["step"] >= 10]
     assert captured, seen  # busy steps are judged: the first slow one is captured
     said = captured[0]["samples"]
-    assert said["slowest"][0]["sample"] == 1 and said["alone"]["sample"] == 1
+    assert said["slowest"][0]["sample"] == 1 and said["alone"]["sample"] == 1, (said, seen)
     assert said["alone"]["decode_steps"] == [4, 23] and said["alone"]["kept"] == [4, 23]
     verdict = captured[0]["cause"]
     assert "rollout_tail" in [c["cause"] for c in verdict["causes"] + verdict["in_both"]]
@@ -135,10 +135,11 @@ def test_a_control_run_with_every_sample_alike_names_no_sample(tmp_path):
     run = _long_sample_run(tmp_path, long=False)
     doc = analyze(run, workers=1)
     timeline = doc["timeline"]
+    seen = f"timeline:\n{timeline_said(run)}\nlevels {timeline['level_shifts']}\nspikes {timeline['spikes']}"
     assert {s["response_tokens"] for s in doc["samples"]} == {4}  # every sample alike
-    assert not [s for s in timeline["level_shifts"] if s["stage"] == "rollout_generate"]
+    assert not [s for s in timeline["level_shifts"] if s["stage"] == "rollout_generate"], seen
     for entry in timeline["spikes"] + timeline["drift"]:  # a busy machine's spike is not the workload's
-        assert entry.get("why", {}).get("explained_by") != "response_tokens"
+        assert entry.get("why", {}).get("explained_by") != "response_tokens", seen
     for record in timeline.get("beside", []):
         assert "alone" not in record.get("samples", {})
     assert not [f for f in doc["findings"] if f["kind"] == "rollout_tail"]
