@@ -95,6 +95,7 @@ def test_every_field_of_a_row_has_its_rule_when_assembled():
     """A field added to Row must say how a stage row made from units takes it (document.py), or the bug returns:
     the first unit's value standing for the stage."""
     ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
+    ruled |= set(assembly.ALIKE)
     ruled |= {"host_wall_ms", "attribution", "units_only"}
     assert set(Row.__struct_fields__) == ruled
 
@@ -247,6 +248,8 @@ def _recomputed(doc, m: dict) -> dict:
         return {"value": (get("ref_compute_log_prob") + get("actor_compute_log_prob")) / get("actor_update")}
     if m.get("basis") == "samples" or m["measure"] in ("tool_share", "preempted_share", "queue_share"):
         return _from_samples(doc, m)
+    if m["measure"] in ("outside_share", "refill_share"):
+        return _from_account(doc, m)
     if m["measure"] == "memory_use":
         (mem,) = [x for x in doc["memory"] if x.get("file") == m["file"] and x.get("rank") == m["rank"]]
         return {"value": mem["peak_bytes"] / mem["capacity_bytes"]}
@@ -273,6 +276,31 @@ def _from_samples(doc, m: dict) -> dict:
     ]
     slowest = [r for r in slowest if "tool_ms" in r]
     return {"value": sum(r["tool_ms"] for r in slowest) / sum((r["end_us"] - r["start_us"]) / 1e3 for r in slowest)}
+
+
+def _generation_ms(samples: list[dict]) -> dict:
+    """step -> its samples' generation (each pass's first start to last end, summed over the passes), ms."""
+    spans: dict = defaultdict(lambda: defaultdict(list))
+    for r in samples:
+        if "start_us" in r and "end_us" in r:
+            spans[r["step"]][r.get("rollout_pass", 0)].append(r)
+    return {
+        step: sum((max(r["end_us"] for r in p) - min(r["start_us"] for r in p)) / 1e3 for p in passes.values())
+        for step, passes in spans.items()
+    }
+
+
+def _from_account(doc, m: dict) -> dict:
+    """The rollout stage's share outside generation (its unprofiled watched steps) and DAPO's refills' share of the
+    generation, from the watch's stage times the account keeps and the samples, recomputed here."""
+    generation = _generation_ms(doc["samples"])
+    account = doc["rollout_account"]
+    if m["measure"] == "outside_share":
+        steps = [a for a in account if not a["profiled"]]
+        stage = sum(a["stage_ms"] for a in steps)
+        return {"value": sum(a["stage_ms"] - generation[a["step"]] for a in steps) / stage}
+    refill = sum(a.get("refill_ms", 0.0) for a in account)
+    return {"value": refill / sum(generation[a["step"]] for a in account)}
 
 
 def _brute_tail(batch: list[dict]) -> tuple[float, float]:

@@ -99,6 +99,7 @@ def _same_window_twice(rows: list[dict]) -> list[str]:
 SUMMED = (*BUCKETS, "unknown_ms", "device_gap_ms", "launch_bound_ms", "launch_unlinked_ms", "unlinked_events")
 EARLIEST = ("start_us", "host_start_us", "device_start_us")  # the first of the units' (None where none has one)
 KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belong to: equal in all of them
+ALIKE = ("step_source",)  # where the window's step came from (row_steps.py): its file's, alike in its units
 # host_wall_ms: the span of the units' host ranges, first start to last end (the host lane draws that); attribution:
 # "launch+time" where any unit placed work by time; units_only: how many units. Not carried: what only a unit says
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
@@ -123,6 +124,7 @@ def assembled_row(units: list[dict]) -> dict:
     """The stage row of these units (one window's), field by field (SUMMED, EARLIEST, KEY and the rest above)."""
     row = {k: units[0][k] for k in KEY}
     row.update(file=None, unit=None, index=None)
+    row.update({k: units[0][k] for k in ALIKE if k in units[0]})
     for k in EARLIEST:
         if any(k in u for u in units):
             starts = [u[k] for u in units if u.get(k) is not None]
