@@ -183,6 +183,8 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         print_over_time(console, doc)
     for line in memory_lines(doc) + sample_lines(doc) + account_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if not doc["rows"] and not doc["inputs"]:  # a run directory of the watch's timeline and samples only
+        return
     if not doc["rows"] and all(i.get("kind") == "memory_snapshot" for i in doc["inputs"]):
         console.print("no time windows: these inputs are memory snapshots (torch_memory records allocations, not time)")
         return
