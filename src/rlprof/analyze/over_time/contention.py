@@ -13,29 +13,23 @@ from ..inputs.timeline_file import BUSY
 from .watched import Loaded
 
 
-def usual_share(shares: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Each rank's usual wait share: its median over `steps` (NaN where not known)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(np.where(steps[None, :], shares, np.nan), axis=1) if shares.size else np.zeros(0)
-
-
-def _expected(t: Loaded, name: str, i: int, ranks: np.ndarray, usual: np.ndarray) -> np.ndarray:
-    """The wait each of `ranks` would have had in `name` at step i at its `usual` share, given its time on a core."""
-    return np.asarray([expected_wait_ms(float(t.cpus[name][k, i]), float(u)) for k, u in zip(ranks, usual)])
+def _at(t: Loaded, name: str, ranks, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `ranks`' (time on a core, wait for one, others' share) in `name` at step index i."""
+    got = [t.sched(name, k, [i]) for k in ranks]
+    return tuple(np.asarray([g[j][0] for g in got], float) for j in range(3))
 
 
 def rank_evidence(t: Loaded, name: str, i: int, usual: np.ndarray) -> dict:
     """Step i's contention evidence in `name` (a stage or the step): the busy ranks' wait there and the wait expected
     at their usual share, summed; others' share of the host (median over them); how many ranks were busy."""
     busy = np.flatnonzero((t.rank_flags[:, i] & BUSY) != 0)
-    waits, others = t.waits[name][busy, i], t.others_share[busy, i]
-    known = np.isfinite(waits) & np.isfinite(t.cpus[name][busy, i])
-    expected = _expected(t, name, i, busy[known], usual[busy][known])
+    cpu, waits, others = _at(t, name, busy, i)
+    known = np.isfinite(waits) & np.isfinite(cpu)
+    expected = [expected_wait_ms(c, u) for c, u in zip(cpu[known], usual[busy][known])]
     return {
         "cause": "contention",
         "run_wait_ms": float(waits[known].sum()) if known.any() else None,
-        "expected_wait_ms": float(expected.sum()) if known.any() else None,
+        "expected_wait_ms": float(sum(expected)) if known.any() else None,
         "others_share": float(np.median(others[np.isfinite(others)])) if np.isfinite(others).any() else None,
         "ranks_busy": len(busy),
     }
@@ -45,27 +39,36 @@ def contention_evidence(t: Loaded, name: str, i: int, usual: np.ndarray, excess_
     """Step i's contention evidence in `name` where it explains `excess_s` (busy_machine.py's rule: the busy ranks'
     wait there beyond the wait expected at their usual share, summed), else None."""
     busy = np.flatnonzero((t.rank_flags[:, i] & BUSY) != 0)
-    known = busy[np.isfinite(t.waits[name][busy, i]) & np.isfinite(t.cpus[name][busy, i])]
-    if not len(known):
+    if not len(busy):
         return None
-    extra = np.maximum(t.waits[name][known, i] - _expected(t, name, i, known, usual[known]), 0.0)
-    return rank_evidence(t, name, i, usual) if explains(float(extra.sum()), excess_s) else None
+    cpu, waits, _ = _at(t, name, busy, i)
+    known = np.isfinite(waits) & np.isfinite(cpu)
+    if not known.any():
+        return None
+    extra = sum(max(0.0, w - expected_wait_ms(c, u)) for c, w, u in zip(cpu[known], waits[known], usual[busy][known]))
+    return rank_evidence(t, name, i, usual) if explains(extra, excess_s) else None
 
 
 def straggler_contention(t: Loaded, name: str, k: int, at: np.ndarray, excess_s: np.ndarray) -> dict:
     """A straggler's cause where its wait for a core in the stage beyond the wait expected at the other ranks' share
     explains its excess at half of its steps or more: `cause: contention` with its median wait there and the median
     expected ({} otherwise)."""
+    shares = []
+    for other in range(len(t.ranks)):
+        if other != k:
+            cpu, wait, _ = t.sched(name, other, at)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                shares.append(np.where(cpu + wait > 0, wait / (cpu + wait), np.nan))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        theirs = np.nanmedian(np.delete(t.shares(name)[:, at], k, axis=0), axis=0)
-    mine = t.waits[name][k, at].astype(float)
-    expected = np.asarray([expected_wait_ms(float(t.cpus[name][k, i]), float(s)) for i, s in zip(at, theirs)])
+        theirs = np.nanmedian(np.asarray(shares), axis=0) if shares else np.full(len(at), np.nan)
+    cpu, mine, others = t.sched(name, k, at)
+    expected = np.asarray([expected_wait_ms(c, s) for c, s in zip(cpu, theirs)])
     busy = (t.rank_flags[k, at] & BUSY) != 0
     explained = [j for j in range(len(at)) if busy[j] and explains(mine[j] - expected[j], float(excess_s[j]))]
     if not len(at) or len(explained) * 2 < len(at):
         return {}
-    share = t.others_share[k, at[explained]]
+    share = others[explained]
     return {
         "cause": "contention",
         "run_wait_ms": float(np.median(mine[explained])),

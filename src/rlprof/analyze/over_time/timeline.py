@@ -38,7 +38,7 @@ import numpy as np
 
 from ..inputs.busy_machine import CONTENTION_SHARE
 from ..inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP, timeline_ranks
-from .contention import contention_evidence, contention_records, rank_evidence, straggler_contention, usual_share
+from .contention import contention_evidence, contention_records, rank_evidence, straggler_contention
 from .watched import Loaded
 
 SPIKE_FACTOR = 2.0
@@ -203,7 +203,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
     judged = ((flags & WARMUP) == 0) & ~profiled  # busy steps included
     own = judged & ((flags & CONTENTION) == 0)  # the live trigger's contention steps: no baseline, no level
     columns = {"step": step_s, **stages}
-    usual = {name: usual_share(t.shares(name), own) for name in columns}
+    usual = t.usual_shares(own)
     times_of = columns.__getitem__
     least = max(STRAGGLER_STEPS, STRAGGLER_SHARE * int(judged.sum()))
     straggling: dict = {}
