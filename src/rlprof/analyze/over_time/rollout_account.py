@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs.timeline_file import read_rollout_windows
+from ..inputs.timeline_file import CAPTURED, PROFILED, read_rollout_windows
 from .watched import Loaded
 
 STAGE = "rollout_generate"
@@ -50,7 +50,9 @@ def rollout_account(run_dirs: list[Path], samples: list[dict], clock_base_us: fl
             if not rows or not np.isfinite(stage_s[i]):
                 continue
             rec = _account(step, float(stage_s[i]) * 1e3, rows, base, windows.get(step, []))
-            rec["profiled"] = bool(t.flags[i] & (4 | 8)) or any(w.get("profiled") for w in windows.get(step, []))
+            rec["profiled"] = bool(t.flags[i] & (CAPTURED | PROFILED)) or any(
+                w.get("profiled") for w in windows.get(step, [])
+            )
             out.append(rec)
     return sorted(out, key=lambda r: r["step"])
 
