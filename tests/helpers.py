@@ -112,7 +112,7 @@ def unjudged_steps(run_dir, rank=0):
 
 def timeline_said(run_dir, ranks=(0,)) -> str:
     """What the watch saw, for a failing test's message: per rank and step, the step's seconds, busy, its run-queue
-    wait (ms) and the flags (b busy, w warm-up, c captured, p profiled, x contention)."""
+    wait (ms) and the flags (b busy, w warm-up, c captured, p profiled, j judged, s slow, t straggler, x contention)."""
     from rlprof.analyze.inputs.timeline_file import read_rank
 
     lines = []
@@ -120,7 +120,7 @@ def timeline_said(run_dir, ranks=(0,)) -> str:
         rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
         cells = [
             f"{int(r['step'])}:{r['step_s']:.3f}s/{r['run_wait_ms']:.0f}ms"
-            + "".join(c for bit, c in zip((1, 2, 4, 8, 16), "bwcpx") if int(r["flags"]) & bit)
+            + "".join(c for bit, c in zip((1, 2, 4, 8, 16, 32, 64, 128), "bwcpjstx") if int(r["flags"]) & bit)
             for r in rec
         ]
         lines.append(f"rank {rank}: " + " ".join(cells))

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..analyze.inputs.busy_machine import expected_wait_ms, explains
+from ..analyze.inputs.timeline_file import JUDGED, SLOW, STRAGGLER
 from ..config.plan import TriggerPlan
 from ..vocab import ROLES, STAGE_ROLE, STAGES
 
@@ -75,7 +76,19 @@ class Decision:
     armed: list = field(default_factory=list)  # Capture
     refused: list = field(default_factory=list)  # (request id, one line why)
     flagged: dict | None = None  # keep: slow_only: this step's finding, within the budget: its windows are kept
-    contention: dict | None = None  # a slow step the machine's contention explains: said and flagged, not captured
+    judged: bool = False  # the rule judged this step (not warm-up or profiled): the timeline's JUDGED flag
+    found: dict | None = None  # what it found there (slow, straggler), armed or not (budget, cooldown, contention)
+    contention: dict | None = None  # a finding the machine's contention explains: said and flagged, not captured
+
+    def flags(self) -> int:
+        """The verdict as the timeline's flags say it (the same on every rank); a finding contention explained is the
+        machine's (CONTENTION, on the rank it names), not the job's slow step or straggler."""
+        reason = (self.found or {}).get("reason") if self.contention is None else None
+        return (
+            (JUDGED if self.judged else 0)
+            | (SLOW if reason == "slow" else 0)
+            | (STRAGGLER if reason == "straggler" else 0)
+        )
 
 
 def encode_request(req: dict | None) -> list[float]:
@@ -205,6 +218,7 @@ class Trigger:
         self.history: deque = deque(maxlen=plan.window)
         self.shares: deque = deque(maxlen=plan.window)  # each judged step's wait shares [ranks x (step, stages)]
         self.used = 0
+        self.judged = False  # whether the last step judge() saw was judged
         self.last_armed: int | None = None
         self.pending: list[Capture] = []
         if plan.baseline and plan.keep == "next":  # a normal window to put captures beside (outside the budget)
@@ -230,10 +244,11 @@ class Trigger:
 
     def judge(self, step: int, matrix: np.ndarray) -> dict | None:
         """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}, with `cause` and
-        `evidence` where contention explains it) or None."""
+        `evidence` where contention explains it) or None; `judged` says whether the step was judged at all."""
         plan = self.plan
         times, unjudged = matrix[:, :TIMES], matrix[:, BUSY_COL].astype(np.int64) & BACKGROUND_WRITE
-        if step <= plan.warmup_steps or unjudged.any() or step in self.profiled:
+        self.judged = not (step <= plan.warmup_steps or unjudged.any() or step in self.profiled)
+        if not self.judged:
             return None
         found, best = None, 0.0
         if plan.straggler is not None and len(times) > 1:
@@ -309,6 +324,7 @@ class Trigger:
         if req[0] > 0:
             self._request(step, req, ranks_asked, out)
         found = self.judge(step, matrix)
+        out.judged, out.found = self.judged, found
         if found is not None and found.get("cause") == "contention":
             out.contention = found  # the machine was slow, not the job: said and flagged, never captured
             return out

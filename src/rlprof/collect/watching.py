@@ -37,6 +37,7 @@ class Watching:
         self._beat_at = 0.0
         self._delegated: dict = {}
         self._captured: dict = {}  # request id -> the windows this rank closed for it this step
+        self.step_captures: list[dict] = []  # the trigger rows of the captures the last step ended took
         self._writes_at_start = (0, 0)  # the window writer's (in flight, ended) when the step started
         if watched:
             self._start_watch(decides)
@@ -227,7 +228,11 @@ class Watching:
             writing=writing,
             waited=waited,
             contention=decision.contention is not None and decision.contention["rank"] == self._watch.rank,
+            verdict=decision.flags(),
         )
+        self.step_captures = [c.trigger for c in self._taken]  # what a tracker logs as the step's capture
+        if kept:
+            self.step_captures.append({k: v for k, v in decision.flagged.items() if k != "ranks"})
         if self._captured:
             try:
                 for rid, windows in self._captured.items():
@@ -263,7 +268,16 @@ class Watching:
         return bool(busy_then or busy_now or ended_now != ended_then)
 
     def _record(
-        self, n: int, step_s: float, stages: list, busy: bool, captured: bool, writing: bool, waited, contention: bool
+        self,
+        n: int,
+        step_s: float,
+        stages: list,
+        busy: bool,
+        captured: bool,
+        writing: bool,
+        waited,
+        contention: bool,
+        verdict: int = 0,
     ) -> None:
         # profiled: the plan's own window on this rank, or one written in the background while the step ran; either
         # way the profiler's cost is in the step's times
@@ -274,6 +288,7 @@ class Watching:
             | (CAPTURED if captured else 0)
             | (PROFILED if fixed or writing else 0)
             | (CONTENTION if contention else 0)
+            | verdict
         )
         try:
             self._watch.write(n, flags, step_s, stages, waited)

@@ -1,15 +1,17 @@
 """The watch's per-rank timeline (collect/watch.py writes it, analyze/over_time/timeline.py reads it): one fixed-width
 little-endian record per watched step, appended as the step ends, in `<run_dir>/timeline/rank<R>.bin`.
 
-Record: step (u4), flags (u4: BUSY, WARMUP, CAPTURED, PROFILED, CONTENTION), the step's wall seconds (f4), then one
-f4 per stage in `vocab.STAGES` order: that stage's wall seconds in the step (entries summed), NaN where the stage did
-not run; then one f4 per stage: when it was first entered, in seconds from the step's start (the order the stages ran
-in: a straggler's slow stage comes before the stage where the other ranks wait for it); then (version 2) when the step
-began on the wall clock (f8, seconds since the Unix epoch: the clock of the samples and of the traces' events, so a
-file whose name holds no step is placed in one), how long the thread that ran the step ran on a core (f4, ms) and
-waited for one (f4, ms: its run-queue wait), and the share of the host's CPUs other processes used meanwhile (f4:
+Record: step (u4), flags (u4: BUSY, WARMUP, CAPTURED, PROFILED, CONTENTION; and the trigger's verdict, the same on
+every rank: JUDGED, and what it found there, SLOW, STRAGGLER), the step's wall seconds (f4), then one f4 per stage in
+`vocab.STAGES` order: that stage's wall seconds in the step (entries summed), NaN where the stage did not run; then
+one f4 per stage: when it was first entered, in seconds from the step's start (the order the stages ran in: a
+straggler's slow stage comes before the stage where the other ranks wait for it); then (version 2) when the step began
+on the wall clock (f8, seconds since the Unix epoch: the clock of the samples and of the traces' events, so a file
+whose name holds no step is placed in one), how long the thread that ran the step ran on a core (f4, ms) and waited
+for one (f4, ms: its run-queue wait), and the share of the host's CPUs other processes used meanwhile (f4:
 busy_machine.py's external share); then one f4 per stage: the thread's wait for a core inside it (ms), and one f4
-per stage: its time on a core inside it (ms); NaN where not known. A version 1 file (no fields after the starts) reads with them NaN.
+per stage: its time on a core inside it (ms); NaN where not known. A version 1 file (no fields after the starts)
+reads with them NaN.
 `timeline/columns.json` names the columns, so a reader never guesses the layout.
 
 Beside it, where the host knows when its rollout stage ran and what it did inside (verl's driver: the stage is its
@@ -36,7 +38,8 @@ COLUMNS_FILE = "columns.json"
 FORMAT_VERSION = 2
 BUSY, WARMUP, CAPTURED = 1, 2, 4
 PROFILED = 8  # a window of the plan's own steps was open on this rank (the profiler's cost is in the times)
-CONTENTION = 16  # judged slow, and this rank's wait for a core explains it (collect/trigger.py): said, not captured
+JUDGED, SLOW, STRAGGLER = 16, 32, 64  # the trigger judged the step; it found it slow; it found a rank straggling
+CONTENTION = 128  # found slow, or this rank straggling, and its wait for a core explains it (collect/trigger.py): said
 RECORD = struct.Struct("<IIf" + "f" * 2 * len(STAGES) + "dfff" + "f" * 2 * len(STAGES))
 V1_FIELDS = [
     ("step", "<u4"),
@@ -92,7 +95,16 @@ def columns() -> dict:
         "record_bytes": RECORD.size,
         "fields": [f[0] for f in DTYPE.descr],
         "stages": list(STAGES),
-        "flags": {"busy": BUSY, "warmup": WARMUP, "captured": CAPTURED, "profiled": PROFILED, "contention": CONTENTION},
+        "flags": {
+            "busy": BUSY,
+            "warmup": WARMUP,
+            "captured": CAPTURED,
+            "profiled": PROFILED,
+            "judged": JUDGED,
+            "slow": SLOW,
+            "straggler": STRAGGLER,
+            "contention": CONTENTION,
+        },
     }
 
 
@@ -114,7 +126,7 @@ def read_rank(path: Path) -> np.ndarray:
     """One rank's records, in this version's layout (a version 1 file's with its missing fields NaN); a torn last
     record (the job was writing it) is left out."""
     path = Path(path)
-    layout = DTYPE if _version(path.parent) >= 2 else V1_DTYPE
+    layout = record_dtype(path.parent)
     data = np.fromfile(path, dtype=np.uint8)
     whole = len(data) - len(data) % layout.itemsize
     records = data[:whole].view(layout)
@@ -126,6 +138,11 @@ def read_rank(path: Path) -> np.ndarray:
     for name, *_ in LOAD_FIELDS:
         out[name] = np.nan
     return out
+
+
+def record_dtype(timeline_dir: Path) -> np.dtype:
+    """The records' layout in a timeline directory: this version's, or version 1's (a reader of its first fields)."""
+    return DTYPE if _version(Path(timeline_dir)) >= 2 else V1_DTYPE
 
 
 def _version(timeline_dir: Path) -> int:
