@@ -9,7 +9,9 @@ from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .diagnosis.findings import diagnose
+from .diagnosis.speed_of_light import speed_of_light
 from .inputs.find import directory_warnings, run_config
+from .inputs.model_config import run_model
 from .inputs.salvage import run_accounts, salvage_lines
 from .inputs.samples_file import read_samples
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
@@ -18,8 +20,8 @@ from .over_time.timeline import run_timeline
 from .tables.schema import SCHEMA_VERSION
 
 
-def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
-    """The analysis document of one path from its per-file results."""
+def document(path, results: list[dict], warnings: list[str] = (), model: dict | None = None) -> dict:
+    """The analysis document of one path from its per-file results (`model`: the model the user gave)."""
     doc = {
         "schema_version": SCHEMA_VERSION,
         "inputs": [],
@@ -61,6 +63,9 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         doc["sample_steps"] = step_summaries(doc["samples"])
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
+    # the model the run computed with, and how far each stage ran from its device's limits (diagnosis/speed_of_light.py)
+    doc["model"] = run_model([res.get("model") for res in results], doc["run_config"], model)
+    doc["stage_limits"] = speed_of_light(doc, doc["model"])
     doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc

@@ -25,6 +25,7 @@ from ..config.plan import RolePlan
 from ..errors import CollectError
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
+from .device_record import device_record
 from .manifest import append_row
 from .preemption import HELD
 from .scopes import NULL
@@ -200,6 +201,7 @@ class WindowWriter:
     def __init__(self, run_id: str, roles: tuple[str, ...], where: dict):
         self.run_id, self.roles, self.where = run_id, roles, where
         self.written = 0
+        self.measured_cpu: dict | None = None  # the CPU measured at collection start (collect/device_record.py)
         self._lock = threading.Lock()
         self._finalizer: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Future, Window, Output, Path | None]] = []
@@ -344,6 +346,7 @@ class WindowWriter:
             "roles": list(self.roles),
             **({"trigger": w.trigger} if w.trigger is not None else {}),
             **({"device_memory": out.device_memory} if out is not None and out.device_memory else {}),
+            **({"device": device} if (device := device_record(self.measured_cpu)) is not None else {}),
             **w.cpu,
             **self.where,
         }

@@ -12,6 +12,7 @@ from ...errors import AnalyzeError
 from ...where import this_process
 from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
 from ..tables.schema import SCHEMA_VERSION
+from ..inputs.hardware import hardware_record
 from ..inputs.manifest import LOAD_KEYS
 from .ops import (
     LaunchGaps,
@@ -91,8 +92,10 @@ def analyze_file(
             "tool": info.get("tool"),
             "step": info.get("step"),
             **{k: info.get(k) for k in LOAD_KEYS},
+            "hardware": hardware_record(info.get("device"), trace.meta.deviceProperties),
         },
         "warnings": trace.warnings,
+        "model": info.get("model"),  # the model its collector recorded (an engine's), where one did
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
         "collectives": _tagged(collectives(trace.table, device, groups), tag, windows),
@@ -255,6 +258,7 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
             "rank": info.get("rank"),
             "partial": trace.partial,
             "bytes_read": 0,
+            "hardware": hardware_record(meta.get("device")),
         },
         "warnings": trace.warnings,
         "rows": rows,
