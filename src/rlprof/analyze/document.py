@@ -9,7 +9,7 @@ from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .diagnosis.findings import diagnose
-from .diagnosis.speed_of_light import speed_of_light
+from .diagnosis.speed_of_light import ROW_FIELDS, speed_of_light
 from .inputs.find import directory_warnings, run_config
 from .inputs.model_config import run_model
 from .inputs.salvage import run_accounts, salvage_lines
@@ -100,6 +100,8 @@ KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belon
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+# the work and limits: not assembled, computed for the stage row afterwards from its units' work (speed_of_light)
+AFTERWARDS = ROW_FIELDS
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:

@@ -667,8 +667,8 @@ class Analysis(Record, kw_only=True):
     """The analysis of one run, trace or directory: analysis.json as typed values.
 
     `rlprof.analyze(path)` makes one; `Analysis.load(path)` reads an analysis.json; `to_json()` writes one.
-    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory; samples and
-    sample_steps where the rollout's host recorded its samples) as
+    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, stage_limits, memory;
+    samples and sample_steps where the rollout's host recorded its samples) as
     numpy columns, the same scalar columns the CSV / DuckDB export writes."""
 
     schema_version: int
@@ -683,10 +683,10 @@ class Analysis(Record, kw_only=True):
     memory: list[Memory]
     timeline: Timeline | UnsetType = UNSET
     run_config: RunConfig | None
-    model: Model | UnsetType = UNSET
-    stage_limits: list[StageLimits] | UnsetType = UNSET
     samples: list[Sample] | UnsetType = UNSET
     sample_steps: list[SampleStep] | UnsetType = UNSET
+    model: Model | UnsetType = UNSET
+    stage_limits: list[StageLimits] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
 

@@ -25,7 +25,6 @@ from ..errors import ConfigError
 from ..vocab import ROLE_STAGES, ROLES, STAGE_ROLE, STAGES, TOOLS, UNITS
 from ..warn_once import warn_once
 from .backends import Backend, WindowSpec, backend_class, why_unavailable
-from .device_record import accelerator, measure_cpu
 from .manifest import written_where
 from .lost import LostWindows
 from .naming import shared_run_id, window_name
@@ -142,9 +141,7 @@ class Profiler(Watching):
         self._open: list[Window] = []
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
-        self._writer = WindowWriter(self.run_id, hosted, self._where)
-        if (self._collecting or self._capturable) and accelerator() is None:
-            self._writer.measured_cpu = measure_cpu()  # once per process, at collection start: the device a CPU run has
+        self._writer = WindowWriter(self.run_id, hosted, self._where, bool(self._collecting or self._capturable))
         self._lost = LostWindows(self.said)  # the windows lost to faults, said without flooding the log
         self._closed = False
         self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)

@@ -25,7 +25,7 @@ from ..config.plan import RolePlan
 from ..errors import CollectError
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
-from .device_record import device_record
+from .device_record import accelerator, device_record, measure_cpu
 from .manifest import append_row
 from .preemption import HELD
 from .scopes import NULL
@@ -198,10 +198,12 @@ class WindowWriter:
     its manifest row appended, its analysis on collection submitted. Nothing here raises into training but a strict
     plan's fault: a write that fails is the window's fault (`Window.fault`)."""
 
-    def __init__(self, run_id: str, roles: tuple[str, ...], where: dict):
+    def __init__(self, run_id: str, roles: tuple[str, ...], where: dict, measure: bool = False):
         self.run_id, self.roles, self.where = run_id, roles, where
         self.written = 0
-        self.measured_cpu: dict | None = None  # the CPU measured at collection start (collect/device_record.py)
+        # `measure` (a process that collects): its CPU measured now, at collection start, once per process, where it
+        # computes on no accelerator (collect/device_record.py); every row says the device
+        self.measured_cpu = measure_cpu() if measure and accelerator() is None else None
         self._lock = threading.Lock()
         self._finalizer: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Future, Window, Output, Path | None]] = []

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
+from .speed_of_light import speed_of_light_section
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -147,6 +148,7 @@ def build_page(
         figure=charts.breakdown(doc),
         empty="no stage windows",
     )
+    speed_of_light_section(page, doc)  # the roofline (report/speed_of_light.py)
     page.section(
         "ops",
         "Top operators and kernels",

@@ -45,6 +45,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     import torch.distributed as dist
 
     from ..collect.foreign_logs import foreign_log_filter
+    from ..frameworks.hf_models import model_record
     from .threads import choose_threads
     from .train import run_training, write_run_config
     from .summary import print_summary, ProgressPrinter
@@ -77,7 +78,8 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         metrics_path = trainer.metrics_path  # written step by step in the trainer's own output directory
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
         lr = {"lr": trainer.lr, "from": trainer.lr_from, "warmup_steps": cfg.actor.lr_warmup_steps}
-        model = trainer.model_record
+        # the model in Hugging Face's terms: what the analysis counts each pass's work with (trainer_config.json)
+        model = model_record(trainer.actor.config.to_dict(), "rlprof's trainer", dtype="float32")
         write_run_config(cfg, [metrics_path.parent], threads={"threads": threads, "why": why}, lr=lr, model=model)
         beside_traces(cfg, history, run_dirs, {"threads": threads, "why": why}, lr, model)
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)

@@ -18,7 +18,6 @@ import torch.distributed as dist
 
 from ..collect import Profiler
 from ..collect.cpu_wait import current_thread_wait_ms, sample, since
-from ..frameworks.hf_models import model_record
 from ..warn_once import warn_once
 from .actor import batched_log_probs, policy_update
 from .algorithms import group_advantages, informative_groups, overlong_penalty
@@ -61,8 +60,6 @@ class Trainer:
         self.task = SumMod10Task(self.tok, seed + 7919 * rank)
         self.actor = build_model(cfg.model, self.tok.vocab_size, seed).to(self.device)
         self.ref = copy.deepcopy(self.actor).eval().requires_grad_(False)
-        # the model in Hugging Face's terms, for trainer_config.json (what the analysis counts each pass's work with)
-        self.model_record = model_record(self.actor.config.to_dict(), "rlprof's trainer", dtype="float32")
         self.rollout_model = None  # a separate copy only where rollout holds its own weights
         if self.distributed:
             if not cfg.rollout.share_actor_weights:
@@ -409,12 +406,10 @@ def write_metrics(history: list[dict], out_dir: Path) -> Path:
     return path
 
 
-def write_run_config(
-    cfg: TrainConfig, dirs, threads: dict | None = None, lr: dict | None = None, model: dict | None = None
-) -> None:
-    """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh, how many threads
-    ran and why, the learning rate the actor used and where it came from, the model it trained in Hugging Face's
-    terms), as `trainer_config.json` in each run directory that exists: the whole config and what it implies."""
+def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None, lr: dict | None = None, model=None) -> None:
+    """The settings a diagnosis needs beside the traces (the KL term on and its weight, the threads and why, the actor's
+    learning rate and its source, the model in Hugging Face's terms), as `trainer_config.json` in each run directory
+    that exists: the whole config and what it implies."""
     import dataclasses
 
     text = json.dumps(

@@ -39,6 +39,23 @@ GAP_PARTS = (
     ("gap_kernels_ms", "kernels below their limit"),
 )
 SUMMED = ("model_flops", "padded_flops", "min_bytes", "wall_ms", "sol_ms", "gap_ms", *(f for f, _ in GAP_PARTS))
+# every field this module gives a row (analyze/result.py: Limits)
+ROW_FIELDS = (
+    "work_from",
+    "model_flops",
+    "padded_flops",
+    "min_bytes",
+    "achieved_tflops",
+    "achieved_gbps",
+    "mfu",
+    "mbu",
+    "mfu_verl",
+    "sol_ms",
+    "bound",
+    "gap_ms",
+    *(f for f, _ in GAP_PARTS),
+    "gap_largest",
+)
 
 
 def speed_of_light(doc: dict, model: dict) -> list[dict]:
