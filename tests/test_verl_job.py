@@ -344,6 +344,28 @@ def test_micro_batch_1_of_actor_log_prob_and_update_kept_in_main_ppo(discrete_ru
         assert kept[stage] == [["rlprof:micro_batch:1"]] * 2, stage  # steps 1 and 2
 
 
+def logged(log_text: str, step: int, key: str) -> float:
+    """A metric verl's console logger printed for a step (`step:N - key:value - ...`)."""
+    (line,) = [line for line in log_text.splitlines() if f"step:{step} " in line and f"{key}:" in line]
+    return float(line.split(f"{key}:")[1].split()[0])
+
+
+def test_the_actor_updates_mfu_is_verls_own_logged_mfu_given_verls_peak(discrete_run):
+    """main_ppo analysed: its model is the checkpoint verl loaded (recorded by rlprof's vLLM plugin in the replica),
+    its device the CPU measured in the actor's worker; the actor update's kept micro-batch runs at the rate verl's own
+    perf/mfu/actor logged for step 2 (its mini-batch's model FLOPs over its train_batch time), within 10%, when divided
+    by the peak verl divides by (its table: 448 GFLOP/s for a CPU; `mfu_verl`)."""
+    result, work, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"vLLM's engine: {work / 'model'}"
+    (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == 2]
+    (hw,) = [i["hardware"] for i in doc["inputs"] if i["path"].endswith(update["file"])]
+    assert hw["kind"] == "cpu" and hw["source"].startswith("measured") and hw["verl_peak_flops"] == 448e9
+    verl_mfu = logged(result["log_text"], 2, "perf/mfu/actor")
+    assert update["mfu_verl"] == pytest.approx(verl_mfu, rel=0.10), (update["mfu_verl"], verl_mfu)
+
+
 def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discrete_run):
     """verl #7722: trainer and rollout captures on one device must take turns. Every window's span on the host's
     clock (the rows' start and wall time, read from the traces) is disjoint from every window of the other side."""

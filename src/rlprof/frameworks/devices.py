@@ -211,3 +211,26 @@ def verl_peak(name: str | None, kind: str | None) -> float | None:
         if key in device_name:
             return value
     return None
+
+
+def device_table() -> str:
+    """The table as docs/speed_of_light.md shows it (`python3 -m rlprof.frameworks.devices` prints it; a test checks the
+    page holds it as printed)."""
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value / T:g}"
+
+    dtypes = ("float32", "tf32", "bfloat16", "float16", "float8")
+    lines = [
+        "| device | matched by | " + " | ".join(f"{d} TFLOP/s" for d in dtypes) + " | bandwidth TB/s | source |",
+        "| --- | --- | " + " | ".join("---" for _ in dtypes) + " | --- | --- |",
+    ]
+    for d in DEVICES:
+        cells = [rate(d.peak_flops.get(k)) for k in dtypes]
+        match = " + ".join(f"`{m}`" for m in d.match)
+        lines.append(f"| {d.name} | {match} | " + " | ".join(cells) + f" | {d.bandwidth / T:g} | {d.source} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(device_table(), end="")
