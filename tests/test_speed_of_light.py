@@ -301,6 +301,23 @@ def test_a_model_given_with_model_is_read_from_a_checkpoint_its_config_or_json_t
             assert stage_row(doc, stage)["model_flops"] == pytest.approx(stage_row(recorded, stage)["model_flops"])
 
 
+def test_a_model_a_collector_left_beside_its_run_is_read(tmp_path):
+    """A run directory's model.json (what verl's agent loop leaves, through rlprof's verl plugin, from the checkpoint
+    verl's config names) is the run's model where no window recorded one."""
+    from rlprof.analyze.inputs.model_config import write_model_file
+    from rlprof.frameworks.hf_models import trainer_model
+
+    save = tmp_path / "save"
+    run = shutil.copytree(DATA / "h100" / "e2e-step", save / "run")
+    config = json.loads((run / "trainer_config.json").read_text())["config"]
+    (run / "trainer_config.json").unlink()
+    write_model_file(run, trainer_model(config["model"], "verl's actor_rollout_ref.model.path: /ckpt"))
+    for path in (run, save):  # the run directory, or the save_path above it
+        doc = analyze(path, workers=1)
+        assert doc["model"]["source"] == "verl's actor_rollout_ref.model.path: /ckpt" and doc["stage_limits"], path
+        assert doc["warnings"] == [] and len(doc["inputs"]) == 1  # the record is no trace
+
+
 @pytest.mark.parametrize(
     "given, says",
     [

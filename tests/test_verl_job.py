@@ -291,6 +291,23 @@ def test_e2e_block_rows_per_step_role_stage_rank_and_the_rollout_replica(e2e_run
     assert len(own) == 2 and all(sum(p.endswith(r["file"]) for p in own) == 1 for r in rollout)
 
 
+def test_verls_own_whole_step_traces_get_the_model_verl_loaded_and_their_work_from_the_samples(e2e_run):
+    """verl's own profiler's traces hold no unit: each training stage's work is its step's samples' (prompt + response
+    tokens, as the agent loop recorded them), with the model verl loaded, which rlprof's verl plugin recorded beside
+    the samples from the checkpoint verl's config names."""
+    result, work, save = e2e_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"verl's actor_rollout_ref.model.path: {work / 'model'}"
+    for step in (1, 2):
+        (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == step]
+        (log_prob,) = [
+            r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_compute_log_prob" and r["step"] == step
+        ]
+        assert update["work_from"] == log_prob["work_from"] == f"the step's {SAMPLES_PER_STEP} samples"
+        assert update["model_flops"] == pytest.approx(3 * log_prob["model_flops"])
+
+
 def test_finish_hook_runs_rlprof(discrete_run):
     result, work, _ = discrete_run
     finished_two_steps(result)

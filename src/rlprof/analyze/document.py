@@ -64,7 +64,7 @@ def document(path, results: list[dict], warnings: list[str] = (), model: dict | 
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
     # the model the run computed with, and how far each stage ran from its device's limits (diagnosis/speed_of_light.py)
-    doc["model"] = run_model([res.get("model") for res in results], doc["run_config"], model)
+    doc["model"] = run_model(path, [res.get("model") for res in results], doc["run_config"], model)
     doc["stage_limits"] = speed_of_light(doc, doc["model"])
     doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...errors import AnalyzeError
 from ...frameworks.hf_models import model_record, trainer_model
+from .find import MODEL_FILE
 
 ALLOWED = "a checkpoint directory holding config.json, a config.json file, or its JSON text"
 UNKNOWN = (
@@ -43,12 +44,13 @@ def given_model(spec: str) -> dict:
     return record
 
 
-def run_model(recorded: list, run_config: dict | None, given: dict | None = None) -> dict:
+def run_model(path, recorded: list, run_config: dict | None, given: dict | None = None) -> dict:
     """The document's `model`: `given`, else the first a window recorded (`recorded`: the windows' `model` records
-    in input order), else rlprof's trainer's, else a record saying why none is known."""
+    in input order), else a run directory's MODEL_FILE under `path`, else rlprof's trainer's, else a record saying why
+    none is known."""
     if given is not None:
         return given
-    for record in recorded:
+    for record in [*recorded, *_model_files(path)]:
         if isinstance(record, dict) and record.get("hidden_size"):
             return record
     data = _trainer_config(run_config)
@@ -79,3 +81,31 @@ def _trainer_config(run_config: dict | None) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_model_file(run_dir, record: dict) -> None:
+    """A collector's model record as its run directory's MODEL_FILE, whole or not at all (several processes of one job
+    may write the same record)."""
+    import os
+    import tempfile
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".model.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, run_dir / MODEL_FILE)
+
+
+def _model_files(path) -> list[dict]:
+    """The model records a run directory (or its run directories, one level down: a save_path) holds."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    out = []
+    for f in sorted([*path.glob(MODEL_FILE), *path.glob(f"*/{MODEL_FILE}")]):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
