@@ -126,7 +126,7 @@ def roofline(doc: dict) -> dict | None:
         "layout": _layout(
             "Roofline: each stage and unit against the device's limits",
             xaxis={"type": "log", "title": {"text": "arithmetic intensity (model FLOPs per byte moved)"}},
-            yaxis={"type": "log", "title": {"text": "achieved FLOP/s"}},
+            yaxis={"type": "log", "title": {"text": "achieved FLOP/s"}, "exponentformat": "SI"},
             height=480,
             margin={"l": 80, "b": 60},
         ),

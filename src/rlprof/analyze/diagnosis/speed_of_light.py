@@ -144,7 +144,8 @@ def samples_work(shape: Shape, doc: dict, row: dict, epochs: int) -> dict | None
     if passes is None:
         return None
     samples = [s for s in doc.get("samples", []) if s.get("step") == row.get("step")]
-    if any("rank" in s for s in samples):
+    ranked = any("rank" in s for s in samples)
+    if ranked:
         samples = [s for s in samples if s.get("rank") == row.get("rank")]
     lengths = [
         s["prompt_tokens"] + s["response_tokens"] for s in samples if "prompt_tokens" in s and "response_tokens" in s
@@ -155,7 +156,9 @@ def samples_work(shape: Shape, doc: dict, row: dict, epochs: int) -> dict | None
     tokens, pairs = sum(lengths), sum(n * n for n in lengths)
     flops = times * shape.train_flops(passes, tokens, pairs)
     return {
-        "work_from": f"the step's {len(lengths)} samples" + (f" x {times} ppo_epochs" if times > 1 else ""),
+        "work_from": f"the step's {len(lengths)} samples"
+        + ("" if ranked else " (of every rank: they do not say theirs)" if _ranks(doc) > 1 else "")
+        + (f" x {times} ppo_epochs" if times > 1 else ""),
         "model_flops": flops,
         "padded_flops": flops,  # how the stage padded them is not recorded: no padding said
         "min_bytes": times * shape.train_bytes(passes, tokens),
@@ -284,6 +287,10 @@ def _micro_batches(units: dict, row: dict) -> int:
     if row.get("unit") is not None:
         return 0
     return sum(1 for u in units.get(tuple(row.get(k) for k in KEY), ()) if u["unit"] == "micro_batch")
+
+
+def _ranks(doc: dict) -> int:
+    return len({r.get("rank") for r in doc["rows"] if r.get("role") != "rollout"})
 
 
 def _ppo_epochs(doc: dict) -> int:
