@@ -103,3 +103,14 @@ def test_the_speed_of_light_pages_device_table_is_generated_from_the_table():
     assert block and block.group(1) == device_table(), (
         "docs/speed_of_light.md's device table is out of date: paste `python3 -m rlprof.frameworks.devices` there"
     )
+
+
+def test_the_tracker_keys_are_named_once_in_the_verl_guide():
+    """docs/verl.md's table lists exactly the keys `analyze/over_time/step_measures.py` writes (KEYS), each once."""
+    from rlprof.analyze.over_time.step_measures import KEYS
+
+    section = (ROOT / "docs" / "verl.md").read_text().split("### rlprof's measures in verl's loggers")[1]
+    listed = re.findall(r"^\| `(rlprof/[^`]+)` \|", section.split("\n### ")[0], re.M)
+    assert sorted(listed) == sorted(KEYS) and len(listed) == len(set(listed))
+    others = [p for p in PAGES if p.name != "verl.md"]
+    assert not [p.name for p in others if re.search(r"^\| `rlprof/", p.read_text(), re.M)], "one table, in verl.md"

@@ -73,6 +73,10 @@ class TrainerSection:
     device: Literal["cpu", "cuda"] = "cpu"
     threads: Optional[int] = None  # intra-op threads; null: the free cores of the affinity, shared by local ranks
     output_dir: str = "outputs/train"
+    # verl's keys: where each step's metrics and rlprof's measures of it go (report/trackers.py), and their names there
+    logger: tuple[Literal["console", "tensorboard", "wandb", "mlflow"], ...] = ("console",)
+    project_name: str = "rlprof"
+    experiment_name: Optional[str] = None  # null: the run id
     debug: DebugConfig = field(default_factory=DebugConfig)
 
 
@@ -212,6 +216,10 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
         return None if value is None else _convert(key, value, inner)
     if origin is Literal:
         return c.choice(key, value, typing.get_args(tp))
+    if origin is tuple:  # a list of one kind (a lone value stands for a list of it, as verl's trainer.logger takes)
+        (inner, _) = typing.get_args(tp)
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        return tuple(_convert(f"{key}[{i}]", v, inner) for i, v in enumerate(items))
     if dataclasses.is_dataclass(tp):
         return _section(key, tp, value)
     if tp is bool:
