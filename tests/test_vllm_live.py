@@ -129,9 +129,14 @@ def test_seed_window_in_process(vllm_live, tmp_path):
         (s, 0, k) for s in (2, 3) for k in RECORDED
     ]
     assert all(r["role"] == "rollout" and r["stage"] == "rollout_generate" and r["wall_ms"] > 0 for r in decode)
+    # the measures rank the windows recorded on a quiet machine, where one is (analyze/inputs/busy_machine.py): step 3
+    # holds the staggered rollout's tail, step 2 none
+    busy = {f["evidence"]["path"].rsplit("/", 1)[-1] for f in doc["findings"] if f["kind"] == "busy_machine"}
+    ranked = {r["step"] for r in rows if r["path"] not in busy} or {2, 3}
     (tail,) = [m for m in doc["measures"] if m["measure"] == "rollout_tail"]
-    assert tail["status"] == "measured" and tail["decode_steps"] == 60
-    assert tail["tail_steps"] == sum(1 for k in RECORDED if held_at(STAGGER, k) < 4) > 0
+    assert tail["status"] == "measured" and tail["decode_steps"] == 30 * len(ranked)
+    staggered = sum(1 for k in RECORDED if held_at(STAGGER, k) < 4)
+    assert staggered > 0 and tail["tail_steps"] == (staggered if 3 in ranked else 0)
     # the work of each decode step, as vLLM itself counts that iteration's scheduled work
     model = doc["model"]
     assert model["source"] == f"vLLM's engine: {vllm_live.model}" and model["dtype"] == "float32"
