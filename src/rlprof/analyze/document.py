@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
+from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
 from .diagnosis.speed_of_light import ROW_FIELDS, speed_of_light
 from .inputs.find import directory_warnings, run_config
@@ -102,6 +103,7 @@ KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belon
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
 # the work and limits: not assembled, computed for the stage row afterwards from its units' work (speed_of_light)
 AFTERWARDS = ROW_FIELDS
+MERGED = IDLE_FIELDS  # the frames of the units' idle and host time: summed frame by frame (window/idle_frames.py)
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:
@@ -136,4 +138,5 @@ def assembled_row(units: list[dict]) -> dict:
     if any("attribution" in u for u in units):
         row["attribution"] = "launch+time" if any(u.get("attribution") == "launch+time" for u in units) else "launch"
     row["units_only"] = len(units)
+    row.update(merged_idle_frames(units))  # the frames of the units' idle, summed by frame (window/idle_frames.py)
     return row

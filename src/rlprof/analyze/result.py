@@ -115,6 +115,49 @@ class Row(Limits, kw_only=True):
     context_tokens: int | UnsetType = UNSET
     query_key_pairs: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
+    idle_frames: list[IdleFrame] | UnsetType = UNSET
+    idle_frames_rest_ms: Number | UnsetType = UNSET
+    idle_unattributed_ms: Number | UnsetType = UNSET
+    idle_libraries: dict[str, Number] | UnsetType = UNSET
+    idle_tree: list[IdleNode] | UnsetType = UNSET
+    host_time: dict[str, HostSite] | UnsetType = UNSET
+    host_samples: int | UnsetType = UNSET
+    launch_frames: list[IdleFrame] | UnsetType = UNSET
+
+
+class Frame(Record, kw_only=True):
+    """A Python frame of the host (analyze/window/idle_frames.py): its function, its file from its package's root, its
+    line and the library it belongs to."""
+
+    function: str
+    file: str
+    line: int
+    library: str
+
+
+class IdleFrame(Frame, kw_only=True):
+    """A frame a row's idle is charged to: the innermost frame of the code that drives the stage (a framework or the
+    user's own) on the stage thread's stack while nothing ran; `inside`: the library the thread was in then."""
+
+    inside: str
+    ms: Number
+    share: Number  # of the row's idle_ms (launch_frames: of its launch_bound_ms)
+
+
+class IdleNode(Frame, kw_only=True):
+    """A node of a row's idle icicle: a frame under its parent (-1: a root), with the idle time of the stacks through
+    it."""
+
+    id: int
+    parent: int
+    ms: Number
+
+
+class HostSite(Frame, kw_only=True):
+    """The stage thread's time in one host-side cause (host_sync, data_transfer, host_wait, garbage_collection) over
+    the row, and its top call site."""
+
+    ms: Number
 
 
 class StageLimits(Limits, kw_only=True):
@@ -334,6 +377,10 @@ class Measure(Record, kw_only=True):
     excess_ms: Number | UnsetType = UNSET
     queue_ms: Number | UnsetType = UNSET
     longest_queue_ms: Number | UnsetType = UNSET
+    host_ms: Number | UnsetType = UNSET
+    function: str | UnsetType = UNSET
+    line: int | UnsetType = UNSET
+    library: str | UnsetType = UNSET
 
 
 class Lever(Record, kw_only=True):
@@ -788,9 +835,12 @@ REFERENCE_ORDER = (
     AnalysedOn,
     Buckets,
     Row,
+    IdleFrame,
+    IdleNode,
+    HostSite,
+    StageLimits,
     Model,
     Hardware,
-    StageLimits,
     Op,
     Collective,
     Launch,

@@ -12,6 +12,7 @@ from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
 from .speed_of_light import speed_of_light_section
+from .host_stacks import has_idle_frames, idle_frames_html, idle_icicle
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -149,6 +150,8 @@ def build_page(
         empty="no stage windows",
     )
     speed_of_light_section(page, doc)  # the roofline (report/speed_of_light.py)
+    if has_idle_frames(doc):  # the host's stacks were sampled: idle by frame (report/host_stacks.py)
+        page.section("idle_frames", "Idle, by the host's frames", idle_frames_html(doc), figure=idle_icicle(doc))
     page.section(
         "ops",
         "Top operators and kernels",
