@@ -11,7 +11,10 @@ request's max_tokens, with ignore_eos so that a request generates exactly that m
 to rlprof's plugin (`rlprof.integrations.vllm.loader.step`: round k is the k-th step listed), `--host-slow-from K`
 makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's plan and trigger): round k is step
 k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
-engine with the step, `--log-stats` starts the engine with vLLM's stats on (disable_log_stats=False). The
+engine with the step, `--log-stats` starts the engine with vLLM's stats on (disable_log_stats=False),
+`--vllm-perf` (in process only) records, for every engine iteration that computes tokens, vLLM's own per-iteration
+FLOPs and bytes read and written (`vllm/v1/metrics/perf.py`: the ModelMetrics that `--enable-mfu-metrics` builds from
+the engine's config, applied to that iteration's scheduler output) as `vllm_perf` in each round's result. The
 environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
@@ -67,6 +70,49 @@ def engine(model: str, profiler_config: dict | None, log_stats: bool = False):
     )
 
 
+class PerfWatch:
+    """vLLM's own per-iteration perf model (vllm/v1/metrics/perf.py ModelMetrics, what --enable-mfu-metrics builds)
+    applied to each iteration's scheduler output as the worker's runner receives it: a list per round."""
+
+    def __init__(self, vllm_config):
+        from vllm.v1.metrics.perf import ModelMetrics
+
+        self.metrics = ModelMetrics(vllm_config)
+        self.iterations: list[dict] = []
+
+    def wrap(self, execute_model):
+        def watched(scheduler_output, *args, **kwargs):
+            if scheduler_output.total_num_scheduled_tokens:
+                stats = self.metrics.get_step_perf_stats_per_gpu(scheduler_output)
+                self.iterations.append(
+                    {
+                        "tokens": scheduler_output.total_num_scheduled_tokens,
+                        "flops": stats.num_flops_per_gpu,
+                        "read_bytes": stats.num_read_bytes_per_gpu,
+                        "write_bytes": stats.num_write_bytes_per_gpu,
+                    }
+                )
+            return execute_model(scheduler_output, *args, **kwargs)
+
+        return watched
+
+    def take(self) -> list[dict]:
+        out, self.iterations = self.iterations, []
+        return out
+
+
+def watch_perf(llm) -> PerfWatch:
+    """In process (VLLM_ENABLE_V1_MULTIPROCESSING=0): the worker's runner watched by vLLM's perf model."""
+    watch = PerfWatch(llm.llm_engine.vllm_config)
+
+    def attach(worker_wrapper):
+        runner = worker_wrapper.worker.model_runner
+        runner.execute_model = watch.wrap(runner.execute_model)
+
+    llm.collective_rpc(attach)
+    return watch
+
+
 def run(args) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -81,6 +127,7 @@ def run(args) -> dict:
                 for m in ("execute_model", "sample_tokens")
             }
         )[0]
+    perf = watch_perf(llm) if args.vllm_perf else None
     step = host = None
     if args.driver_steps or args.host_slow_from:
         from rlprof.integrations.vllm.loader import step
@@ -123,6 +170,7 @@ def run(args) -> dict:
                 "tokens": [len(r.outputs[0].token_ids) for r in results],
                 "request_ids": [r.request_id for r in results],
                 "prompt_tokens": [len(r.prompt_token_ids) for r in results],
+                **({"vllm_perf": perf.take()} if perf is not None else {}),
             }
         )
     if host is not None:
@@ -145,6 +193,7 @@ def main() -> None:
     r.add_argument("--driver-steps", type=int, nargs="*", default=[])
     r.add_argument("--host-slow-from", type=int, default=0)
     r.add_argument("--log-stats", action="store_true", help="the engine with vLLM's stats on (disable_log_stats=False)")
+    r.add_argument("--vllm-perf", action="store_true", help="vLLM's own FLOPs and bytes of each iteration (in process)")
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

@@ -67,6 +67,7 @@ def drive(
     driver_steps: list[int] = (),
     host_slow_from: int = 0,
     log_stats: bool = False,
+    vllm_perf: bool = False,
     timeout: int = 600,
 ) -> tuple[dict | None, subprocess.CompletedProcess]:
     """Run rounds of generation in a fresh vLLM process; (its JSON result or None, the finished process)."""
@@ -81,6 +82,8 @@ def drive(
         args += ["--host-slow-from", str(host_slow_from)]
     if log_stats:
         args += ["--log-stats"]
+    if vllm_perf:
+        args += ["--vllm-perf"]
     full_env = dict(os.environ, **BASE_ENV, VLLM_CACHE_ROOT=str((cwd or model.parent) / "vllm-cache"))
     for key in ("RLPROF_PLAN", "RLPROF_RUN_ID", "RLPROF_VLLM_STEPS", "VLLM_PLUGINS"):
         full_env.pop(key, None)  # only what the caller gives

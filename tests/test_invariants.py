@@ -9,7 +9,9 @@ code of this module's own, from what it is made of.
 - a device row's gap and launch-bound time, and each file's launch record, equal the device's idle gaps recomputed
   from the file's events (one brute-force pass over them, not the analysis's prefix sums);
 - each measure recomputes from the rows it names, and each finding's numbers are its measure's (a cause found in
-  several stages: each stage's).
+  several stages: each stage's);
+- each row's speed of light recomputes from its work and its window's device, the gap's parts sum to the gap, a stage
+  row's work is its units', and no predicted saving brings a stage below its speed-of-light time.
 """
 
 import math
@@ -97,7 +99,7 @@ def test_every_field_of_a_row_has_its_rule_when_assembled():
     ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
     ruled |= set(assembly.ALIKE)
     ruled |= set(assembly.MERGED)  # the units' idle frames, summed frame by frame (analyze/window/idle_frames.py)
-    ruled |= {"host_wall_ms", "attribution", "units_only"}
+    ruled |= {"host_wall_ms", "attribution", "units_only"} | set(assembly.AFTERWARDS)
     assert set(Row.__struct_fields__) == ruled
 
 
@@ -406,3 +408,108 @@ def test_the_h100_whole_step_names_the_same_cause_for_rollout(documents):
     assert stages["rollout_generate"]["value"] >= THRESHOLDS["launch_bound_share"]
     assert "rollout.engine" in [lv["key"] for lv in found["levers"]["rlprof"]]
     assert found["text"].count("launch-bound") == 1 and "rollout/rollout_generate" in found["text"]
+
+
+# ---- speed of light ------------------------------------------------------------------------------------------------
+GAP_FIELDS = (
+    "gap_idle_ms",
+    "gap_launch_ms",
+    "gap_comm_ms",
+    "gap_memcpy_ms",
+    "gap_padding_ms",
+    "gap_small_batches_ms",
+    "gap_kernels_ms",
+)
+
+
+def _device_of(doc: dict, row: dict) -> dict:
+    """The hardware of the window the row came from: its file's input (an assembled stage row: its units')."""
+    files = {row["file"]} if row["file"] else {u["file"] for u in _units_of(doc, row)}
+    (hw,) = {id(i["hardware"]): i["hardware"] for i in doc["inputs"] if i["path"].split("/")[-1] in files}.values()
+    return hw
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_each_rows_speed_of_light_recomputes_and_its_gap_parts_sum_to_its_gap(documents, name):
+    doc, _ = documents(name)
+    dtype = doc["model"].get("dtype")
+    for row in (r for r in doc["rows"] if "sol_ms" in r):
+        hw = _device_of(doc, row)
+        peak, bandwidth = hw["peak_flops"][dtype], hw["bandwidth"]
+        flops_ms, bytes_ms = row["model_flops"] / peak * 1e3, row["min_bytes"] / bandwidth * 1e3
+        assert close(row["sol_ms"], max(flops_ms, bytes_ms)), (name, row["stage"], row["unit"])
+        assert row["bound"] == ("compute" if flops_ms >= bytes_ms else "memory")
+        assert close(row["mfu"], row["model_flops"] / (row["wall_ms"] / 1e3) / peak)
+        assert close(row["mbu"], row["min_bytes"] / (row["wall_ms"] / 1e3) / bandwidth)
+        assert close(row["gap_ms"], max(0.0, row["wall_ms"] - row["sol_ms"]))
+        parts = [row[f] for f in GAP_FIELDS]
+        assert min(parts) >= 0 and close(sum(parts), row["gap_ms"], abs_ms=1e-9), (name, row["stage"], parts)
+        assert row["padded_flops"] >= row["model_flops"] * (1 - 1e-9)
+        if row["gap_ms"] > 0:
+            assert row[GAP_FIELDS[int(np.argmax(parts))]] == max(parts)
+    for s in doc.get("stage_limits", []):
+        held = [r for r in _stage_rows(doc) if (r["role"], r["stage"]) == (s["role"], s["stage"]) and "sol_ms" in r]
+        assert s["rows"] == len(held) and close(s["gap_ms"], sum(s[f] for f in GAP_FIELDS))
+        for k in ("model_flops", "min_bytes", "wall_ms", "sol_ms", *GAP_FIELDS):
+            assert close(s[k], sum(r[k] for r in held)), (name, s["stage"], k)
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_a_stage_rows_work_is_its_units_work(documents, name):
+    doc, _ = documents(name)
+    for row in (r for r in _stage_rows(doc) if "model_flops" in r):
+        units = [u for u in _units_of(doc, row) if "model_flops" in u]
+        if not units:
+            assert "samples" in row["work_from"], (name, row["stage"])  # a training stage without units: its samples
+            continue
+        for k in ("model_flops", "padded_flops", "min_bytes"):
+            assert close(row[k], sum(u[k] for u in units)), (name, row["stage"], k)
+
+
+def stage_speed_of_light(doc: dict) -> dict:
+    """stage -> its speed-of-light time per step (its rows' over steps x ranks, roles added), recomputed here."""
+    out = {}
+    for (role, stage), rows in _by_stage(doc).items():
+        if rows and all("sol_ms" in r for r in rows):
+            ranks = {r["replica"] if role == "rollout" and r["replica"] is not None else r["rank"] for r in rows}
+            n = len({r["step"] for r in rows}) * len(ranks)
+            out[stage] = out.get(stage, 0.0) + sum(r["sol_ms"] for r in rows) / n
+    return out
+
+
+def _by_stage(doc: dict) -> dict:
+    per = defaultdict(list)
+    for r in _stage_rows(doc):
+        if r["stage"]:
+            per[(r["role"], r["stage"])].append(r)
+    return per
+
+
+def savings_below_speed_of_light(doc: dict) -> list[tuple]:
+    """(finding, stage, saving, what the stage may lose) of every predicted saving that would bring a stage below its
+    speed-of-light time: the stage's time (the larger of its profiled mean and its unprofiled median, the most a
+    saving may be taken from) less its speed of light."""
+    sol = stage_speed_of_light(doc)
+    means = _means(doc)
+    unprofiled = ((doc.get("run_config") or {}).get("unprofiled") or {}).get("stage_ms") or {}
+    out = []
+    for f in doc["findings"]:
+        saving = f.get("saving") or {}
+        for stage, ms in (saving.get("by_stage_ms") or {}).items():
+            if stage not in sol:
+                continue
+            profiled = sum(v["wall_ms"] for k, v in means.items() if k[1] == stage)
+            room = max(profiled, unprofiled.get(stage, 0.0)) - sol[stage]
+            if ms > max(0.0, room) * (1 + 1e-9) + 1e-9:
+                out.append((f["kind"], stage, ms, room))
+    return out
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_no_saving_brings_a_stage_below_its_speed_of_light(documents, name):
+    doc, _ = documents(name)
+    assert savings_below_speed_of_light(doc) == [], name
+    for f in doc["findings"]:  # a saving cut there says the stage's speed of light, as recomputed here
+        cut = (f.get("saving") or {}).get("speed_of_light_ms") or {}
+        sol = stage_speed_of_light(doc)
+        assert all(close(ms, sol[stage]) for stage, ms in cut.items()), (name, f["kind"], cut)

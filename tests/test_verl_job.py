@@ -329,6 +329,23 @@ def test_e2e_block_rows_per_step_role_stage_rank_and_the_rollout_replica(e2e_run
         assert len(mine) == SAMPLES_PER_STEP and len(inside) == len(mine), (r["step"], r["start_us"], r["wall_ms"])
 
 
+def test_verls_own_whole_step_traces_get_the_model_verl_loaded_and_their_work_from_the_samples(e2e_run):
+    """verl's own profiler's traces hold no unit: each training stage's work is its step's samples' (prompt + response
+    tokens, as the agent loop recorded them), with the model verl loaded, which rlprof's verl plugin recorded beside
+    the samples from the checkpoint verl's config names."""
+    result, work, save = e2e_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"verl's actor_rollout_ref.model.path: {work / 'model'}"
+    for step in (1, 2):
+        (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == step]
+        (log_prob,) = [
+            r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_compute_log_prob" and r["step"] == step
+        ]
+        assert update["work_from"] == log_prob["work_from"] == f"the step's {SAMPLES_PER_STEP} samples"
+        assert update["model_flops"] == pytest.approx(3 * log_prob["model_flops"])
+
+
 def test_finish_hook_runs_rlprof(discrete_run):
     result, work, _ = discrete_run
     finished_two_steps(result)
@@ -380,6 +397,28 @@ def test_micro_batch_1_of_actor_log_prob_and_update_kept_in_main_ppo(discrete_ru
             assert own == ["micro_batch1"], f.name  # verl's own range of the kept micro-batch, no other
     for stage in ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"):
         assert kept[stage] == [["rlprof:micro_batch:1"]] * 2, stage  # steps 1 and 2
+
+
+def logged(log_text: str, step: int, key: str) -> float:
+    """A metric verl's console logger printed for a step (`step:N - key:value - ...`)."""
+    (line,) = [line for line in log_text.splitlines() if f"step:{step} " in line and f"{key}:" in line]
+    return float(line.split(f"{key}:")[1].split()[0])
+
+
+def test_the_actor_updates_mfu_is_verls_own_logged_mfu_given_verls_peak(discrete_run):
+    """main_ppo analysed: its model is the checkpoint verl loaded (recorded by rlprof's vLLM plugin in the replica),
+    its device the CPU measured in the actor's worker; the actor update's kept micro-batch runs at the rate verl's own
+    perf/mfu/actor logged for step 2 (its mini-batch's model FLOPs over its train_batch time), within 10%, when divided
+    by the peak verl divides by (its table: 448 GFLOP/s for a CPU; `mfu_verl`)."""
+    result, work, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"vLLM's engine: {work / 'model'}"
+    (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == 2]
+    (hw,) = [i["hardware"] for i in doc["inputs"] if i["path"].endswith(update["file"])]
+    assert hw["kind"] == "cpu" and hw["source"].startswith("measured") and hw["verl_peak_flops"] == 448e9
+    verl_mfu = logged(result["log_text"], 2, "perf/mfu/actor")
+    assert update["mfu_verl"] == pytest.approx(verl_mfu, rel=0.10), (update["mfu_verl"], verl_mfu)
 
 
 def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discrete_run):

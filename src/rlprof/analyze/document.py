@@ -10,7 +10,9 @@ from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
+from .diagnosis.speed_of_light import ROW_FIELDS, speed_of_light
 from .inputs.find import directory_warnings, run_config
+from .inputs.model_config import run_model
 from .inputs.salvage import run_accounts, salvage_lines
 from .inputs.samples_file import read_samples
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
@@ -22,8 +24,8 @@ from .over_time.watched import step_bounds
 from .tables.schema import SCHEMA_VERSION
 
 
-def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
-    """The analysis document of one path from its per-file results."""
+def document(path, results: list[dict], warnings: list[str] = (), model: dict | None = None) -> dict:
+    """The analysis document of one path from its per-file results (`model`: the model the user gave)."""
     doc = {
         "schema_version": SCHEMA_VERSION,
         "inputs": [],
@@ -71,6 +73,9 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         account = rollout_account(timeline_dirs(path), samples, clock_base_us(doc["inputs"]))
         if account:  # the rollout stage split: generation and the rest (analyze/over_time/rollout_account.py)
             doc["rollout_account"] = account
+    # the model the run computed with, and how far each stage ran from its device's limits (diagnosis/speed_of_light.py)
+    doc["model"] = run_model(path, [res.get("model") for res in results], doc["run_config"], model)
+    doc["stage_limits"] = speed_of_light(doc, doc["model"])
     doc["measures"], doc["findings"] = diagnose(doc)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
@@ -106,6 +111,8 @@ ALIKE = ("step_source",)  # where the window's step came from (row_steps.py): it
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+# the work and limits: not assembled, computed for the stage row afterwards from its units' work (speed_of_light)
+AFTERWARDS = ROW_FIELDS
 MERGED = IDLE_FIELDS  # the frames of the units' idle and host time: summed frame by frame (window/idle_frames.py)
 
 

@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures")
+TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures", "stage_limits")
 
 
 def scalar_columns(records: list[dict]) -> list[str]:

@@ -51,7 +51,33 @@ class Buckets(Record, kw_only=True):
     idle_ms: Number
 
 
-class Row(Record, kw_only=True):
+class Limits(Record, kw_only=True):
+    """The work a row did and how far it ran from its device's limits (analyze/diagnosis/speed_of_light.py): present
+    where the model and what the row computed are known; the limits where its device's are too."""
+
+    work_from: str | UnsetType = UNSET
+    model_flops: Number | UnsetType = UNSET
+    padded_flops: Number | UnsetType = UNSET
+    min_bytes: Number | UnsetType = UNSET
+    achieved_tflops: Number | UnsetType = UNSET
+    achieved_gbps: Number | UnsetType = UNSET
+    mfu: Number | UnsetType = UNSET
+    mbu: Number | UnsetType = UNSET
+    mfu_verl: Number | UnsetType = UNSET
+    sol_ms: Number | UnsetType = UNSET
+    bound: str | UnsetType = UNSET
+    gap_ms: Number | UnsetType = UNSET
+    gap_idle_ms: Number | UnsetType = UNSET
+    gap_launch_ms: Number | UnsetType = UNSET
+    gap_comm_ms: Number | UnsetType = UNSET
+    gap_memcpy_ms: Number | UnsetType = UNSET
+    gap_padding_ms: Number | UnsetType = UNSET
+    gap_small_batches_ms: Number | UnsetType = UNSET
+    gap_kernels_ms: Number | UnsetType = UNSET
+    gap_largest: str | None | UnsetType = UNSET
+
+
+class Row(Limits, kw_only=True):
     """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it. `step_source`: where
     a window whose file names no step took it from (analyze/over_time/row_steps.py: `samples`, the samples that ran
     in its time range; `watch`, the watch's step boundaries; `windows`, the windows of the other files); absent where
@@ -89,6 +115,8 @@ class Row(Record, kw_only=True):
     active: int | UnsetType = UNSET
     prefill_seqs: int | UnsetType = UNSET
     prefill_tokens: int | UnsetType = UNSET
+    context_tokens: int | UnsetType = UNSET
+    query_key_pairs: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
     step_source: str | UnsetType = UNSET
     idle_frames: list[IdleFrame] | UnsetType = UNSET
@@ -134,6 +162,55 @@ class HostSite(Frame, kw_only=True):
     the row, and its top call site."""
 
     ms: Number
+
+
+class StageLimits(Limits, kw_only=True):
+    """One (role, stage) against its device's limits: its stage rows' work, wall, speed of light and gap summed over
+    its `rows`, its ratios the sums' (analyze/diagnosis/speed_of_light.py)."""
+
+    role: str | None
+    stage: str | None
+    rows: int
+    wall_ms: Number
+
+
+class Model(Record, kw_only=True):
+    """The model the run computed with, in Hugging Face's terms, and where it was read (`source`); `why` where none
+    is known."""
+
+    source: str | None
+    why: str | UnsetType = UNSET
+    model_type: str | None | UnsetType = UNSET
+    hidden_size: int | UnsetType = UNSET
+    num_hidden_layers: int | UnsetType = UNSET
+    num_attention_heads: int | UnsetType = UNSET
+    num_key_value_heads: int | UnsetType = UNSET
+    head_dim: int | UnsetType = UNSET
+    intermediate_size: int | UnsetType = UNSET
+    vocab_size: int | UnsetType = UNSET
+    tie_word_embeddings: bool | UnsetType = UNSET
+    num_experts: int | UnsetType = UNSET
+    num_experts_per_tok: int | UnsetType = UNSET
+    moe_intermediate_size: int | UnsetType = UNSET
+    num_shared_experts: int | UnsetType = UNSET
+    dtype: str | UnsetType = UNSET
+    kv_cache_dtype: str | UnsetType = UNSET
+
+
+class Hardware(Record, kw_only=True):
+    """The device a window ran on and its limits: peak dense FLOP/s per dtype and memory bandwidth (bytes/s), from
+    rlprof's table of devices or, for a CPU, measured at collection start (`source`); `why` where not known."""
+
+    kind: str | None
+    name: str | None
+    count: int | None
+    peak_flops: dict[str, Number]
+    bandwidth: Number | None
+    source: str | None
+    verl_peak_flops: Number | None
+    cores: int | None | UnsetType = UNSET
+    threads: int | None | UnsetType = UNSET
+    why: str | UnsetType = UNSET
 
 
 class InWindow(Record, kw_only=True):
@@ -231,6 +308,7 @@ class Input(Record, kw_only=True):
     host_busy_ms: Number | None | UnsetType = UNSET
     job_cpu_ms: Number | None | UnsetType = UNSET
     host_cpus: int | None | UnsetType = UNSET
+    hardware: Hardware | UnsetType = UNSET
     analysed_on: AnalysedOn | None | UnsetType = UNSET
 
 
@@ -352,6 +430,7 @@ class Saving(Record, kw_only=True):
     step_ms: Number | UnsetType = UNSET
     reward_after_ms: Number | UnsetType = UNSET
     responses_cut: Number | UnsetType = UNSET
+    speed_of_light_ms: dict[str, Number] | UnsetType = UNSET
     dialect: str | UnsetType = UNSET
 
 
@@ -710,8 +789,8 @@ class Analysis(Record, kw_only=True):
     """The analysis of one run, trace or directory: analysis.json as typed values.
 
     `rlprof.analyze(path)` makes one; `Analysis.load(path)` reads an analysis.json; `to_json()` writes one.
-    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory; samples and
-    sample_steps where the rollout's host recorded its samples) as
+    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, stage_limits, memory;
+    samples and sample_steps where the rollout's host recorded its samples) as
     numpy columns, the same scalar columns the CSV / DuckDB export writes."""
 
     schema_version: int
@@ -729,6 +808,8 @@ class Analysis(Record, kw_only=True):
     samples: list[Sample] | UnsetType = UNSET
     sample_steps: list[SampleStep] | UnsetType = UNSET
     rollout_account: list[RolloutAccount] | UnsetType = UNSET
+    model: Model | UnsetType = UNSET
+    stage_limits: list[StageLimits] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
 
@@ -833,6 +914,9 @@ REFERENCE_ORDER = (
     IdleFrame,
     IdleNode,
     HostSite,
+    StageLimits,
+    Model,
+    Hardware,
     Op,
     Collective,
     Launch,
@@ -912,7 +996,9 @@ def schema_reference() -> str:
             "| field | type | present |",
             "| --- | --- | --- |",
         ]
-        for f in info.fields:
+        bases = [b for b in cls.__mro__[1:] if issubclass(b, Record) and b is not Record]
+        inherited = {f.name for base in bases for f in mi.type_info(base).fields}
+        for f in sorted(info.fields, key=lambda f: f.name in inherited):
             out.append(f"| `{f.encode_name}` | {_type_words(f.type)} | {'always' if f.required else 'optional'} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"

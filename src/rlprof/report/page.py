@@ -11,6 +11,7 @@ from pathlib import Path
 from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
+from .speed_of_light import speed_of_light_section
 from .host_stacks import has_idle_frames, idle_frames_html, idle_icicle
 
 STYLE = """
@@ -152,6 +153,7 @@ def build_page(
         figure=charts.breakdown(doc),
         empty="no stage windows",
     )
+    speed_of_light_section(page, doc)  # the roofline (report/speed_of_light.py)
     if has_idle_frames(doc):  # the host's stacks were sampled: idle by frame (report/host_stacks.py)
         page.section("idle_frames", "Idle, by the host's frames", idle_frames_html(doc), figure=idle_icicle(doc))
     page.section(

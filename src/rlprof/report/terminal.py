@@ -9,6 +9,7 @@ from rich.table import Table
 from ..analyze.window.breakdown import BUCKETS
 from ..vocab import window_label
 from .shape import fmt, op_columns, ops_by_stage, pivot_columns, stage_pivot, units_differ, where
+from .speed_of_light import speed_of_light_lines
 
 
 def _console(width: int = 120) -> Console:
@@ -181,7 +182,7 @@ def print_analysis(doc: dict, max_rows: int = 40) -> None:
         from .over_time import print_over_time
 
         print_over_time(console, doc)
-    for line in memory_lines(doc) + sample_lines(doc) + account_lines(doc):
+    for line in speed_of_light_lines(doc) + memory_lines(doc) + sample_lines(doc) + account_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if not doc["rows"] and not doc["inputs"]:  # a run directory of the watch's timeline and samples only
         return

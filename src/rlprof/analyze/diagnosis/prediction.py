@@ -19,6 +19,7 @@ from collections import defaultdict
 
 from ...frameworks.levers import DIALECTS
 from .measures import _passes, _units_by_stage
+from .speed_of_light import sol_per_step, within_speed_of_light
 
 
 def predicted(
@@ -34,6 +35,11 @@ def predicted(
     by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
     operators holds none of that cost and is taken as it is."""
     by_stage = {stage: float(ms * (ctx.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
+    stage_ms = {stage: ctx.stage_ms(stage) * (ctx.scale(stage) if scaled else 1.0) for stage in by_stage}
+    by_stage, cut = within_speed_of_light(by_stage, stage_ms, ctx.speed_of_light)  # no stage below its limit
+    if cut:
+        detail["speed_of_light_ms"] = cut
+        assumption += f"; cut where it would bring {', '.join(cut)} below its speed-of-light time"
     saving = sum(by_stage.values())
     basis = ctx.step_basis()
     words = (
@@ -74,6 +80,7 @@ class PredictionContext:
         self.measures = {(m["measure"], m.get("stage")): m for m in doc.get("measures", [])}
         self.lengths = response_lengths(doc)
         self.dialect = dialect_of(doc)
+        self.speed_of_light = sol_per_step(doc)  # stage -> its speed-of-light time per step, where known
 
     def stage_ms(self, stage) -> float:
         return sum(v["wall_ms"] for k, v in self.means.items() if k[1] == stage)
