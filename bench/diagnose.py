@@ -186,6 +186,12 @@ def score(case: dict, result: dict) -> dict:
         "first_actionable": first["kind"] if first else None,
         "first_text": first["text"] if first else None,
         "causes_found": [f["kind"] for f in actionable],
+        # what ranked them (a failed diagnosis says which cause came first, and by how much)
+        "ranked": [
+            {"kind": f["kind"], "stage": f.get("stage"), "saving_ms": f.get("saving_ms"), "impact_ms": f["impact_ms"]}
+            for f in actionable
+        ],
+        "busy": [f["text"][:160] for f in result["findings"] if f["kind"] == "busy_machine"],
     }
     if "cause" in case:
         levers = first["levers"] if first else {}

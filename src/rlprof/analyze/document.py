@@ -9,9 +9,10 @@ from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .diagnosis.findings import diagnose
+from .diagnosis.plan import document_plan
 from .inputs.find import directory_warnings, run_config
 from .inputs.salvage import run_accounts, salvage_lines
-from .inputs.samples_file import read_samples
+from .inputs.samples_file import read_rollout_records
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
 from .over_time.rollout_why import explain_rollout
 from .over_time.timeline import run_timeline
@@ -55,13 +56,15 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
-    records = read_samples(path) if Path(path).is_dir() else []  # the rollout's samples, where its host kept them
+    # the rollout's samples, where its host kept them, and what its engines' schedulers said over each step
+    records, engine = read_rollout_records(path) if Path(path).is_dir() else ([], [])
     if records:
         doc["samples"] = sample_table(records, clock_base_us(doc["inputs"]))
-        doc["sample_steps"] = step_summaries(doc["samples"])
+        doc["sample_steps"] = step_summaries(doc["samples"], engine)
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
     doc["measures"], doc["findings"] = diagnose(doc)
+    doc["plan"] = document_plan(doc)  # the findings' levers together, savings counted once (analyze/diagnosis/plan.py)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
 

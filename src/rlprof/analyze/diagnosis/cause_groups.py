@@ -1,6 +1,8 @@
 """A cause found in several stages, said once: the per-stage findings of one cause grouped into one finding (its
 stages inside it, `evidence.stages`), their savings combined, and the per-stage findings read back out of a document's
-finding (what `rlprof advise --fix` and a captured window's verdict take stage by stage)."""
+finding (what `rlprof advise --fix` and a captured window's verdict take stage by stage). Symptoms of one root, said
+once: a cause whose record names a root (causes.py, `root`) found beside that root is said inside the root's finding
+(`evidence.symptoms`), whose levers act on both."""
 
 from __future__ import annotations
 
@@ -44,6 +46,34 @@ def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[
         merged = replace(top, impact_ms=sum(f.impact_ms for f, _ in group), evidence={**top.evidence, "stages": stages})
         out.append((merged, summed_saving([saving for _, saving in group]) if top_saving is not None else None))
     return out
+
+
+def one_per_root(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding, dict | None]]:
+    """Each finding whose cause names a root (Cause.root) that was found too goes inside the root's finding
+    (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with the root's
+    levers first and its saving (the root's lever removes the symptom with it)."""
+    found = {f.kind for f, _ in pairs}
+    inside: dict[str, list[dict]] = defaultdict(list)
+    out = []
+    for f, saving in pairs:
+        root = CAUSES[f.kind].root if f.kind in CAUSES else None
+        if root in found:
+            inside[root].append(
+                {
+                    "kind": f.kind,
+                    "role": f.role,
+                    "stage": f.stage,
+                    "impact_ms": f.impact_ms,
+                    "saving_ms": (saving or {}).get("saving_ms"),
+                    "evidence": f.evidence,
+                }
+            )
+        else:
+            out.append((f, saving))
+    return [
+        (replace(f, evidence={**f.evidence, "symptoms": inside[f.kind]}), saving) if inside.get(f.kind) else (f, saving)
+        for f, saving in out
+    ]
 
 
 def summed_saving(savings: list[dict | None]) -> dict | None:

@@ -50,6 +50,10 @@ THRESHOLDS = {
     "tool_share": 0.30,  # the slowest samples' time in tool calls, at least this share of theirs
     "preempted_share": 0.05,  # samples the engine preempted (and recomputed), at least this share
     "queue_share": 0.20,  # samples' time queued before their generation began, at least this share of their time
+    # a queue inside the engine is held by its KV cache (by its slots) where at least this share of the iterations
+    # that left requests waiting had the cache full or preempted (had max_num_seqs running, and nothing preempted)
+    "engine_bound_share": 0.50,
+    "cap_percentile": 0.95,  # a response cap is offered at or above this percentile of the sampled response lengths
 }
 
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
@@ -81,6 +85,9 @@ class Cause:
     # measure-based causes: the finding's impact where the measure record fires, else None (findings loop over
     # these); the others are found by a function of analyze/diagnosis/findings.py named in FOUND_BY there
     judge: Callable[[dict, Judging], float | None] | None = None
+    # the cause this one is a symptom of: where both are found, this one is said inside the root's finding, whose
+    # levers act on both (preemption inside a queue held by the KV cache)
+    root: str | None = None
 
     @property
     def levers(self) -> dict:
@@ -91,6 +98,36 @@ class Cause:
 def where(role, stage) -> str:
     """A stage as sentences name it."""
     return f"{role}/{stage}" if stage else "the profiled window"
+
+
+def queue_bound(m: dict, t: dict) -> str:
+    """Where a queue of samples is held: `before_engine` (rlprof's async replicas), or inside the engine by its
+    `kv_cache` (at least engine_bound_share of the iterations that left requests waiting had the cache full or
+    preempted), by its `slots` (as many had max_num_seqs running, and nothing was preempted), else `unknown` (its
+    scheduler's stats not recorded, or neither bound held)."""
+    if not m.get("in_engine", True):
+        return "before_engine"
+    waiting = m.get("waiting_iterations")
+    if not waiting:
+        return "unknown"
+    if m["kv_full_iterations"] >= t["engine_bound_share"] * waiting:
+        return "kv_cache"
+    if m["slots_full_iterations"] >= t["engine_bound_share"] * waiting and not m.get("preempted"):
+        return "slots"
+    return "unknown"
+
+
+def _queued(m: dict, j: Judging, bound: str) -> float | None:
+    """A queue past its threshold, held where `bound` says (queue_bound): each step's longest wait."""
+    fires = m["value"] >= j.t["queue_share"] and j.large(m) and queue_bound(m, j.t) == bound
+    return m["longest_queue_ms"] if fires else None
+
+
+def _queue_words(x: dict, label: str = "queued") -> str:
+    return (
+        f"{label}: samples wait {x['value']:.0%} of their time before their generation starts ({x['queue_ms']:.1f} ms "
+        f"a sample; the longest wait {x['longest_queue_ms']:.1f} ms per step)"
+    )
 
 
 def _memory_sentence(x: dict) -> str:
@@ -247,20 +284,72 @@ CAUSES: dict[str, Cause] = {
             sentence="preemption: the engine preempted {value:.0%} of the samples ({preempted} of {samples}, "
             "{preemptions} preemptions); the slowest preempted sample took {excess_ms:.1f} ms more than the median, "
             "per step",
-            saving="the recomputation a preemption costs is not in the samples' records (the engine counts "
-            "preemptions, not their time): rlprof cannot say what more KV-cache memory would save",
+            saving=savings.kv_cache,
             judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
+            root="kv_cache",
+        ),
+        Cause(
+            "kv_cache",
+            "KV-cache bound: the engine's KV cache cannot hold the samples it runs, so they wait and are preempted",
+            measure="queue_share",
+            threshold="queue_share",
+            impact="each step's longest wait in the engine's queue",
+            sentence=lambda x: (
+                _queue_words(x, "KV-cache bound")
+                + f" while the engine's KV cache was full ({x['kv_full_iterations']} of the {x['waiting_iterations']} "
+                f"iterations that left requests waiting; {x['preempted']} requests preempted; at most {x['max_running']} ran"
+                + (f" of max_num_seqs {x['max_num_seqs']}" if x.get("max_num_seqs") else "")
+                + (f"; its cache holds {x['kv_cache_tokens']} tokens" if x.get("kv_cache_tokens") else "")
+                + ")"
+            ),
+            saving=savings.kv_cache,
+            judge=lambda m, j: _queued(m, j, "kv_cache"),
+        ),
+        Cause(
+            "slot_bound",
+            "slot-bound engine: samples wait for one of its max_num_seqs slots while its KV cache has room",
+            measure="queue_share",
+            threshold="queue_share",
+            impact="each step's longest wait in the engine's queue",
+            sentence=lambda x: (
+                _queue_words(x, "slot-bound")
+                + f" while max_num_seqs ({x['max_num_seqs']}) requests ran ({x['slots_full_iterations']} of the "
+                f"{x['waiting_iterations']} iterations that left requests waiting; its KV cache at most "
+                f"{x['peak_kv_usage']:.0%} full, nothing preempted)"
+            ),
+            saving=savings.slot_bound,
+            judge=lambda m, j: _queued(m, j, "slots"),
+        ),
+        Cause(
+            "engine_queue",
+            "a queue inside the engine whose bound the data cannot tell: its KV cache or its slots (max_num_seqs)",
+            measure="queue_share",
+            threshold="queue_share",
+            impact="each step's longest wait in the engine's queue",
+            sentence=lambda x: (
+                _queue_words(x)
+                + ": the data cannot tell whether the engine's KV cache or its slots (max_num_seqs) held them"
+                + (
+                    f" ({x['kv_full_iterations']} of {x['waiting_iterations']} waiting iterations with the cache full, "
+                    f"{x['slots_full_iterations']} with every slot taken)"
+                    if x.get("waiting_iterations")
+                    else " (vLLM's scheduler stats were not recorded: disable_log_stats=False records them)"
+                )
+                + "; only more KV-cache memory is given, which neither bound makes worse"
+            ),
+            saving="the data cannot tell whether the KV cache or the engine's slots hold the queue, so what either "
+            "lever saves is not known",
+            judge=lambda m, j: _queued(m, j, "unknown"),
         ),
         Cause(
             "queued",
-            "a queue before generation: samples wait for a free engine slot or agent worker before they start",
+            "a queue before the engine: samples wait for an agent worker or rollout replica to send them",
             measure="queue_share",
             threshold="queue_share",
             impact="each step's longest wait in the queue",
-            sentence="queued: samples wait {value:.0%} of their time before their generation starts ({queue_ms:.1f} ms "
-            "a sample; the longest wait {longest_queue_ms:.1f} ms per step)",
+            sentence=lambda x: _queue_words(x) + " (before the engine: for a worker or replica to take them)",
             saving=savings.queued,
-            judge=lambda m, j: m["longest_queue_ms"] if m["value"] >= j.t["queue_share"] and j.large(m) else None,
+            judge=lambda m, j: _queued(m, j, "before_engine"),
         ),
         Cause(
             "memory_headroom",

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from ...frameworks.levers import levers
 from ..window.breakdown import order_key
 from ..inputs.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
-from .cause_groups import one_per_cause
+from .cause_groups import one_per_cause, one_per_root
 from .causes import CAUSES, ORDER, THRESHOLDS, UNIT_WORDS, Judging, predict
 from .finding import Finding
 from .measures import measures
@@ -106,7 +106,7 @@ def ranked_findings(doc: dict) -> tuple[list[dict], list[tuple[Finding, dict | N
     found = find(doc, means, found_measures)
     ctx = PredictionContext({**doc, "measures": found_measures}, means, step_total, THRESHOLDS)
     pairs = [(f, _saving(ctx, f) if actionable(f) else None) for f in found]
-    return found_measures, sorted(one_per_cause(pairs, _rank), key=lambda pair: _rank(*pair))
+    return found_measures, sorted(one_per_root(one_per_cause(pairs, _rank)), key=lambda pair: _rank(*pair))
 
 
 def actionable(f: Finding) -> bool:
@@ -273,15 +273,18 @@ def _measured_causes(found_measures: list[dict], means: dict, step_total: float)
         lambda m: step_total <= 0 or _stage_ms(means, m["stage"]) >= THRESHOLDS["stage_share"] * step_total,
         lambda stage: _stage_ms(means, stage),
     )
-    by_measure = {c.measure: c for c in CAUSES.values() if c.judge is not None}
+    by_measure: dict[str, list] = defaultdict(list)  # a measure may be judged by several causes (a queue: where held)
+    for c in CAUSES.values():
+        if c.judge is not None:
+            by_measure[c.measure].append(c)
     out = []
     for m in found_measures:
-        cause = by_measure.get(m["measure"])
-        if cause is None or m["status"] != "measured" or m["value"] is None:
+        if m["status"] != "measured" or m["value"] is None:
             continue
-        impact = cause.judge(m, judging)
-        if impact is not None:
-            out.append(Finding(cause.name, impact, m, m["role"], m["stage"], m.get("rank")))
+        for cause in by_measure.get(m["measure"], ()):
+            impact = cause.judge(m, judging)
+            if impact is not None:
+                out.append(Finding(cause.name, impact, m, m["role"], m["stage"], m.get("rank")))
     return out
 
 

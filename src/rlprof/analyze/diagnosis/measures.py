@@ -20,6 +20,9 @@ from .samples import sample_measures
 TAIL_ACTIVE = 0.5  # a decode step with fewer than this share of its rows still generating is in the tail
 MIN_FIT_UNITS = 6  # units needed to fit wall = fixed + per_token x tokens
 MIN_TOKEN_SPREAD = 1.2  # and their token counts must differ at least this much (max / min)
+MIN_TOKEN_COUNTS = 3  # and take at least this many distinct values (two points make any line)
+SLOWED = 3.0  # a unit this many robust deviations (1.4826 x MAD) above the first fit was slowed by something else
+MAX_FIT_SCATTER = 0.25  # the units left scatter about the fit by at most this share of their mean time (RMS)
 
 
 def _record(measure: str, role, stage, value, status: str = "measured", **inputs) -> dict:
@@ -104,7 +107,9 @@ def padding(doc: dict) -> list[dict]:
 
 def fixed_cost(doc: dict) -> list[dict]:
     """The part of micro-batch time that does not grow with tokens: fit wall_ms = fixed + per_token x tokens
-    over the stage's micro-batches (least squares); value = units x fixed / sum(wall). A large value with many
+    over the stage's micro-batches (least squares, the units the machine slowed left out: fit_fixed_cost); value =
+    fixed / the mean wall of the units fitted. A fit with a negative part, too few different token counts or too scattered is not
+    measurable, with its numbers, and nothing uses it. A large value with many
     units per pass: micro-batches too small to amortise their launches and Python. `units_per_pass` counts the
     micro-batches that could merge: those of one pass, or of one mini-batch where the stage has mini-batches
     (an optimizer step bounds how far micro-batches can grow)."""
@@ -131,7 +136,7 @@ def fixed_cost(doc: dict) -> list[dict]:
             continue
         x = np.array([u["tokens"] for u in held], float)
         y = np.array([u["wall_ms"] for u in held], float)
-        if x.max() < MIN_TOKEN_SPREAD * x.min():
+        if x.max() < MIN_TOKEN_SPREAD * x.min() or len(np.unique(x)) < MIN_TOKEN_COUNTS:
             out.append(
                 _record(
                     "fixed_cost",
@@ -140,28 +145,69 @@ def fixed_cost(doc: dict) -> list[dict]:
                     None,
                     "not measurable",
                     units_per_pass=per_pass,
-                    why="the micro-batches all hold about the same tokens: the fixed part cannot be "
-                    "told from the per-token part",
+                    token_counts=int(len(np.unique(x))),
+                    why=f"the micro-batches hold too few different token counts (fewer than {MIN_TOKEN_COUNTS}, or "
+                    f"within {MIN_TOKEN_SPREAD:g}x of each other): the fixed part cannot be told from the per-token part",
                 )
             )
             continue
-        per_token, fixed = np.polyfit(x, y, 1)
-        fixed = float(np.clip(fixed, 0.0, y.min()))
-        share = len(held) * fixed / float(y.sum())
+        per_token, fixed, kept, scatter = fit_fixed_cost(x, y)
+        numbers = dict(
+            units_per_pass=per_pass,
+            token_counts=int(len(np.unique(x))),
+            fixed_ms=fixed,
+            per_token_us=per_token * 1e3,
+            fit_scatter=scatter,
+            micro_batches=int(kept.sum()),
+        )
+        broken = _unphysical(fixed, per_token, scatter)
+        if broken:
+            out.append(_record("fixed_cost", role, stage, None, "not measurable", why=broken, **numbers))
+            continue
+        share = fixed / float(y[kept].mean())  # of the units the machine did not slow
         out.append(
             _record(
                 "fixed_cost",
                 role,
                 stage,
                 share,
-                fixed_ms=fixed,
-                per_token_us=float(per_token) * 1e3,
-                units_per_pass=per_pass,
                 mean_seqs=float(np.mean([u.get("seqs") or 0 for u in held])),
                 fixed_ms_per_pass=fixed * per_pass,
+                **numbers,
             )
         )
     return out
+
+
+def fit_fixed_cost(x: np.ndarray, y: np.ndarray) -> tuple[float, float, np.ndarray, float]:
+    """(per_token, fixed, the units kept, their scatter) of wall = fixed + per_token x tokens by least squares over the
+    units the machine did not slow: a unit SLOWED robust deviations above a first fit waited on something else (a
+    neighbour's load, a collective) and is left out of the second, since load adds time and never takes it away;
+    scatter: the kept units' RMS distance from the line over their mean time."""
+    per_token, fixed = np.polyfit(x, y, 1)
+    residual = y - (fixed + per_token * x)
+    spread = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))
+    kept = residual <= np.median(residual) + SLOWED * spread if spread > 0 else np.ones(len(x), bool)
+    if kept.sum() >= MIN_FIT_UNITS and len(np.unique(x[kept])) >= MIN_TOKEN_COUNTS and not kept.all():
+        per_token, fixed = np.polyfit(x[kept], y[kept], 1)
+    line = fixed + per_token * x[kept]
+    scatter = float(np.sqrt(np.mean((y[kept] - line) ** 2)) / np.mean(y[kept]))
+    return float(per_token), float(fixed), kept, scatter
+
+
+def _unphysical(fixed: float, per_token: float, scatter: float) -> str:
+    """Why a fit is not a cost ('' where it is): a negative part, or units too scattered about it."""
+    if fixed < 0 or per_token < 0:
+        return (
+            f"the fit gives {fixed:.2f} ms fixed + {per_token * 1e3:.1f} us per token: a negative cost, so the "
+            "micro-batches' times do not split into a fixed and a per-token part"
+        )
+    if scatter > MAX_FIT_SCATTER:
+        return (
+            f"the micro-batches scatter {scatter:.0%} of their mean time about the fit (more than "
+            f"{MAX_FIT_SCATTER:.0%}): too noisy to split into a fixed and a per-token part"
+        )
+    return ""
 
 
 def stage_share(doc: dict, means: dict, stage: str, measure: str) -> list[dict]:
