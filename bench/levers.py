@@ -40,7 +40,7 @@ THREADS = ("trainer.threads=1",)  # one intra-op thread per rank
 # Scenarios whose responses shorten step after step as the policy learns to stop (16 -> 2 tokens over 8 steps in
 # skewed_lengths): the policy is held still (a learning rate of 1e-9) so that every step draws responses from the
 # profiled step's length distribution; elsewhere the lengths settle after the first update.
-HOLD = {"skewed_lengths": ("actor.lr=1e-9",)}
+HOLD = {name: ("actor.lr=1e-9",) for name in ("skewed_lengths", "long_sample_cap", "plan_three_causes")}
 PROFILED = (2, 3)
 CRITERION = 0.30  # measured within this relative distance of the predicted saving
 DIAGNOSE_TRIES = 3  # runs tried before saying the cause was not found (a busy machine blurs a 2-rank diagnosis)
@@ -58,6 +58,7 @@ def train(
     config: Path | None = None,
     steps: int = 10,
     timeout: int = 900,
+    python: str = sys.executable,
 ) -> dict:
     """One run of the reference trainer; returns its run directory and metrics."""
     save = work / name / "profile"
@@ -83,7 +84,7 @@ def train(
             *args,
         ]
     else:
-        cmd = [sys.executable, "-m", "rlprof.trainer", *args]
+        cmd = [python, "-m", "rlprof.trainer", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -116,9 +117,21 @@ def step_times(metrics: list[dict]) -> dict:
     }
 
 
-def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
-    """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired."""
+def cause_measure(doc: dict, cause: str, stages: list[str], causes: list[str] = ()) -> dict:
+    """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired; a
+    plan's: each of its causes', below its threshold when every one is and none fired."""
     from rlprof.analyze.diagnosis.causes import CAUSES, THRESHOLDS
+
+    if cause == "plan":
+        each = {c: cause_measure(doc, c, stages) for c in causes}
+        return {
+            "measure": "plan",
+            "value": sum(m["fired"] for m in each.values()),  # causes of the plan still found
+            "threshold": None,
+            "fired": any(m["fired"] for m in each.values()),
+            "busy": any(m["busy"] for m in each.values()),
+            "causes": each,
+        }
     from rlprof.analyze.diagnosis.findings import stage_means
 
     # the measure the cause is judged on and its threshold (analyze/diagnosis/causes.py); a slow rank's, here, the time the
@@ -157,7 +170,9 @@ def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
 
 def advise_fix(run_dir: Path, cause: str | None, out: Path) -> dict:
     cmd = [sys.executable, "-m", "rlprof.cli", "advise", str(run_dir), "--fix", "--dialect", "rlprof", "-o", str(out)]
-    if cause:
+    if cause == "plan":
+        cmd += ["--plan"]
+    elif cause:
         cmd += ["--cause", cause]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -175,12 +190,13 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     from rlprof.analyze.pipeline import analyze
 
     name, cause, nproc = case["name"], case["cause"], case["nproc"]
+    python = diagnose.python_for(case)
     before_overrides = [*diagnose.BASE, *case["overrides"], *HOLD.get(name, ())]
     runs = {"before": [], "after": []}
     fix = None
     tries = []
     while fix is None:  # the fix is written from the first run that finds the cause, as a user would
-        b = train(f"{name}_diagnosed{len(tries)}", work, nproc, before_overrides, steps=steps)
+        b = train(f"{name}_diagnosed{len(tries)}", work, nproc, before_overrides, steps=steps, python=python)
         b["doc"] = analyze(b["run_dir"], workers=1)
         fix = advise_fix(b["run_dir"], cause, work / f"{name}_fix.yaml")
         tries.append(
@@ -208,10 +224,18 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     after_overrides = [o for o in before_overrides if _key(o) not in keys]
     for i in range(pairs):
         if i > 0:
-            b = train(f"{name}_before{i}", work, nproc, before_overrides, steps=steps)
+            b = train(f"{name}_before{i}", work, nproc, before_overrides, steps=steps, python=python)
             b["doc"] = analyze(b["run_dir"], workers=1)
             runs["before"].append(b)
-        a = train(f"{name}_after{i}", work, nproc, after_overrides, config=work / f"{name}_fix.yaml", steps=steps)
+        a = train(
+            f"{name}_after{i}",
+            work,
+            nproc,
+            after_overrides,
+            config=work / f"{name}_fix.yaml",
+            steps=steps,
+            python=python,
+        )
         a["doc"] = analyze(a["run_dir"], workers=1)
         runs["after"].append(a)
     fx = fix["fix"]
@@ -241,7 +265,8 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     before_ms = statistics.median(pooled["before"])
     measured = before_ms - statistics.median(pooled["after"])
     spread = max(pair_savings) - min(pair_savings) if len(pair_savings) > 1 else 0.0
-    measures = {side: [cause_measure(r["doc"], cause, stages) for r in rs] for side, rs in runs.items()}
+    causes = fx.get("causes", [])
+    measures = {side: [cause_measure(r["doc"], cause, stages, causes) for r in rs] for side, rs in runs.items()}
     predicted = pred.get("saving_ms")
     rel = abs(measured - predicted) / abs(predicted) if predicted else None
     threshold = measures["after"][0]["threshold"]
@@ -250,7 +275,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     # below: the median after-run's measure under its threshold and the cause found in a minority of them (micro-
     # batches too small: gone when they are too few to merge, whatever their fixed share)
     below = 2 * fired < len(measures["after"]) and (
-        threshold is None or after_value < threshold or cause == "small_units"
+        threshold is None or after_value < threshold or cause in ("small_units", "plan")
     )
     slower = measured < 0 and -measured > max(spread, 0.0)
     within = rel is not None and rel <= CRITERION

@@ -43,7 +43,6 @@ def plan_from(doc: dict, dialect: str, run: str = "") -> dict:
     config, a key set once (by the first cause that turns it; no cause turns a key another's way), and the plan's
     saving: each cause's predicted in this dialect, counted once per stage (analyze/diagnosis/plan.py). A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.diagnosis.cause_groups import finding_parts
     from ..analyze.diagnosis.findings import prediction_context
     from ..analyze.diagnosis.plan import plan_of, plan_text
 
@@ -54,13 +53,7 @@ def plan_from(doc: dict, dialect: str, run: str = "") -> dict:
     ctx = prediction_context(doc)
     parts, skipped, overrides = [], [], {}
     for entry in found:
-        same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
-        fixed = None
-        for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
-            fixed, why = _fix_one(ctx, f, same, dialect)
-            if fixed is not None:
-                break
-            skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+        fixed = _first_fix(ctx, found, entry, dialect, skipped)
         if fixed is None:
             continue
         taken = {k: v for k, v in fixed["overrides"].items() if k in overrides and overrides[k] != v}
@@ -70,13 +63,7 @@ def plan_from(doc: dict, dialect: str, run: str = "") -> dict:
         overrides.update(fixed["overrides"])
         parts.append(fixed)
     if not parts:
-        return {
-            "run": run,
-            "dialect": dialect,
-            "fix": None,
-            "skipped": skipped,
-            "reason": f"no cause of this run has a lever in the {dialect} dialect whose value the run gives",
-        }
+        return _no_lever(run, dialect, skipped)
     entries = [
         {"kind": p["cause"], "stage": p["stage"], "saving": p["saving"], "levers": p["lever_records"]} for p in parts
     ]
@@ -116,7 +103,6 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
     """The overrides that apply the first lever of the first cause the findings rank (or of `cause`), in `dialect`,
     with the values the run's measures give (analyze/diagnosis/savings.py), and the saving predicted for them. A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.diagnosis.cause_groups import finding_parts
     from ..analyze.diagnosis.findings import prediction_context
 
     check_dialect(dialect)
@@ -130,14 +116,29 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
     if not found:
         return _no_fix(run, dialect, "no cause above its threshold (docs/analysis_schema.md): nothing to fix")
     ctx = prediction_context(doc)
-    skipped = []
-    for entry in found:  # a cause found in several stages: stage by stage, its first stage first
-        same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
-        for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
-            result, why = _fix_one(ctx, f, same, dialect)
-            if result is not None:
-                return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
-            skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+    skipped: list[str] = []
+    for entry in found:
+        result = _first_fix(ctx, found, entry, dialect, skipped)
+        if result is not None:
+            return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
+    return _no_lever(run, dialect, skipped)
+
+
+def _first_fix(ctx, found: list[dict], entry: dict, dialect: str, skipped: list[str]) -> dict | None:
+    """The fix of one finding: a cause found in several stages stage by stage, its first stage first (micro-batch
+    sizes: all its stages at once); a stage whose lever cannot be written is said in `skipped`."""
+    from ..analyze.diagnosis.cause_groups import finding_parts
+
+    same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
+    for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
+        result, why = _fix_one(ctx, f, same, dialect)
+        if result is not None:
+            return result
+        skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+    return None
+
+
+def _no_lever(run: str, dialect: str, skipped: list[str]) -> dict:
     return {
         "run": run,
         "dialect": dialect,

@@ -101,32 +101,43 @@ def where(role, stage) -> str:
 
 
 def queue_bound(m: dict, t: dict) -> str:
-    """Where a queue of samples is held: `before_engine` (rlprof's async replicas), or inside the engine by its
-    `kv_cache` (at least engine_bound_share of the iterations that left requests waiting had the cache full or
-    preempted), by its `slots` (as many had max_num_seqs running, and nothing was preempted), else `unknown` (its
-    scheduler's stats not recorded, or neither bound held)."""
+    """The cause of a queue of samples, by where it is held: `queued` before the engine (rlprof's async replicas), or
+    inside it `kv_cache` (at least engine_bound_share of the iterations that left requests waiting had the cache full
+    or preempted), `slot_bound` (as many had max_num_seqs running, and nothing was preempted), else `engine_queue`
+    (its scheduler's stats not recorded, or neither bound held)."""
     if not m.get("in_engine", True):
-        return "before_engine"
+        return "queued"
     waiting = m.get("waiting_iterations")
     if not waiting:
-        return "unknown"
+        return "engine_queue"
     if m["kv_full_iterations"] >= t["engine_bound_share"] * waiting:
         return "kv_cache"
     if m["slots_full_iterations"] >= t["engine_bound_share"] * waiting and not m.get("preempted"):
-        return "slots"
-    return "unknown"
+        return "slot_bound"
+    return "engine_queue"
 
 
-def _queued(m: dict, j: Judging, bound: str) -> float | None:
-    """A queue past its threshold, held where `bound` says (queue_bound): each step's longest wait."""
-    fires = m["value"] >= j.t["queue_share"] and j.large(m) and queue_bound(m, j.t) == bound
+def _queued(m: dict, j: Judging, cause: str) -> float | None:
+    """A queue past its threshold whose cause (queue_bound) is `cause`: each step's longest wait."""
+    fires = m["value"] >= j.t["queue_share"] and j.large(m) and queue_bound(m, j.t) == cause
     return m["longest_queue_ms"] if fires else None
 
 
-def _queue_words(x: dict, label: str = "queued") -> str:
-    return (
-        f"{label}: samples wait {x['value']:.0%} of their time before their generation starts ({x['queue_ms']:.1f} ms "
-        f"a sample; the longest wait {x['longest_queue_ms']:.1f} ms per step)"
+def _queue_cause(name: str, title: str, label: str, tail: Callable[[dict], str], saving: Formula | str) -> Cause:
+    """A queue of samples past queue_share, held where `name` says (queue_bound), said `label: samples wait ...` and
+    then `tail`."""
+    return Cause(
+        name,
+        title,
+        measure="queue_share",
+        threshold="queue_share",
+        impact="each step's longest wait in the queue",
+        sentence=lambda x: (
+            f"{label}: samples wait {x['value']:.0%} of their time before their generation starts ({x['queue_ms']:.1f} "
+            f"ms a sample; the longest wait {x['longest_queue_ms']:.1f} ms per step)" + tail(x)
+        ),
+        saving=saving,
+        judge=lambda m, j: _queued(m, j, name),
     )
 
 
@@ -288,47 +299,36 @@ CAUSES: dict[str, Cause] = {
             judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
             root="kv_cache",
         ),
-        Cause(
+        _queue_cause(
             "kv_cache",
             "KV-cache bound: the engine's KV cache cannot hold the samples it runs, so they wait and are preempted",
-            measure="queue_share",
-            threshold="queue_share",
-            impact="each step's longest wait in the engine's queue",
-            sentence=lambda x: (
-                _queue_words(x, "KV-cache bound")
-                + f" while the engine's KV cache was full ({x['kv_full_iterations']} of the {x['waiting_iterations']} "
+            "KV-cache bound",
+            lambda x: (
+                f" while the engine's KV cache was full ({x['kv_full_iterations']} of the {x['waiting_iterations']} "
                 f"iterations that left requests waiting; {x['preempted']} requests preempted; at most {x['max_running']} ran"
                 + (f" of max_num_seqs {x['max_num_seqs']}" if x.get("max_num_seqs") else "")
                 + (f"; its cache holds {x['kv_cache_tokens']} tokens" if x.get("kv_cache_tokens") else "")
                 + ")"
             ),
-            saving=savings.kv_cache,
-            judge=lambda m, j: _queued(m, j, "kv_cache"),
+            savings.kv_cache,
         ),
-        Cause(
+        _queue_cause(
             "slot_bound",
             "slot-bound engine: samples wait for one of its max_num_seqs slots while its KV cache has room",
-            measure="queue_share",
-            threshold="queue_share",
-            impact="each step's longest wait in the engine's queue",
-            sentence=lambda x: (
-                _queue_words(x, "slot-bound")
-                + f" while max_num_seqs ({x['max_num_seqs']}) requests ran ({x['slots_full_iterations']} of the "
+            "slot-bound",
+            lambda x: (
+                f" while max_num_seqs ({x['max_num_seqs']}) requests ran ({x['slots_full_iterations']} of the "
                 f"{x['waiting_iterations']} iterations that left requests waiting; its KV cache at most "
                 f"{x['peak_kv_usage']:.0%} full, nothing preempted)"
             ),
-            saving=savings.slot_bound,
-            judge=lambda m, j: _queued(m, j, "slots"),
+            savings.slot_bound,
         ),
-        Cause(
+        _queue_cause(
             "engine_queue",
             "a queue inside the engine whose bound the data cannot tell: its KV cache or its slots (max_num_seqs)",
-            measure="queue_share",
-            threshold="queue_share",
-            impact="each step's longest wait in the engine's queue",
-            sentence=lambda x: (
-                _queue_words(x)
-                + ": the data cannot tell whether the engine's KV cache or its slots (max_num_seqs) held them"
+            "queued",
+            lambda x: (
+                ": the data cannot tell whether the engine's KV cache or its slots (max_num_seqs) held them"
                 + (
                     f" ({x['kv_full_iterations']} of {x['waiting_iterations']} waiting iterations with the cache full, "
                     f"{x['slots_full_iterations']} with every slot taken)"
@@ -337,19 +337,15 @@ CAUSES: dict[str, Cause] = {
                 )
                 + "; only more KV-cache memory is given, which neither bound makes worse"
             ),
-            saving="the data cannot tell whether the KV cache or the engine's slots hold the queue, so what either "
-            "lever saves is not known",
-            judge=lambda m, j: _queued(m, j, "unknown"),
+            "the data cannot tell whether the KV cache or the engine's slots hold the queue, so what either lever "
+            "saves is not known",
         ),
-        Cause(
+        _queue_cause(
             "queued",
             "a queue before the engine: samples wait for an agent worker or rollout replica to send them",
-            measure="queue_share",
-            threshold="queue_share",
-            impact="each step's longest wait in the queue",
-            sentence=lambda x: _queue_words(x) + " (before the engine: for a worker or replica to take them)",
-            saving=savings.queued,
-            judge=lambda m, j: _queued(m, j, "before_engine"),
+            "queued",
+            lambda x: " (before the engine: for a worker or replica to take them)",
+            savings.queued,
         ),
         Cause(
             "memory_headroom",
