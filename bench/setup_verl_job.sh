@@ -10,7 +10,8 @@
 # verl.plugins and vllm.general_plugins entry points) and bench/verl_job_harness, a TEST HARNESS (CPU platform with a
 # logical Ray GPU for verl, vLLM CPU weight reload, the `vllm` distribution name; inert unless VERL_PLATFORM=cpu).
 # verl's head (0.10.0.dev, not on the registry) is not what this installs: the whole job is proven on 0.9.1 only.
-# Idempotent: a venv that already imports all of it is only refreshed (rlprof, the harness). Last line: the python.
+# Also tensorboard, for verl's tensorboard logger. Idempotent: a venv that already imports all of it is only
+# refreshed (rlprof, the harness). Last line: the python.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -41,6 +42,8 @@ PY
     "$py" -m pip install -q -r "$venv/requirements-no-torch.txt" ray codetiming pylatexenc dill cloudpickle orjson \
         importlib_metadata "pyvers<0.2" hydra-core pyarrow pandas datasets accelerate pybind11 uvicorn
 fi
+# verl's tensorboard logger (torch.utils.tensorboard) needs tensorboard: the tests read rlprof's measures back there
+"$py" -c 'import tensorboard' 2>/dev/null || "$py" -m pip install -q "tensorboard>=2.16"
 "$py" -m pip install -q --no-deps -e "$root"
 "$py" -m pip install -q --no-deps --force-reinstall "$here/verl_cpu_shim" "$here/verl_job_harness" \
     "$here/verl_job_harness/vllm_alias"

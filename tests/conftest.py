@@ -165,6 +165,19 @@ def verl071():
     return _verl_side("0.7.1")
 
 
+@pytest.fixture(scope="session")
+def trackers():
+    """TensorBoard, W&B and MLflow, to read back what rlprof wrote to them (rlprof[tracking], part of [all])."""
+    import importlib.util
+
+    missing = [m for m in ("tensorboard", "wandb", "mlflow", "sqlalchemy") if importlib.util.find_spec(m) is None]
+    if missing:
+        why = f"{', '.join(missing)} not installed (pip install 'rlprof[tracking]')"
+        if os.environ.get("RLPROF_REQUIRE_TRACKERS"):  # CI: the trackers must be read back, not skipped
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300):
     """Run `rlprof ...` as a user would; returns CompletedProcess with text output."""
     full_env = dict(os.environ, KINETO_LOG_LEVEL="5", **(env or {}))

@@ -146,3 +146,17 @@ def union(intervals):
         else:
             cur_e = max(cur_e, e)
     return total + ((cur_e - cur_s) if cur_e is not None else 0.0)
+
+
+def stays_near_its_reference(history: list[dict], proc) -> None:
+    """What the defaults promise of a run (docs/trainer.md): KL from the reference below 1 per token at every step,
+    the last five steps' mean reward above the first five's, the entropy never below half its start, no divergence
+    line. Says the run's own numbers where it fails."""
+    kl = [round(m["kl"], 3) for m in history]
+    reward = [m["reward_mean"] for m in history]
+    entropy = [m["entropy"] for m in history]
+    assert max(kl) < 1, f"KL per step: {kl}"
+    first, last = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
+    assert last > first + 0.1, f"reward first 5 steps {first:.3f}, last 5 {last:.3f}: {[round(r, 3) for r in reward]}"
+    assert min(entropy) > entropy[0] / 2, f"entropy per step: {[round(e, 2) for e in entropy]}"
+    assert "diverges" not in proc.stderr, proc.stderr[-2000:]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli
 from helpers import unjudged_steps, first_judged, rows, trigger_steps
-from rlprof.analyze.inputs.timeline_file import read_rank, timeline_ranks
+from rlprof.analyze.inputs.timeline_file import JUDGED, SLOW, STRAGGLER, read_rank, timeline_ranks
 from rlprof.collect import Profiler
 from rlprof.config import load_plan
 
@@ -123,6 +123,12 @@ def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
     update = rec["stage_s"][:, 6]  # actor_update's column
     assert all(update[9:] > 0.15) and all(update[3:9] < 0.1)
     assert (d / "timeline" / "columns.json").exists()
+    # the trigger's verdict in the records (what a tracker logs): the step it saw slow judged and found slow; the
+    # warm-up, the unjudged and the captured steps not judged; the judged steps before the onset found nothing
+    flags = {int(s): int(f) for s, f in zip(rec["step"], rec["flags"])}
+    assert flags[judged] & (JUDGED | SLOW) == JUDGED | SLOW
+    assert not any(flags[n] & JUDGED for n in (*range(1, 4), *unjudged_steps(d), judged + 1))
+    assert not any(flags[n] & (SLOW | STRAGGLER) for n in range(1, judged))
 
 
 def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):

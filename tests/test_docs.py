@@ -91,3 +91,14 @@ def test_nothing_cites_a_document_outside_the_repository():
     ]
     citing = [str(p.relative_to(ROOT)) for p in here if re.search(r"\bSPEC\b|SPEC\.md|\.\./shared", p.read_text())]
     assert not citing
+
+
+def test_the_tracker_keys_are_named_once_in_the_verl_guide():
+    """docs/verl.md's table lists exactly the keys `analyze/over_time/step_measures.py` writes (KEYS), each once."""
+    from rlprof.analyze.over_time.step_measures import KEYS
+
+    section = (ROOT / "docs" / "verl.md").read_text().split("### rlprof's measures in verl's loggers")[1]
+    listed = re.findall(r"^\| `(rlprof/[^`]+)` \|", section.split("\n### ")[0], re.M)
+    assert sorted(listed) == sorted(KEYS) and len(listed) == len(set(listed))
+    others = [p for p in PAGES if p.name != "verl.md"]
+    assert not [p.name for p in others if re.search(r"^\| `rlprof/", p.read_text(), re.M)], "one table, in verl.md"

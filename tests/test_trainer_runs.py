@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import run_cli
-from helpers import load_trace, names, rows
+from helpers import load_trace, names, rows, stays_near_its_reference
 
 A = "actor_rollout_ref.actor.profiler"
 R = "actor_rollout_ref.rollout.profiler"
@@ -32,12 +32,14 @@ def metrics(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["grpo", "dapo"])
 def test_learning_is_real(tmp_path, algorithm):
-    train(tmp_path, f"trainer.algorithm={algorithm}", "global_profiler.tool=null")
+    proc = train(tmp_path, f"trainer.algorithm={algorithm}", "global_profiler.tool=null")
     history = metrics(tmp_path)
     assert len(history) == 30
     first = sum(m["reward_mean"] for m in history[:5]) / 5
     last = sum(m["reward_mean"] for m in history[-5:]) / 5
-    assert last > first + 0.2, (first, last)
+    assert last > first + (0.1 if algorithm == "grpo" else 0.2), (first, last)
+    if algorithm == "grpo":  # the README's main job: with the KL weight 0.01 its KL reached 3.06 by step 26
+        stays_near_its_reference(history, proc)
     assert sum(m["accuracy"] for m in history[-5:]) > sum(m["accuracy"] for m in history[:5])
     assert set(history[0]["stage_ms"]) >= {
         "rollout_generate",

@@ -150,6 +150,7 @@ def trigger_run(job_python, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("job_trigger")
     save = work / "profile"
+    tensorboard = work / "tensorboard"  # verl's tensorboard logger writes there (TENSORBOARD_DIR, verl's variable)
     job = subprocess.Popen(
         [
             str(job_python),
@@ -163,10 +164,12 @@ def trigger_run(job_python, tmp_path_factory):
             *TRIGGER,
             f"global_profiler.save_path={save}",
             *slow_reward(work / "reward_calls"),
+            "trainer.logger=[console,tensorboard]",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=dict(os.environ, TENSORBOARD_DIR=str(tensorboard)),
     )
     asked_after = capture = None
     deadline = time.monotonic() + 540
@@ -181,6 +184,7 @@ def trigger_run(job_python, tmp_path_factory):
     result = json.loads(out.strip().splitlines()[-1])
     result["log_text"] = Path(result["log"]).read_text(errors="replace")
     (run_dir,) = [p.parent for p in save.glob("*/rlprof_live.json")]
+    result["tensorboard"] = tensorboard
     return result, run_dir, asked_after, capture
 
 
@@ -464,3 +468,79 @@ def test_rlprof_capture_next_is_honoured_by_a_running_main_ppo(trigger_run):
         assert len(listed) < len(requested) and named, capture.stdout
     else:
         assert len(listed) == len(requested), capture.stdout
+
+
+# ---- rlprof's measures in verl's own loggers: trainer.logger=[console,tensorboard], no other config ------------------
+def console_steps(log_text: str) -> dict[int, dict[str, float]]:
+    """verl's console lines (`step:N - key:value - ...`): the rlprof/ numbers of each step."""
+    out: dict[int, dict[str, float]] = {}
+    for line in log_text.splitlines():
+        if "step:" in line and " - rlprof/" in line:
+            head, *pairs = line[line.index("step:") :].split(" - ")
+            for pair in pairs:
+                key, _, value = pair.partition(":")
+                if key.startswith("rlprof/"):
+                    out.setdefault(int(head.split(":")[1]), {})[key] = float(value)
+    return out
+
+
+def test_verls_tensorboard_and_console_hold_rlprofs_measures_of_every_step(trigger_run):
+    """The event files verl's own tensorboard logger wrote, read with TensorBoard's EventAccumulator: every step's
+    rlprof/ scalars, equal to the run directory's timeline (the driver's row per step: verl's timers) and the agent
+    loop's samples; the trigger's verdict and the capture's cause where it took one; verl's console line the same."""
+    import numpy as np
+    from tracker_readers import tensorboard_scalars
+
+    from rlprof.analyze.inputs.timeline_file import JUDGED, read_rank, stage_names
+
+    result, run_dir, _, _ = trigger_run
+    assert result["exit_code"] == 0, result["log_text"][-3000:]
+    scalars = tensorboard_scalars(result["tensorboard"])
+    steps = set(range(1, TRIGGER_STEPS + 1))
+    (rec,) = [read_rank(run_dir / "timeline" / "rank0.bin")]
+    assert sorted(int(s) for s in rec["step"]) == sorted(steps)
+    for row in rec:
+        n = int(row["step"])
+        assert scalars["rlprof/time/step/max_s"][n] == pytest.approx(float(row["step_s"]), rel=1e-6)
+        for name, seconds in zip(stage_names(run_dir), row["stage_s"]):
+            if not np.isnan(seconds):
+                assert scalars[f"rlprof/time/{name}/max_s"][n] == pytest.approx(float(seconds), rel=1e-6), (n, name)
+        assert scalars["rlprof/trigger/judged"][n] == float(bool(row["flags"] & JUDGED))
+    assert scalars["rlprof/trigger/not_judged/warmup"] == {1: 1.0}
+    assert scalars["rlprof/trigger/found/slow"][SLOW_FROM] == 1.0  # the onset, judged slow
+    assert scalars["rlprof/capture/slow"] == {SLOW_FROM + 1: 1.0}  # and the step it captured, with why
+    assert scalars["rlprof/capture/seen_step"][SLOW_FROM + 1] == SLOW_FROM
+    samples = agent_loop_samples(run_dir)
+    for n in steps:
+        mine = [r for r in samples if r["step"] == n]
+        ms = [(r["end_us"] - r["start_us"]) / 1e3 for r in mine]
+        assert scalars["rlprof/rollout/samples"][n] == len(mine) == SAMPLES_PER_STEP
+        assert scalars["rlprof/rollout/sample_ms/p99"][n] == pytest.approx(float(np.percentile(ms, 99)), rel=1e-6)
+        assert scalars["rlprof/rollout/sample_ms/max"][n] == pytest.approx(max(ms), rel=1e-6)
+        assert scalars["rlprof/rollout/response_tokens/max"][n] == RESPONSE_TOKENS
+    # the slowed reward (one sample per step from the onset waits SLOW_S in it) shows in the samples' tail
+    assert scalars["rlprof/rollout/sample_ms/max"][SLOW_FROM] >= SLOW_S * 1e3
+    # verl's console line: the same numbers, every step
+    console = console_steps(result["log_text"])
+    assert set(console) == steps
+    for n in steps:
+        for key, value in console[n].items():
+            assert value == pytest.approx(scalars[key][n], rel=1e-6), (n, key)
+        assert {k for k in scalars if n in scalars[k] and k.startswith("rlprof/")} == set(console[n])
+    # and `rlprof export` of the run directory writes the same scalars (the analysis's findings besides)
+    out = run_cli("export", run_dir, "--to", "tensorboard", result["tensorboard"].parent / "export", timeout=600)
+    assert out.returncode == 0, out.stderr
+    exported = tensorboard_scalars(result["tensorboard"].parent / "export")
+    for key, values in scalars.items():
+        if key.startswith("rlprof/"):
+            assert exported[key] == values, key
+
+
+def test_profiled_steps_samples_reach_verls_console_without_a_trigger(discrete_run):
+    """No trigger, steps [1, 2] profiled: each profiled step's rollout measures in verl's console line."""
+    result, _, _ = discrete_run
+    finished_two_steps(result)
+    console = console_steps(result["log_text"])
+    assert set(console) == {1, 2}
+    assert all(console[n]["rlprof/rollout/samples"] == SAMPLES_PER_STEP for n in (1, 2))
+    assert all(console[n]["rlprof/rollout/response_tokens/p50"] == RESPONSE_TOKENS for n in (1, 2))

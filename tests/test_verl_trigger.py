@@ -1,6 +1,7 @@
 """global_profiler.trigger in main_ppo's driver (integrations/verl/trigger.py), against a stand-in for verl's v1
 PPOTrainer: its fit loop, step boundaries and profiling switch as verl 0.9.1 has them (trainer/ppo/v1/
-trainer_base.py: fit, _start_profiling, _stop_profiling, curr/next/prev_step_profile, timing_raw). The step and
+trainer_base.py: fit, _start_profiling, _stop_profiling, curr/next/prev_step_profile, timing_raw, _compute_metrics
+building the dict fit hands to Tracking.log). The step and
 stage times are verl's timers' numbers, given here, so the rule's decisions are exact. The whole job (main_ppo on
 CPU, verl's own workers and rollout replicas capturing) is tests/test_verl_job.py's."""
 
@@ -30,6 +31,7 @@ class StandIn:
         self.config = config
         self.gen_seconds = gen_seconds
         self.on_step = on_step
+        self.logged: dict[int, dict] = {}  # what verl's Tracking.log(data=metrics, step=...) was handed per step
         self.profiled: list[int] = []
         self.rollout_starts: list[dict] = []  # what the rollout replicas' start_profile was given
 
@@ -49,7 +51,13 @@ class StandIn:
             self._stop_profiling()
             self.timing_raw["update_weights"] = 0.1
             self.timing_raw["step"] = sum(self.timing_raw.values())
+            metrics = {}
+            self._compute_metrics(None, metrics, self.timing_raw, global_steps=self.global_steps, epoch=0)
+            self.logged[self.global_steps] = metrics
             self.global_steps += 1
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics["timing_s/step"] = timing_raw["step"]  # verl's own (of many), then the dict goes to Tracking.log
 
     def _start_profiling(self):
         if self.curr_step_profile:
@@ -253,3 +261,45 @@ def test_rlprof_capture_hears_of_every_file_of_the_capture_or_the_ones_still_bei
     end = wait_answer(run_dir_of(tmp_path), asked["id"], 0.0)  # the run ended: everything is indexed
     assert end.whole and end.answer["settled"] is True and not end.pending
     assert sorted(r["path"].rsplit("/", 1)[-1] for r in end.rows)[0] == late and len(end.rows) == 2
+
+
+def test_each_steps_measures_join_the_metrics_verl_logs_for_it(trainer_class, tmp_path):
+    """Where verl builds the metrics it logs (`_compute_metrics`), the step's rlprof/ numbers join them: its timeline
+    record (written there, from verl's timers), the trigger's verdict, and at the captured step its cause."""
+    save = tmp_path / "p"
+    trainer = trainer_class(config(save, SLOW, steps=8), lambda n: 3.0 if n >= 6 else 1.0)
+    trainer.fit()
+    d = run_dir_of(save)
+    (rec,) = [read_rank(p) for _, p in timeline_ranks(d)]
+    assert sorted(trainer.logged) == [int(s) for s in rec["step"]] == list(range(1, 9))
+    for row in rec:
+        m = trainer.logged[int(row["step"])]
+        assert m["rlprof/time/step/max_s"] == float(row["step_s"]) and "timing_s/step" in m  # verl's keys kept
+        assert m["rlprof/time/rollout_generate/max_s"] == float(row["stage_s"][0])
+        assert all(isinstance(v, float) for k, v in m.items() if k.startswith("rlprof/"))
+    assert trainer.logged[1]["rlprof/trigger/not_judged/warmup"] == 1.0
+    assert trainer.logged[6]["rlprof/trigger/found/slow"] == 1.0 and trainer.logged[5]["rlprof/trigger/judged"] == 1.0
+    assert trainer.logged[7]["rlprof/capture/slow"] == 1.0 and trainer.logged[7]["rlprof/capture/seen_step"] == 6
+    assert trainer.logged[7]["rlprof/capture/stage/rollout_generate"] == 1.0
+    assert (
+        trainer.logged[7]["rlprof/capture/seconds"] == 3.0
+        and trainer.logged[7]["rlprof/capture/baseline_seconds"] == 1.0
+    )
+    assert trainer.logged[8]["rlprof/trigger/judged"] == 1.0  # the last step is judged too (no request read there)
+
+
+def test_a_fault_joining_the_measures_is_one_warning_and_verl_logs_its_own(
+    trainer_class, tmp_path, monkeypatch, caplog
+):
+    from rlprof.analyze.over_time import step_measures
+
+    monkeypatch.setattr(step_measures.RunReader, "read", lambda self: 1 / 0)
+    verl_trigger._said.clear()
+    trainer = trainer_class(config(tmp_path / "p", SLOW, steps=4), lambda n: 1.0)
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        trainer.fit()
+    assert [m for m in trainer.logged.values()] == [
+        {"timing_s/step": trainer.logged[n]["timing_s/step"]} for n in range(1, 5)
+    ]
+    said = [r.getMessage() for r in caplog.records if "could not join verl's metrics" in r.getMessage()]
+    assert len(said) == 1 and "main_ppo goes on without them" in said[0]

@@ -261,3 +261,28 @@ def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
         doc = run_analysis(path, workers=workers, use_ray=ray, progress=lambda: bar.advance(task))
         bar.update(task, completed=total)
     return doc
+
+
+@app.command(name="export")
+@guarded
+def export_cmd(
+    run: str = typer.Argument(..., help="a run directory (finished or crashed) with a watch timeline or samples"),
+    to: str = typer.Option(..., "--to", help="the tracker: tensorboard, wandb (offline) or mlflow (a local store)"),
+    out: str = typer.Argument(..., metavar="DIR", help="where the tracker run is written"),
+):
+    """A past run as an experiment tracker's run: each step's rlprof measures (stage times and their spread over
+    ranks, the rollout's samples, the trigger's verdicts and captures), its trainer metrics, and its findings."""
+    from pathlib import Path
+
+    from ..report.trackers import LOGGERS, Unavailable, export_run
+
+    if to not in LOGGERS or to == "console":
+        fail(f"--to {to!r} is not allowed; allowed: tensorboard, wandb, mlflow")
+    try:
+        done = export_run(Path(run), to, Path(out), say=lambda line: typer.echo(line, err=True))
+    except Unavailable as exc:
+        fail(str(exc))
+    typer.echo(
+        f"wrote {len(done['steps'])} steps ({len(done['keys'])} keys) and {done['findings']} findings of {run} "
+        f"to {to} in {out}"
+    )

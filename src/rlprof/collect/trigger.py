@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analyze.inputs.timeline_file import JUDGED, SLOW, STRAGGLER
 from ..config.plan import TriggerPlan
 from ..vocab import ROLES, STAGE_ROLE, STAGES
 
@@ -59,6 +60,17 @@ class Decision:
     armed: list = field(default_factory=list)  # Capture
     refused: list = field(default_factory=list)  # (request id, one line why)
     flagged: dict | None = None  # keep: slow_only: this step's finding, within the budget: its windows are kept
+    judged: bool = False  # the rule judged this step (not warm-up, busy or profiled): the timeline's JUDGED flag
+    found: dict | None = None  # what it found there (slow, straggler), armed or not (budget, cooldown)
+
+    def flags(self) -> int:
+        """The verdict as the timeline's flags say it (the same on every rank)."""
+        reason = (self.found or {}).get("reason")
+        return (
+            (JUDGED if self.judged else 0)
+            | (SLOW if reason == "slow" else 0)
+            | (STRAGGLER if reason == "straggler" else 0)
+        )
 
 
 def encode_request(req: dict | None) -> list[float]:
@@ -151,6 +163,7 @@ class Trigger:
         self.enabled_roles = enabled_roles  # roles the plan lets collect (the same on every rank)
         self.history: deque = deque(maxlen=plan.window)
         self.used = 0
+        self.judged = False  # whether the last step judge() saw was judged
         self.last_armed: int | None = None
         self.pending: list[Capture] = []
         if plan.baseline and plan.keep == "next":  # a normal window to put captures beside (outside the budget)
@@ -175,10 +188,12 @@ class Trigger:
         return self.plan.max_captures - self.used
 
     def judge(self, step: int, matrix: np.ndarray) -> dict | None:
-        """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}) or None."""
+        """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}) or None; `judged`
+        says whether the step was judged at all."""
         plan = self.plan
         times, busy = matrix[:, :TIMES], matrix[:, BUSY_COL] > 0
-        if step <= plan.warmup_steps or busy.any() or step in self.profiled:
+        self.judged = not (step <= plan.warmup_steps or busy.any() or step in self.profiled)
+        if not self.judged:
             return None
         found, best = None, 0.0
         if plan.straggler is not None and len(times) > 1:
@@ -240,6 +255,7 @@ class Trigger:
         if req[0] > 0:
             self._request(step, req, ranks_asked, out)
         found = self.judge(step, matrix)
+        out.judged, out.found = self.judged, found
         if found is not None and self.plan.keep == "slow_only":
             # this step's windows are kept instead of arming the next (the Profiler keeps them), on the budget:
             # counted here, on every rank alike, whether or not a rank profiled the stage

@@ -37,6 +37,7 @@ class Watching:
         self._beat_at = 0.0
         self._delegated: dict = {}
         self._captured: dict = {}  # request id -> the windows this rank closed for it this step
+        self.step_captures: list[dict] = []  # the trigger rows of the captures the last step ended took
         self._writes_at_start = (0, 0)  # the window writer's (in flight, ended) when the step started
         if watched:
             self._start_watch(decides)
@@ -216,7 +217,18 @@ class Watching:
             self._watch_fault("decide", exc, disable=True)
             return
         kept = self._settle_probes(decision.flagged) if self._held else False
-        self._record(n, step_s, stages, busy, captured=bool(self._capture_rows) or kept, writing=writing)
+        self._record(
+            n,
+            step_s,
+            stages,
+            busy,
+            captured=bool(self._capture_rows) or kept,
+            writing=writing,
+            verdict=decision.flags(),
+        )
+        self.step_captures = [c.trigger for c in self._taken]  # what a tracker logs as the step's capture
+        if kept:
+            self.step_captures.append({k: v for k, v in decision.flagged.items() if k != "ranks"})
         if self._captured:
             try:
                 for rid, windows in self._captured.items():
@@ -251,7 +263,9 @@ class Watching:
         (busy_then, ended_then), (busy_now, ended_now) = self._writes_at_start, self._writer.writes_seen()
         return bool(busy_then or busy_now or ended_now != ended_then)
 
-    def _record(self, n: int, step_s: float, stages: list, busy: bool, captured: bool, writing: bool) -> None:
+    def _record(
+        self, n: int, step_s: float, stages: list, busy: bool, captured: bool, writing: bool, verdict: int = 0
+    ) -> None:
         # profiled: the plan's own window on this rank, or one written in the background while the step ran; either
         # way the profiler's cost is in the step's times
         fixed = any(n in rp.steps for rp in self._collecting.values())
@@ -260,6 +274,7 @@ class Watching:
             | (WARMUP if n <= self._trigger.plan.warmup_steps else 0)
             | (CAPTURED if captured else 0)
             | (PROFILED if fixed or writing else 0)
+            | verdict
         )
         try:
             self._watch.write(n, flags, step_s, stages)

@@ -67,6 +67,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
                 world_size=world_size,
                 on_step=printer.update,
                 metrics_dir=Path(cfg.trainer.output_dir),
+                console=printer.line,
             )
         if dist.is_initialized():
             dist.barrier()  # leave together: gloo aborts a rank whose peer tears down mid-export

@@ -52,6 +52,12 @@ class ProgressPrinter:
     def __exit__(self, *exc):
         return self.progress.__exit__(*exc)
 
+    def line(self, text: str) -> None:
+        """Another line under the progress bar (the console tracker's)."""
+        if self.enabled:
+            self.progress.console.print(text, highlight=False, markup=False, soft_wrap=True)
+            self.progress.console.file.flush()
+
     def update(self, m: dict) -> None:
         if self.enabled:
             self.progress.console.print(metrics_line(m), highlight=False)

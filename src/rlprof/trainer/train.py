@@ -27,6 +27,7 @@ from .model import build_model, build_tokenizer
 from .reward import close_pools, exact_match, verify
 from .rollout import Rollout, generate
 from .sample_records import TrainerSamples
+from .step_log import StepLog
 
 SYNC_ROLES = ("actor", "rollout", "ref", "reward")
 ASYNC_DRIVER_ROLES = ("actor", "ref", "reward")  # rollout profiles itself in the replicas
@@ -333,23 +334,26 @@ def run_training(
     on_step=None,
     run_id: str | None = None,
     metrics_dir: Path | None = None,
+    console=None,
 ) -> tuple[list[dict], Trainer]:
     """Train; with `metrics_dir`, rank 0 appends each step's metrics to `<metrics_dir>/<run id>/metrics.jsonl` as
-    the step ends (`trainer.metrics_path`): a job preempted at step 900 keeps its 899 steps."""
+    the step ends (`trainer.metrics_path`): a job preempted at step 900 keeps its 899 steps; and sends them with
+    rlprof's measures of the step to the trackers `trainer.logger` names (step_log.py; `console`: where the console
+    tracker's lines go)."""
     trainer = Trainer(cfg, plan, rank=rank, world_size=world_size, run_id=run_id)
     log = None
     if metrics_dir is not None and rank == 0:
-        log = MetricsLog(Path(metrics_dir) / (trainer.prof.run_id or time.strftime("%Y%m%d-%H%M%S")))
+        log = StepLog(cfg, trainer.prof, Path(metrics_dir), console=console)
     trainer.metrics_path = log.path if log is not None else None
     history = []
     try:
         for step in range(1, cfg.trainer.steps + 1):
             metrics = trainer.train_step(step)
             history.append(metrics)
-            if log is not None:
-                log.append(metrics)
             if on_step is not None:
                 on_step(metrics)
+            if log is not None:
+                log.append(metrics)
             why = diverging(metrics)
             if why and rank == 0:
                 warn_once(
@@ -367,7 +371,7 @@ def run_training(
     return history, trainer
 
 
-KL_DIVERGED = 10.0  # nats per token from the reference: far beyond any run that trains (the tiny default stays < 7)
+KL_DIVERGED = 10.0  # nats per token from the reference: far beyond any run that trains (the defaults stay below 1)
 
 
 def diverging(m: dict) -> str | None:
@@ -378,23 +382,6 @@ def diverging(m: dict) -> str | None:
     if m["kl"] > KL_DIVERGED:
         return f"KL from the reference {m['kl']:.4g} per token (above {KL_DIVERGED:g})"
     return None
-
-
-class MetricsLog:
-    """metrics.jsonl, one line per step appended and flushed as the step ends (the trainer's own output directory:
-    never the profile's disk)."""
-
-    def __init__(self, out_dir: Path):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = out_dir / "metrics.jsonl"
-        self._file = open(self.path, "w")
-
-    def append(self, metrics: dict) -> None:
-        self._file.write(json.dumps(metrics) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def write_metrics(history: list[dict], out_dir: Path) -> Path:

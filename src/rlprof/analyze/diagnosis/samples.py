@@ -64,7 +64,7 @@ def duration_ms(r: dict) -> float | None:
     return (r["end_us"] - r["start_us"]) / 1e3 if "start_us" in r and "end_us" in r else None
 
 
-def _quantiles(values: list[float]) -> dict | None:
+def quantiles(values: list[float]) -> dict | None:
     if not values:
         return None
     a = np.asarray(values, float)
@@ -131,8 +131,8 @@ def step_summaries(samples: list[dict], engine: list[dict] = ()) -> list[dict]:
         summary = {
             "step": step,
             "samples": len(rows),
-            "duration_ms": _quantiles([duration_ms(r) for r in timed]),
-            "response_tokens": _quantiles([r["response_tokens"] for r in rows if "response_tokens" in r]),
+            "duration_ms": quantiles([duration_ms(r) for r in timed]),
+            "response_tokens": quantiles([r["response_tokens"] for r in rows if "response_tokens" in r]),
             "span_ms": span if timed else None,
             "tail_ms": tail if timed else None,
             "tail_share": tail / span if span > 0 else None,

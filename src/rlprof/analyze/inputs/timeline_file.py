@@ -1,7 +1,8 @@
 """The watch's per-rank timeline (collect/watch.py writes it, analyze/over_time/timeline.py reads it): one fixed-width
 little-endian record per watched step, appended as the step ends, in `<run_dir>/timeline/rank<R>.bin`.
 
-Record: step (u4), flags (u4: BUSY, WARMUP, CAPTURED, PROFILED), the step's wall seconds (f4), then one f4 per stage in
+Record: step (u4), flags (u4: BUSY, WARMUP, CAPTURED, PROFILED; and the trigger's verdict, the same on every rank:
+JUDGED, and what it found there, SLOW, STRAGGLER), the step's wall seconds (f4), then one f4 per stage in
 `vocab.STAGES` order: that stage's wall seconds in the step (entries summed), NaN where the stage did not run; then
 one f4 per stage: when it was first entered, in seconds from the step's start (the order the stages ran in: a
 straggler's slow stage comes before the stage where the other ranks wait for it).
@@ -22,6 +23,7 @@ COLUMNS_FILE = "columns.json"
 FORMAT_VERSION = 1
 BUSY, WARMUP, CAPTURED = 1, 2, 4
 PROFILED = 8  # a window of the plan's own steps was open on this rank (the profiler's cost is in the times)
+JUDGED, SLOW, STRAGGLER = 16, 32, 64  # the trigger judged the step; it found it slow; it found a rank straggling
 RECORD = struct.Struct("<IIf" + "f" * 2 * len(STAGES))
 DTYPE = np.dtype(
     [
@@ -45,7 +47,15 @@ def columns() -> dict:
         "record_bytes": RECORD.size,
         "fields": ["step", "flags", "step_s", "stage_s", "stage_start_s"],
         "stages": list(STAGES),
-        "flags": {"busy": BUSY, "warmup": WARMUP, "captured": CAPTURED, "profiled": PROFILED},
+        "flags": {
+            "busy": BUSY,
+            "warmup": WARMUP,
+            "captured": CAPTURED,
+            "profiled": PROFILED,
+            "judged": JUDGED,
+            "slow": SLOW,
+            "straggler": STRAGGLER,
+        },
     }
 
 

@@ -3,15 +3,18 @@ the TaskRunner process) watches every step, decides once, and verl's own profili
 its workers and rollout replicas.
 
 How it gets there: the verl plugin (verl/loader.py, loaded by verl in every process) calls `attach` right after
-`verl.trainer.ppo.v1.trainer_base` is imported; `attach` wraps four methods of its PPOTrainer in memory (no verl
+`verl.trainer.ppo.v1.trainer_base` is imported; `attach` wraps five methods of its PPOTrainer in memory (no verl
 file changes). Each wrapper costs one attribute lookup when the config has no `global_profiler.trigger`.
 
-At each step boundary (`_start_profiling`, which verl calls at the head of every step) the driver:
+At each step's end (`_compute_metrics`, where verl builds the metrics it logs for the step; on a trainer without it,
+at the next step's head, `_start_profiling`) the driver:
 - writes the step that just ended to the timeline (`<save_path>/<run_id>/timeline/rank0.bin`): its wall time and
   each stage's, as verl's own timers measured them (`timing_raw`: gen, reward, old_log_prob, ref, update_actor, ...
   under rlprof's stage names); the driver sees the job, not its ranks, so the timeline holds one row per step;
 - reads the request `rlprof capture` left (collect/request.py) and runs the trigger's rule (collect/trigger.py: slow,
-  warmup_steps, max_captures, cooldown, request) on that row;
+  warmup_steps, max_captures, cooldown, request) on that row, its verdict in the row's flags (at the last step
+  no request is read: nothing follows it to capture);
+- adds rlprof's measures of the step to the metrics verl logs (step_log.py);
 - when a capture is due for the step about to start, sets verl's own `curr_step_profile`, so that verl starts and
   stops its workers' profilers (their configured tools, rlprof's micro-batch sampler where asked) and the rollout
   replicas' engine profilers for that step, exactly as it does for a step listed in `global_profiler.steps`;
@@ -43,6 +46,7 @@ from .rollout_plan import ENV_RUN_ID
 
 WRAPPED = ("fit", "_start_profiling", "_stop_profiling")
 _DRIVER = "_rlprof_trigger"  # the trainer's DriverTrigger, False once looked for and absent (or failed)
+_STEP_LOG = "_rlprof_step_log"  # the trainer's StepLog (step_log.py), likewise
 _said: set = set()  # what the driver's trigger said (its own scope of warn_once, cleared by its tests)
 
 
@@ -70,6 +74,8 @@ def attach(module) -> None:
         cls._start_rollout_profiling = _start_rollout(cls._start_rollout_profiling)
     cls._start_profiling = _start(cls._start_profiling)
     cls._stop_profiling = _stop(cls._stop_profiling)
+    if callable(getattr(cls, "_compute_metrics", None)):
+        cls._compute_metrics = _metrics(cls._compute_metrics)
     cls._rlprof_trigger_attached = True
 
 
@@ -158,6 +164,75 @@ def _start_rollout(original):
         return original(self, *args, **kwargs)
 
     return _start_rollout_profiling
+
+
+def _metrics(original):
+    """verl builds the step's metrics dict here, right before `Tracking.log(data=metrics, step=...)` hands it to every
+    backend of `trainer.logger`: the watched step ends now (its timeline record, the trigger's verdict), and rlprof's
+    measures of it join the dict (step_log.py)."""
+
+    @functools.wraps(original)
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        out = original(self, batch, metrics, *args, **kwargs)
+        step = int(self.global_steps)
+        driver = self.__dict__.get(_DRIVER)
+        if driver and driver.open_step == step:
+            try:
+                last = step >= int(getattr(self, "total_training_steps", step + 1) or step + 1)
+                driver.timing = getattr(self, "timing_raw", None)
+                driver._step_ended(step, requests=not last)
+            except Exception as exc:
+                _fault(self, "end a step", exc)
+                driver = None
+        log = _step_log(self)
+        if log is not None:
+            try:
+                captures = [c.trigger for c in driver.taken.get(step, ())] if driver else ()
+                log.add(self, metrics, step, captures)
+            except Exception as exc:
+                self.__dict__[_STEP_LOG] = False
+                _say(
+                    ("step-log", type(exc).__name__),
+                    f"rlprof: rlprof's measures of the step could not join verl's metrics ({type(exc).__name__}: "
+                    f"{exc}); main_ppo goes on without them",
+                )
+        return out
+
+    return _compute_metrics
+
+
+def _step_log(trainer):
+    """The driver's StepLog (step_log.py), made on first use, in the trigger's run directory, else (profiled steps,
+    no trigger) in the one the agent loop's samples go to; None where the job neither watches nor profiles."""
+    found = trainer.__dict__.get(_STEP_LOG)
+    if found is None:
+        try:
+            driver = trainer.__dict__.get(_DRIVER)
+            run_dir = driver.run_dir if driver else _profiled_run_dir(trainer.config)
+            if run_dir is not None:
+                from .step_log import StepLog
+
+                found = StepLog(run_dir)
+            else:
+                found = False
+        except Exception as exc:
+            _say(("step-log", type(exc).__name__), f"rlprof: rlprof's measures do not join verl's metrics ({exc})")
+            found = False
+        trainer.__dict__[_STEP_LOG] = found
+    return found or None
+
+
+def _profiled_run_dir(config) -> Path | None:
+    """Where a job that profiles listed steps (no trigger) keeps its samples: save_path / the run id."""
+    profilers = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic")
+    run_id = os.environ.get(ENV_RUN_ID)
+    if not (
+        run_id
+        and _select(config, "global_profiler.steps")
+        and any(_select(config, f"{p}.profiler.enable") for p in profilers)
+    ):
+        return None
+    return Path(_select(config, "global_profiler.save_path") or "outputs/profile").resolve() / run_id
 
 
 def _fit(original):
@@ -283,7 +358,7 @@ class DriverTrigger:
         # the step's timer dict: verl keeps filling it (update_weights, the whole "step") until the step's end
         self.timing = getattr(trainer, "timing_raw", None)
 
-    def _step_ended(self, n: int, decide: bool = True) -> None:
+    def _step_ended(self, n: int, decide: bool = True, requests: bool = True) -> None:
         import numpy as np
 
         from ...collect.trigger import encode_request
@@ -304,17 +379,20 @@ class DriverTrigger:
                 i = STAGES.index(stage)
                 stages[i] = (0.0 if math.isnan(stages[i]) else stages[i]) + float(seconds)
         starts = [math.nan] * len(STAGES)  # verl's timers do not say when each stage began
-        req = read_request(self.run_dir, self.requests_seen) if decide and self.trigger.plan.request else None
+        asked = decide and requests and self.trigger.plan.request  # the last step: nothing follows to capture
+        req = read_request(self.run_dir, self.requests_seen) if asked else None
         armed = refused = ()
+        verdict = 0
         if decide:
             row = [step_s, *stages, *starts, float(busy), *encode_request(req)]
             decision = self.trigger.decide(n, np.asarray([row], dtype=np.float64), (req or {}).get("ranks"))
-            armed, refused = decision.armed, decision.refused
+            armed, refused, verdict = decision.armed, decision.refused, decision.flags()
         flags = (
             (BUSY if busy else 0)
             | (WARMUP if n <= self.trigger.plan.warmup_steps else 0)
             | (CAPTURED if n in self.taken else 0)
             | (PROFILED if n in self.steps else 0)
+            | verdict
         )
         self.watch.write(n, flags, step_s, stages + starts)
         self._index_files()
