@@ -22,6 +22,9 @@ with it; its key is checked against that trainer's config.
 One key is never pulled two ways: across every cause, a key is raised or lowered in one direction and set to one
 value (tests/test_plan.py checks every pair of causes), so that the levers of one run's findings make one
 consistent config.
+
+Over 400 lines because it is data: every cause's levers in three dialects, each with why, its side effect and
+what it needs.
 """
 
 from __future__ import annotations

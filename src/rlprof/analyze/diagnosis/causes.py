@@ -15,6 +15,9 @@ Adding a cause: one record in CAUSES (its threshold in THRESHOLDS, its levers in
 beside the others in analyze/diagnosis/savings.py where its saving can be predicted), and its firing case in
 tests/test_causes.py. A cause judged on a measure of analyze/diagnosis/measures.py needs nothing else: `judge` says when it
 fires and its impact, and findings loop over the records.
+
+Over 400 lines because it is the registry: one record per cause, each with its judge, sentence and formula named,
+beside the few helpers their sentences share.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ...frameworks.levers import LEVERS
-from . import savings
+from . import sample_savings, savings
 from .finding import Finding
 from .prediction import PredictionContext, not_predictable
 
@@ -283,7 +286,7 @@ CAUSES: dict[str, Cause] = {
             impact="the tool time of each step's slowest sample",
             sentence="slow tools: each step's slowest sample spends {value:.0%} of its time in tool calls "
             "({tool_ms:.1f} of {slowest_ms:.1f} ms, mean over {steps} step(s)): the batch waits for it",
-            saving=savings.slow_tools,
+            saving=sample_savings.slow_tools,
             judge=lambda m, j: m["tool_ms"] if m["value"] >= j.t["tool_share"] and j.large(m) else None,
         ),
         Cause(
@@ -295,7 +298,7 @@ CAUSES: dict[str, Cause] = {
             sentence="preemption: the engine preempted {value:.0%} of the samples ({preempted} of {samples}, "
             "{preemptions} preemptions); the slowest preempted sample took {excess_ms:.1f} ms more than the median, "
             "per step",
-            saving=savings.kv_cache,
+            saving=sample_savings.kv_cache,
             judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
             root="kv_cache",
         ),
@@ -310,7 +313,7 @@ CAUSES: dict[str, Cause] = {
                 + (f"; its cache holds {x['kv_cache_tokens']} tokens" if x.get("kv_cache_tokens") else "")
                 + ")"
             ),
-            savings.kv_cache,
+            sample_savings.kv_cache,
         ),
         _queue_cause(
             "slot_bound",
@@ -321,7 +324,7 @@ CAUSES: dict[str, Cause] = {
                 f"{x['waiting_iterations']} iterations that left requests waiting; its KV cache at most "
                 f"{x['peak_kv_usage']:.0%} full, nothing preempted)"
             ),
-            savings.slot_bound,
+            sample_savings.slot_bound,
         ),
         _queue_cause(
             "engine_queue",
@@ -345,7 +348,7 @@ CAUSES: dict[str, Cause] = {
             "a queue before the engine: samples wait for an agent worker or rollout replica to send them",
             "queued",
             lambda x: " (before the engine: for a worker or replica to take them)",
-            savings.queued,
+            sample_savings.queued,
         ),
         Cause(
             "memory_headroom",

@@ -14,6 +14,9 @@ one is enough).
 
 The functions here compute Finding values (analyze/diagnosis/finding.py); their sentences are made by analyze/diagnosis/sentences.py
 when the document's findings are assembled (diagnose).
+
+Over 400 lines because it finds every kind of finding (the causes judged on measures, the stage buckets, idle,
+variance, repeating units, busy windows) beside the one ranking they share.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from ...frameworks.levers import DIALECTS
 from .measures import _passes, _units_by_stage
 
 ROLLOUT = "rollout_generate"
+MARGIN = 0.5  # a setting computed from the run aims the cause's measure at this share of its threshold
 # what a saving's share is of (Saving.basis), best first
 BASES = {
     "unprofiled_steps": "the run's unprofiled steps (its own step timing)",
