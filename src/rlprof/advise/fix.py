@@ -65,7 +65,8 @@ def plan_from(doc: dict, dialect: str, run: str = "") -> dict:
     if not parts:
         return _no_lever(run, dialect, skipped)
     entries = [
-        {"kind": p["cause"], "stage": p["stage"], "saving": p["saving"], "levers": p["lever_records"]} for p in parts
+        {"kind": p["cause"], "stage": p["stage"], "saving": p["saving"], "levers": {dialect: p["lever_records"]}}
+        for p in parts
     ]
     plan = plan_of(ctx, entries)
     saving = {

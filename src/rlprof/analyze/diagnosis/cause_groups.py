@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from .causes import CAUSES
 from .finding import Finding
+from .prediction import share_of
 
 
 def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[Finding, dict | None]]:
@@ -49,15 +50,15 @@ def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[
 
 
 def one_per_root(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding, dict | None]]:
-    """Each finding whose cause names a root (Cause.root) that was found too goes inside the root's finding
-    (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with the root's
-    levers first and its saving (the root's lever removes the symptom with it)."""
+    """Each finding whose cause names a root (Cause.roots) that was found too goes inside the (first such) root's
+    finding (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with the root's
+    levers and its saving (the root's lever removes the symptom with it)."""
     found = {f.kind for f, _ in pairs}
     inside: dict[str, list[dict]] = defaultdict(list)
     out = []
     for f, saving in pairs:
-        root = CAUSES[f.kind].root if f.kind in CAUSES else None
-        if root in found:
+        root = next((r for r in CAUSES[f.kind].roots if r in found), None) if f.kind in CAUSES else None
+        if root is not None:
             inside[root].append(
                 {
                     "kind": f.kind,
@@ -93,9 +94,12 @@ def summed_saving(savings: list[dict | None]) -> dict | None:
             mine = out["setting"].get(key)
             merged = {**mine, **value} if isinstance(mine, dict) and isinstance(value, dict) else None
             out["setting"][key] = merged if merged is not None else (value if mine is None else mine)
+    basis = {"basis": out.get("basis", "window"), "step_ms": out.get("step_ms") or 0.0}
+    total = sum(out["by_stage_ms"].values())
+    if basis["basis"] != "window" and 0 < basis["step_ms"] < total:  # the stages' parts at most the step together
+        out["by_stage_ms"] = {k: v * basis["step_ms"] / total for k, v in out["by_stage_ms"].items()}
     out["saving_ms"] = sum(out["by_stage_ms"].values())
-    basis = out.get("step_ms")
-    out["saving_share"] = out["saving_ms"] / basis if basis else None
+    out["saving_share"] = share_of(out["saving_ms"], basis)
     out["assumption"] = " / ".join(dict.fromkeys(s["assumption"] for s in done))
     left = [s for s in savings if not (s and s.get("status") == "predicted")]
     if left:

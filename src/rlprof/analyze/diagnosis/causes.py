@@ -62,6 +62,7 @@ THRESHOLDS = {
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
 # stage, rank, `where`), or a function of those fields where the sentence has parts that come and go.
 Template = str | Callable[[dict], str]
+ENGINE_QUEUES = ("kv_cache", "slot_bound", "engine_queue")  # a queue inside the engine, wherever it is held
 Formula = Callable[[PredictionContext, Finding, str], dict]
 
 
@@ -88,9 +89,10 @@ class Cause:
     # measure-based causes: the finding's impact where the measure record fires, else None (findings loop over
     # these); the others are found by a function of analyze/diagnosis/findings.py named in FOUND_BY there
     judge: Callable[[dict, Judging], float | None] | None = None
-    # the cause this one is a symptom of: where both are found, this one is said inside the root's finding, whose
-    # levers act on both (preemption inside a queue held by the KV cache)
-    root: str | None = None
+    # the causes this one can be a symptom of: where one of them is found too, this one is said inside that root's
+    # finding, whose levers act on both (preemption inside a queue held by the KV cache; samples finishing in waves
+    # behind a queue in the engine look like a long tail)
+    roots: tuple[str, ...] = ()
 
     @property
     def levers(self) -> dict:
@@ -183,6 +185,7 @@ CAUSES: dict[str, Cause] = {
                 f"{x['mean_active_share']:.0%} of rows active on average)"
             ),
             saving=savings.rollout_tail,
+            roots=ENGINE_QUEUES,
             judge=lambda m, j: (
                 m["tail_ms"]
                 if m["value"] >= j.t["tail_share"] and j.large(m) and m["tail_ms"] >= j.t["min_ms"]
@@ -300,7 +303,7 @@ CAUSES: dict[str, Cause] = {
             "per step",
             saving=sample_savings.kv_cache,
             judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
-            root="kv_cache",
+            roots=("kv_cache",),
         ),
         _queue_cause(
             "kv_cache",

@@ -177,7 +177,8 @@ def _name(path: str) -> str:
 
 
 def _without(doc: dict, files: set[str]) -> dict:
-    """The document without the rows of these files (stage rows made from their units included)."""
+    """The document without the rows of these files (stage rows made from their units included), and without the
+    samples of the steps only they recorded (a busy step's samples are as slowed as its windows)."""
     made_from = {
         (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in doc["rows"] if r.get("file") in files
     }
@@ -187,7 +188,12 @@ def _without(doc: dict, files: set[str]) -> dict:
         if r.get("file") not in files
         and not (r.get("file") is None and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from)
     ]
-    return {**doc, "rows": keep}
+    out = {**doc, "rows": keep}
+    gone = {step for step, *_ in made_from} - {r.get("step") for r in keep}
+    if gone and doc.get("samples"):
+        out["samples"] = [r for r in doc["samples"] if r["step"] not in gone]
+        out["sample_steps"] = [s for s in doc.get("sample_steps", []) if s["step"] not in gone]
+    return out
 
 
 def find(doc: dict, means: dict, found_measures: list[dict]) -> list[Finding]:

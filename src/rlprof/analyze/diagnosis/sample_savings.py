@@ -106,6 +106,10 @@ def all_at_once(ctx: PredictionContext, f: Finding, lever: str) -> dict:
     engine = next((s["engine"] for s in ctx.doc.get("sample_steps") or [] if s.get("engine")), {})
     budget = engine.get("max_num_batched_tokens")
     iterations = _iteration_cost(ctx)
+    if iterations is not None:  # the steps whose engine iterations the windows hold
+        batches = {k: b for k, b in batches.items() if k[0] in iterations["by_step"]} or batches
+        if not any(k[0] in iterations["by_step"] for k in batches):
+            iterations = None
     now_by_step: dict = defaultdict(float)
     after_by_step: dict = defaultdict(float)
     for (step, _, _), batch in batches.items():
@@ -121,9 +125,7 @@ def all_at_once(ctx: PredictionContext, f: Finding, lever: str) -> dict:
         now_by_step[step] += tail_of(batch)[0]
         after_by_step[step] += (statistics.median(prefills) if prefills else pace) + pace * (len(replayed) - 1)
     if iterations is not None:  # the decode steps' own time per step, all its passes
-        now_by_step = {step: iterations["by_step"].get(step, 0.0) for step in after_by_step}
-        if not all(now_by_step.values()):
-            return not_predictable("the rollout's window holds no decode step of a step its samples ran in")
+        now_by_step = {step: iterations["by_step"][step] for step in after_by_step}
     saved = sum(now_by_step[s] - after_by_step[s] for s in after_by_step)
     before_ms = sum(now_by_step.values())
     steps = len({k[0] for k in batches})
@@ -264,6 +266,15 @@ def tail_from_samples(ctx: PredictionContext, f: Finding) -> dict:
         {"max_new_tokens": cap},
         **cut["detail"],
     )
+
+
+def engine_iterations(ctx: PredictionContext) -> bool:
+    """Whether the rollout's decode steps are an engine's iterations, its requests joining and leaving (vLLM's: they
+    say their prefill tokens), and its samples say their lengths: a decode step is then no response's k-th token, and
+    a cap is read from the samples."""
+    units = [u for (_, stage), us in _units_by_stage(ctx.doc, "decode_step").items() if stage == ROLLOUT for u in us]
+    samples = any(r.get("response_tokens") for r in ctx.doc.get("samples", []))
+    return samples and any(u.get("prefill_tokens") is not None for u in units)
 
 
 def sample_batches(doc: dict) -> dict[tuple, list[dict]]:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from ...frameworks.levers import levers_for
 from .finding import Finding
 from .measures import TAIL_ACTIVE, _units_by_stage
-from .sample_savings import capped_at_percentile, tail_from_samples, cut_by, partial_rollout
+from .sample_savings import capped_at_percentile, cut_by, engine_iterations, partial_rollout, tail_from_samples
 from .prediction import (
     MARGIN,
     Cost,
@@ -119,7 +119,7 @@ def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     first = levers_for("rollout_tail", dialect, f.stage)
     if first and first[0].value != "max_new_tokens":
         return partial_rollout(ctx, f)
-    if f.evidence.get("basis") == "samples":
+    if f.evidence.get("basis") == "samples" or engine_iterations(ctx):
         return tail_from_samples(ctx, f)
     passes = _decode_passes(ctx.doc)
     if not passes:
