@@ -541,4 +541,6 @@ def test_a_response_cap_keeps_the_experiment(documents, name):
             continue
         for step, ls in lengths.items():
             assert cap >= math.ceil(np.percentile(ls, 95)), (name, step, cap, sorted(ls))
-        assert {"responses_cut", "tokens_cut", "tokens_cut_share"} <= set(s) and "are cut" in s["assumption"]
+        assert {"responses_cut", "responses_cut_count", "tokens_cut", "tokens_cut_share"} <= set(s) and "are cut" in s[
+            "assumption"
+        ]

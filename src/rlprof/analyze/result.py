@@ -299,6 +299,7 @@ class Saving(Record, kw_only=True):
     basis: str | UnsetType = UNSET
     reward_after_ms: Number | UnsetType = UNSET
     responses_cut: Number | UnsetType = UNSET
+    responses_cut_count: int | UnsetType = UNSET
     tokens_cut: int | UnsetType = UNSET
     tokens_cut_share: Number | UnsetType = UNSET
     dialect: str | UnsetType = UNSET

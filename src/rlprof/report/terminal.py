@@ -94,9 +94,15 @@ def _short_saving(f: dict) -> str:
     setting = ", ".join(
         f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in s["setting"].items()
     )
+    cut = (
+        f", cutting {s['responses_cut_count']} responses ({s['responses_cut']:.0%}) and {s['tokens_cut']} tokens "
+        f"({s['tokens_cut_share']:.0%})"
+        if "tokens_cut" in s
+        else ""
+    )
     return (
         f"{s['saving_ms']:.1f} ms per step{share}"
-        + (f" with {setting}" if setting else "")
+        + (f" with {setting}{cut}" if setting else "")
         + f" [{s['dialect']}'s first lever; assumes: {s['assumption'].split('; ')[0]}]"
     )
 

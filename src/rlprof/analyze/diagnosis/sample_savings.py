@@ -51,7 +51,12 @@ def cut_by(lengths: list[int], cap: int) -> dict:
     tokens = sum(L - cap for L in longer)
     share, token_share = (len(longer) / n if n else 0.0), (tokens / total if total else 0.0)
     return {
-        "detail": {"responses_cut": share, "tokens_cut": tokens, "tokens_cut_share": token_share},
+        "detail": {
+            "responses_cut": share,
+            "responses_cut_count": len(longer),
+            "tokens_cut": tokens,
+            "tokens_cut_share": token_share,
+        },
         "words": (
             f"{len(longer)} of this run's {n} responses ({share:.0%}) are longer than {cap} and are cut, "
             f"{tokens} of their {total} tokens ({token_share:.0%}): their reward changes"
