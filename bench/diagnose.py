@@ -263,12 +263,19 @@ def score(case: dict, result: dict) -> dict:
     if case.get("cause") == "plan":  # several causes at once: each found, its lever given
         out.update(expected="plan", passed=len(actionable) >= 2)
     elif "cause" in case:
-        levers = first["levers"] if first else {}
+        mine = next((f for f in actionable if f["kind"] == case["cause"]), None)
+        levers = mine["levers"] if mine else {}
         named = {d: any(lv["key"] == key for lv in levers.get(d, [])) for d, key in case["levers"].items()}
+        # first, unless the run's own first lever for it changes the result (a response cap, held at the p95 of the
+        # sampled lengths): then its saving is held back on purpose, and found with its levers is enough
+        held = bool(
+            mine and mine.get("saving") and (levers.get(mine["saving"]["dialect"]) or [{}])[0].get("changes_result")
+        )
         out.update(
             expected=case["cause"],
             levers_named=named,
-            passed=bool(first and first["kind"] == case["cause"] and all(named.values())),
+            held_back=held,
+            passed=bool(mine and (mine is first or held) and all(named.values())),
         )
     else:
         out["passed"] = not actionable

@@ -201,7 +201,7 @@ def test_fixed_cost_threshold_and_mergeable_units():
     for r in same["rows"]:
         r["tokens"] = 100
     m = next(m for m in diagnose(same).measures if m["measure"] == "fixed_cost")
-    assert m["status"] == "not measurable" and "same tokens" in m["why"]
+    assert m["status"] == "not measurable" and "too few different token counts" in m["why"]
 
 
 def _share_doc(stage, role, share):
