@@ -273,3 +273,30 @@ def test_a_plan_of_two_levers_on_one_stage_counts_it_once():
     both = Lever("k", "raise", "x"), Lever("k", "lower", "y")
     entries = [{"kind": "a", "levers": {"verl": [{"key": lv.key, "set": lv.set}]}} for lv in both]
     assert plan_of(ctx, entries)["conflicts"] == {"verl": {"k": ["lower", "raise"]}}
+
+
+def test_a_larger_micro_batch_stays_within_the_memory_headroom_where_it_is_known():
+    """Micro-batches too small, with the update's peak at 40% of the device's memory: the size offered keeps the peak,
+    taken to grow with the rows, under 90% of it (2 rows, not the 8 the fixed cost alone would pick), and says so."""
+    tokens = [100 + 50 * k for k in range(8)]
+    walls = [20.0 + 0.01 * t for t in tokens]
+    free = _micro_doc(walls, tokens)
+    cap = 80 * 2**30
+    bound = _micro_doc(walls, tokens)
+    bound["memory"] = [
+        {
+            "rank": 0,
+            "role": "actor",
+            "stage": "actor_update",
+            "file": "f",
+            "peak_bytes": 0.4 * cap,
+            "capacity_bytes": cap,
+        }
+    ]
+    sizes = {}
+    for name, doc in (("free", free), ("bound", bound)):
+        (f,) = [f for f in diagnose(doc).findings if f["kind"] == "small_units"]
+        sizes[name] = f["saving"]["setting"]["micro_batch_size"]["actor_update"]
+        words = f["saving"]["assumption"]
+    assert sizes == {"free": 8, "bound": 2}
+    assert "stays under 90% of the device's up to 2 rows" in words
