@@ -139,7 +139,7 @@ SCENARIOS += [
         "cause": "rollout_tail",
         "nproc": 1,
         "what": "one sample a step cannot stop (trainer.debug.long_sample) and runs to 48 tokens while the rest stop "
-        "at the policy's EOS: the batch decodes for it alone",
+        "at the policy's EOS, which it learns to reach early: the batch decodes for the long one alone",
         "overrides": (
             "rollout.ignore_eos=false",
             "rollout.max_new_tokens=48",
@@ -159,7 +159,7 @@ SCENARIOS += [
             "rollout.max_new_tokens=48",
             "trainer.debug.long_sample.from_step=1",
             "trainer.debug.long_sample.sample=0",
-            "reward.cost_ms=2",
+            "reward.cost_ms=4",
             "actor.micro_batch_size=2",
         ),
         "levers": {},
