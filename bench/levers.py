@@ -14,7 +14,10 @@ training thread waited for a core another process held, summed over the ranks, e
 at the next collective); the measured saving is the median of the "before" runs' steps less the median of the
 "after" runs' steps, pooled, and the spread the range of the per-pair differences; the plain wall time and each
 stage's median are kept beside.
-The cause's measure: `rlprof analyze` of the profiled steps. 2-rank scenarios run under torchrun.
+The cause's measure: `rlprof analyze` of the profiled steps. 2-rank scenarios run under torchrun; the vLLM
+scenarios (rollout.engine=vllm) with the side venv's python (bench/setup_vllm.sh). The plan scenario (cause
+`plan`) applies `rlprof advise RUN --fix --plan`: every cause's first lever at once, held against the plan's total
+(each stage's savings counted once); its measure is how many of its causes are still found after.
 
     python3 bench/levers.py                        # all -> bench/results/levers_cpu.json
     python3 bench/levers.py --only slow_reward kl_off_reference_on --pairs 2
@@ -361,7 +364,9 @@ def table(path: str) -> str:
         p, m = r["predicted"], r["measured"]
         fix = " ".join(f"`{k}={json.dumps(v)}`" for k, v in r["fix"].items())
         meas = r["measure"]
-        fmt = (lambda x: f"{x:.2f}") if meas["before"][0]["measure"] != "ref_ms" else (lambda x: f"{x:.1f} ms")
+        fmt = {"ref_ms": lambda x: f"{x:.1f} ms", "plan": lambda x: f"{x:.0f} causes"}.get(
+            meas["before"][0]["measure"], lambda x: f"{x:.2f}"
+        )
         before = "/".join(fmt(x["value"]) for x in meas["before"])
         after = "/".join(fmt(x["value"]) for x in meas["after"])
         thr = meas["before"][0]["threshold"]
