@@ -137,8 +137,12 @@ def all_at_once(ctx: PredictionContext, f: Finding, lever: str) -> dict:
     setting, held = _all_at_once_setting(ctx, batches, engine, lever)
     how = (
         f"each iteration {iterations['fixed_ms']:.2f} ms + {iterations['per_token_ms'] * 1e3:.1f} us a token it computes "
-        f"(fitted on the {iterations['units']} decode steps of the rollout's window; {iterations['recomputed']} prompt and "
-        "generated tokens computed again now after preemptions, none then)"
+        + (
+            f"(fitted on the {iterations['units']} decode steps of the rollout's window"
+            if iterations["fitted"]
+            else f"(the mean of the {iterations['units']} decode steps of the rollout's window: a fit gave a negative part"
+        )
+        + f"; {iterations['recomputed']} prompt and generated tokens computed again now after preemptions, none then)"
         if iterations is not None
         else "each iteration as long as an unpreempted sample's decode time per token (from its samples); an "
         "iteration with more requests taken to cost the same (a decode reads the weights once an iteration, as on a "
@@ -181,7 +185,8 @@ def _iteration_cost(ctx: PredictionContext) -> dict | None:
     x = np.array([u["tokens"] for u in units], float)
     y = np.array([u["wall_ms"] for u in units], float)
     per_token, fixed = np.polyfit(x, y, 1) if x.max() > x.min() else (0.0, float(y.mean()))
-    if per_token < 0 or fixed < 0:
+    fitted = per_token >= 0 and fixed >= 0
+    if not fitted:  # a negative part is no cost: each iteration its mean
         per_token, fixed = 0.0, float(y.mean())
     by_step: dict = defaultdict(float)
     for u in units:
@@ -194,6 +199,7 @@ def _iteration_cost(ctx: PredictionContext) -> dict | None:
         "units": len(units),
         "by_step": dict(by_step),
         "recomputed": max(0, prefill - prompts),
+        "fitted": bool(fitted),
     }
 
 
