@@ -300,3 +300,23 @@ def test_a_larger_micro_batch_stays_within_the_memory_headroom_where_it_is_known
         words = f["saving"]["assumption"]
     assert sizes == {"free": 8, "bound": 2}
     assert "stays under 90% of the device's up to 2 rows" in words
+
+
+def test_the_same_first_cause_on_a_busy_machine(tmp_path):
+    """One-row micro-batches recorded with two busy loops beside the trainer (other processes used 82% of the CPUs):
+    least squares over every micro-batch of a log-prob pass gives a negative cost per token; fitted over the quickest
+    micro-batches (load adds time and never takes it away), the cause is the one a quiet run names."""
+    doc = analyze(_copy(RUNS / "busy_micro_batches", tmp_path), workers=1)
+    assert [f for f in doc["findings"] if f["kind"] == "busy_machine"] and "every window was" in doc["findings"][0][
+        "text"
+    ]
+    ranked = [(f["kind"], f.get("stage"), f.get("saving_ms")) for f in doc["findings"] if f.get("actionable")]
+    assert ranked and ranked[0][0] == "small_units", ranked  # which cause came first, where the test fails
+    fits = {m["stage"]: m for m in doc["measures"] if m["measure"] == "fixed_cost"}
+    assert {m["fit"] for m in fits.values()} == {"quickest"} and all(m["status"] == "measured" for m in fits.values())
+    assert all(m["fixed_ms"] >= 0 and m["per_token_us"] >= 0 for m in fits.values())
+    plain = []
+    for stage in fits:
+        units = [r for r in doc["rows"] if r["unit"] == "micro_batch" and r["stage"] == stage]
+        plain.append(np.polyfit([u["tokens"] for u in units], [u["wall_ms"] for u in units], 1)[0])
+    assert min(plain) < 0, plain  # what every unit's least squares gives: no cost

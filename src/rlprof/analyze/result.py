@@ -270,6 +270,7 @@ class Measure(Record, kw_only=True):
     block_size: int | UnsetType = UNSET
     fit_scatter: Number | UnsetType = UNSET
     token_counts: int | UnsetType = UNSET
+    fit: str | UnsetType = UNSET
 
 
 class Lever(Record, kw_only=True):
