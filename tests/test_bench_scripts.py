@@ -138,3 +138,11 @@ def test_samples_cost_bench_prints_documented_json():
     records = figures["records_us"]
     assert records["pass_on_us"] > 0 and records["pass_off_us"] > 0 and records["build_and_write_64_us"] > 0
     assert records["passes"] == 20
+
+
+def test_host_stacks_cost_bench_prints_documented_json():
+    figures = bench_figures("host_stacks_cost.py", "--rounds", "1", "--steps", "4", "--part", "trainer")
+    trainer = figures["trainer"]
+    (run,) = trainer["rounds"]
+    assert trainer["on_ms"] > 0 and trainer["off_ms"] > 0 and trainer["ratio"] > 0
+    assert run["sampled_steps"] == [2, 4] and 0 < run["sampler_cpu_share"] < 1 and run["stacks_to_trace_bytes"] > 0

@@ -267,6 +267,14 @@ def _tail_of_samples():
     )
 
 
+def _host(cause, stage, role):
+    """A stage whose thread spent 40 of its 100 ms in one host-side cause, at one call site (the host's stacks)."""
+    site = {"function": "score", "file": "app/verify.py", "line": 12, "library": "user code", "ms": 40.0}
+    return lambda: window_doc(
+        [window_row(stage, role, 100.0, host_time={cause: site}), window_row("actor_update", "actor", 100.0)]
+    )
+
+
 FIRING = {
     "rollout_tail": _tail,
     "padding": _padding,
@@ -284,6 +292,10 @@ FIRING = {
     "kv_cache": lambda: _engine_queue(kv_full=8, preempted=2),
     "slot_bound": lambda: _engine_queue(slots_full=9),
     "engine_queue": _engine_queue,
+    "host_sync": _host("host_sync", "rollout_generate", "rollout"),
+    "data_transfer": _host("data_transfer", "actor_compute_log_prob", "actor"),
+    "host_wait": _host("host_wait", "reward_compute", "reward"),
+    "garbage_collection": _host("garbage_collection", "actor_update", "actor"),
 }
 
 

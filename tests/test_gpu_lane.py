@@ -104,7 +104,7 @@ def test_a_whole_step_with_memory_names_rollout_launch_bound_and_measures_memory
         "global_profiler.steps=[2]",
         f"{A}.enable=true",
         f"{A}.tool_config.torch.discrete=false",
-        f"{A}.tool_config.torch.contents=[cpu,cuda,memory]",
+        f"{A}.tool_config.torch.contents=[cpu,cuda,memory,host_stacks]",
     )
     import torch
 
@@ -117,6 +117,11 @@ def test_a_whole_step_with_memory_names_rollout_launch_bound_and_measures_memory
     assert measure(doc, "launch_bound", "rollout_generate")["value"] >= 0.25  # 89% on the H100 recording
     (rollout,) = named(doc, "launch_bound", "rollout_generate")
     assert rollout["levers"].get("rlprof") or rollout["levers"].get("verl"), rollout
+    # the host's stacks beside the window: the device's launch-bound gaps split by the frames the host was in then
+    (stage,) = [r for r in doc["rows"] if r["stage"] == "rollout_generate" and r["unit"] is None]
+    launch = stage["launch_frames"]
+    assert sum(f["ms"] for f in launch) <= stage["launch_bound_ms"] + 1e-3 and launch[0]["share"] > 0, launch
+    assert sum(f["ms"] for f in launch if f["library"] == "rlprof") >= 0.5 * stage["launch_bound_ms"], launch
     (use,) = [m for m in doc["measures"] if m["measure"] == "memory_use"]
     assert use["status"] == "measured" and 0 < use["value"] < 1 and use["capacity_bytes"] == capacity
     assert "headroom" in proc.stdout  # the trainer's own screen

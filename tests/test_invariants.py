@@ -96,6 +96,7 @@ def test_every_field_of_a_row_has_its_rule_when_assembled():
     """A field added to Row must say how a stage row made from units takes it (document.py), or the bug returns:
     the first unit's value standing for the stage."""
     ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
+    ruled |= set(assembly.MERGED)  # the units' idle frames, summed frame by frame (analyze/window/idle_frames.py)
     ruled |= {"host_wall_ms", "attribution", "units_only"}
     assert set(Row.__struct_fields__) == ruled
 

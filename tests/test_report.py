@@ -271,9 +271,11 @@ def test_slice_holds_only_the_requested_slice(runs_small, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     doc = _load(out)  # valid Chrome-trace JSON
-    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    stacks = [e for e in doc["traceEvents"] if e.get("cat") == "rlprof_host_stack"]  # the host's, a track of its own
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "rlprof_host_stack"]
     lo, hi = mb3["ts"], mb3["ts"] + mb3["dur"]
     assert xs and all(e["ts"] + e["dur"] > lo and e["ts"] < hi for e in xs)
+    assert all(lo <= e["ts"] and e["ts"] + e["dur"] <= hi + 1e-3 for e in stacks)  # cut to the slice
     assert [e["name"] for e in _ranges(doc, "micro_batch")] == ["rlprof:micro_batch:3"]
     assert any(e.get("ph") == "M" for e in doc["traceEvents"])  # process / thread names kept
     assert doc["rlprof"]["slice"]["micro_batch"] == 3 and doc["rlprof"]["step"] == 2

@@ -23,12 +23,15 @@ import pytest
 
 from conftest import ROOT, plan_json, run_cli
 
+from rlprof.analyze.inputs.host_stacks_file import stacks_path
 from rlprof.frameworks import verl as facts
 
 DATA = ROOT / "tests" / "data" / "verl"
 FSDP = DATA / "config" / "v0.9.1_generated_ppo_trainer.yaml"
 A = "actor_rollout_ref.actor.profiler"
 PROFILE = ["global_profiler.tool=torch", f"{A}.enable=True", f"{A}.tool_config.torch.contents=[cpu]"]
+# verl's default contents ([]: what the machine has): rlprof's host sampler is on in the sampled windows
+SAMPLED = ["global_profiler.tool=torch", f"{A}.enable=True"]
 # The seed's two code edits (a torch profiler with schedule(wait=.., active=1) around dp_actor's micro-batch loop, and
 # step() per micro-batch), as config: the unit, and the schedule's counts (here: keep micro-batch 1).
 TWO_LINES = [
@@ -169,7 +172,7 @@ def sampled091(verl091, tmp_path_factory):
     hook = (
         'global_profiler.finish_hook_cmd=\'ls "$VERL_PROFILE_SAVE_PATH" > "$VERL_PROFILE_SAVE_PATH/../hook_saw.txt"\''
     )
-    result = verl091.run(out, *PROFILE, "global_profiler.steps=[1,2,3,4,5,6]", hook, *TWO_LINES, steps=6)
+    result = verl091.run(out, *SAMPLED, "global_profiler.steps=[1,2,3,4,5,6]", hook, *TWO_LINES, steps=6)
     return out, result
 
 
@@ -193,7 +196,9 @@ def test_verl_0_9_1_keeps_exactly_micro_batch_1_of_each_stage(sampled091):
     said = result.rlprof_lines()
     assert len(said) == 18 and all(line.startswith("[rlprof] rank 0: ") for line in said), said  # no warning
     saw = (out / "hook_saw.txt").read_text().split()  # verl's finish hook, after the last profiled step
-    assert sorted(saw) == sorted(p.name for p in files.values())
+    traces = [name for name in saw if not name.endswith(".stacks.msgpack.gz")]  # the host's stacks beside each
+    assert sorted(traces) == sorted(p.name for p in files.values())
+    assert sorted(set(saw) - set(traces)) == sorted(stacks_path(p).name for p in files.values())
     assert result.data["record_changed"] == []  # no file of the installed verl changed
 
 
@@ -237,6 +242,31 @@ def test_rlprof_analyze_of_a_sampled_verl_run(sampled091, tmp_path):
         held = [r for r in units if r["stage"] == stage]
         tokens, real = sum(r["tokens"] for r in held), sum(r["real_tokens"] for r in held)
         assert padding["value"] == pytest.approx(1 - real / tokens) and 0 < padding["value"] < 1
+
+
+def test_idle_in_verls_worker_is_charged_to_verls_own_frames(sampled091, tmp_path):
+    """The host's stacks sampled in each micro-batch window inside verl's worker: each stage's idle is charged to
+    frames of verl's own code (the innermost verl frame on the stage thread's stack), at least 90% of it, the rest
+    said as unattributed or as other frames, adding up to the idle."""
+    save_path = tmp_path / "profile"
+    shutil.copytree(sampled091[0] / "profile", save_path)
+    proc = run_cli("analyze", save_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    for stage in STAGES:
+        rows = [r for r in doc["rows"] if r["stage"] == stage and r["unit"] is None]
+        assert len(rows) == 6 and all("idle_frames" in r for r in rows), stage
+        idle = sum(r["idle_ms"] for r in rows)
+        verl = sum(f["ms"] for r in rows for f in r["idle_frames"] if f["library"] == "verl")
+        assert idle > 0 and verl >= 0.9 * idle, (stage, verl, idle)
+        assert all(f["file"].startswith("verl/") for r in rows for f in r["idle_frames"] if f["library"] == "verl")
+        said = sum(
+            sum(f["ms"] for f in r["idle_frames"]) + r["idle_frames_rest_ms"] + r["idle_unattributed_ms"] for r in rows
+        )
+        assert said == pytest.approx(idle, abs=1e-3)
+    for f in doc["findings"]:
+        if f["kind"] == "idle" and "% in " in f["text"]:
+            assert re.search(r"\d+% in verl/\S+:\d+ ", f["text"]), f["text"]
 
 
 def test_inside_a_ray_worker(verl091, tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rlprof.analyze.inputs.host_stacks_file import read_host_stacks, stacks_path
 from conftest import run_cli
 from helpers import R
 
@@ -155,6 +156,15 @@ def test_seed_window_in_the_worker_process(vllm_live, tmp_path):
     evs = events(run_dir / row["path"])
     assert {e["pid"] for e in evs if e.get("name", "").startswith("rlprof:decode_step:")} == {row["pid"]}
     check_seed_window(run_dir / row["path"])
+    # the host's stacks sampled in the worker beside its window: the decode steps' idle charged to vLLM's own frames
+    stacks = read_host_stacks(run_dir / row["path"])
+    assert row["host_stacks"]["path"] == stacks_path(run_dir / row["path"]).name and stacks.stage_thread() is not None
+    proc = run_cli("analyze", run_dir, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (stage,) = [r for r in json.loads(proc.stdout)["rows"] if r["unit"] is None]
+    idle = stage["idle_ms"]
+    vllm = sum(f["ms"] for f in stage["idle_frames"] if f["library"] == "vllm")
+    assert idle > 0 and vllm >= 0.5 * idle and stage["idle_frames"][0]["file"].startswith("vllm/"), stage["idle_frames"]
 
 
 def test_vllm_start_and_stop_profile_drive_the_window(vllm_live, tmp_path):

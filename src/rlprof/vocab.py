@@ -38,6 +38,14 @@ CONTENTS = {
     "npu": ("npu", "cpu", "memory", "shapes", "stack", "module"),
 }
 DEFAULT_CONTENTS = {"torch": ("cpu", "cuda"), "npu": ("npu", "cpu")}
+# rlprof's content: the host's Python stacks sampled inside each window (collect/host_stacks.py). The frameworks' own
+# `stack` (torch's with_stack: each operator's Python stack) asks for Python stacks too, and so turns it on.
+HOST_STACKS = "host_stacks"
+
+
+def wants_host_stacks(contents: tuple[str, ...]) -> bool:
+    """Whether a window samples the host's stacks: where its contents are not listed (the default), or list them."""
+    return not contents or HOST_STACKS in contents or "stack" in contents
 
 
 DEFAULT_SAVE_PATH = "outputs/profile"

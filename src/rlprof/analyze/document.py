@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import AnalyzeError
 from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
+from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
 from .diagnosis.plan import document_plan
 from .inputs.find import directory_warnings, run_config
@@ -98,6 +99,7 @@ KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belon
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+MERGED = IDLE_FIELDS  # the frames of the units' idle and host time: summed frame by frame (window/idle_frames.py)
 
 
 def stage_rows_from_units(rows: list[dict]) -> list[dict]:
@@ -132,4 +134,5 @@ def assembled_row(units: list[dict]) -> dict:
     if any("attribution" in u for u in units):
         row["attribution"] = "launch+time" if any(u.get("attribution") == "launch+time" for u in units) else "launch"
     row["units_only"] = len(units)
+    row.update(merged_idle_frames(units))  # the frames of the units' idle, summed by frame (window/idle_frames.py)
     return row

@@ -87,6 +87,49 @@ class Row(Record, kw_only=True):
     prefill_seqs: int | UnsetType = UNSET
     prefill_tokens: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
+    idle_frames: list[IdleFrame] | UnsetType = UNSET
+    idle_frames_rest_ms: Number | UnsetType = UNSET
+    idle_unattributed_ms: Number | UnsetType = UNSET
+    idle_libraries: dict[str, Number] | UnsetType = UNSET
+    idle_tree: list[IdleNode] | UnsetType = UNSET
+    host_time: dict[str, HostSite] | UnsetType = UNSET
+    host_samples: int | UnsetType = UNSET
+    launch_frames: list[IdleFrame] | UnsetType = UNSET
+
+
+class Frame(Record, kw_only=True):
+    """A Python frame of the host (analyze/window/idle_frames.py): its function, its file from its package's root, its
+    line and the library it belongs to."""
+
+    function: str
+    file: str
+    line: int
+    library: str
+
+
+class IdleFrame(Frame, kw_only=True):
+    """A frame a row's idle is charged to: the innermost frame of the code that drives the stage (a framework or the
+    user's own) on the stage thread's stack while nothing ran; `inside`: the library the thread was in then."""
+
+    inside: str
+    ms: Number
+    share: Number  # of the row's idle_ms (launch_frames: of its launch_bound_ms)
+
+
+class IdleNode(Frame, kw_only=True):
+    """A node of a row's idle icicle: a frame under its parent (-1: a root), with the idle time of the stacks through
+    it."""
+
+    id: int
+    parent: int
+    ms: Number
+
+
+class HostSite(Frame, kw_only=True):
+    """The stage thread's time in one host-side cause (host_sync, data_transfer, host_wait, garbage_collection) over
+    the row, and its top call site."""
+
+    ms: Number
 
 
 class InWindow(Record, kw_only=True):
@@ -271,6 +314,10 @@ class Measure(Record, kw_only=True):
     fit_scatter: Number | UnsetType = UNSET
     token_counts: int | UnsetType = UNSET
     fit: str | UnsetType = UNSET
+    host_ms: Number | UnsetType = UNSET
+    function: str | UnsetType = UNSET
+    line: int | UnsetType = UNSET
+    library: str | UnsetType = UNSET
 
 
 class Lever(Record, kw_only=True):
@@ -779,6 +826,9 @@ REFERENCE_ORDER = (
     AnalysedOn,
     Buckets,
     Row,
+    IdleFrame,
+    IdleNode,
+    HostSite,
     Op,
     Collective,
     Launch,

@@ -23,14 +23,19 @@ from typing import Callable
 from ..analyze.inputs.salvage import open_mark
 from ..config.plan import RolePlan
 from ..errors import CollectError
+from ..analyze.inputs.host_stacks_file import stacks_path
+from ..warn_once import warn_once
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
+from .host_stacks import HostSampler, cap_for, say_fault
 from .manifest import append_row
 from .preemption import HELD
 from .scopes import NULL
 from .tracefile import finalize_trace
 
 log = logging.getLogger("rlprof")
+
+CHROME_TRACE_TOOLS = ("torch", "markers")  # the tools whose windows are Chrome traces: the host's stacks go beside them
 
 # on_fault(window, message, phase, exc, already_failed): the owner says it (a warning, a manifest row)
 FaultHandler = Callable[["Window", str, str, BaseException, bool], None]
@@ -51,6 +56,7 @@ class Window:
         "probe",
         "on_fault",
         "mark",
+        "host",
     )
 
     def __init__(self, spec: WindowSpec, on_fault: FaultHandler, watch_load: bool = True, mark_open: bool = False):
@@ -67,6 +73,7 @@ class Window:
         self.cpu: dict = {}
         self.trigger: dict | None = None  # why the trigger captured this window (the manifest row's `trigger`)
         self.probe = False  # keep: slow_only: kept only if its step turns out slow
+        self.host: HostSampler | None = None  # the host's Python stacks while the window is open (host_stacks.py)
 
     @property
     def plan(self) -> RolePlan:
@@ -87,7 +94,23 @@ class Window:
         except Exception as exc:
             self.fault("start", exc)
             return False
+        if self.plan.host_stacks and self.plan.tool in CHROME_TRACE_TOOLS:
+            self._start_host()
         return True
+
+    def _start_host(self) -> None:
+        """The host sampler beside the backend: a fault starting it is one warning, and the window goes on."""
+        try:
+            host = HostSampler(cap_bytes=cap_for(self.plan.max_bytes_per_window))
+            host.start()
+        except Exception as exc:
+            say_fault(exc)
+            return
+        self.host = host
+
+    def _stop_host(self) -> None:
+        if self.host is not None:
+            self.host.stop()
 
     def range(self, name: str):
         if self.failed:
@@ -108,6 +131,7 @@ class Window:
         try:
             if self.failed:
                 return None
+            self._stop_host()  # before the backend's stop: its export is not the host's
             if self.threads_at_start is not None:
                 self.cpu = since(self.threads_at_start)  # before the backend's export, which is rlprof's own time
             try:
@@ -129,17 +153,48 @@ class Window:
     def finalize(self, out: Output, dest: Path, meta: dict) -> bool:
         """A raw Chrome trace becomes its final file `dest`, `meta` inside, cut to the plan's byte budget (True:
         truncated); the raw file is removed once written, or on a fault (the window is then failed). Interrupted by
-        the process's end (SystemExit, KeyboardInterrupt), the raw export stays for `rlprof analyze` to recover."""
+        the process's end (SystemExit, KeyboardInterrupt), the raw export stays for `rlprof analyze` to recover.
+        The host's stacks of the output's span are written first, beside `dest`, and the trace gets what they leave
+        of the budget."""
+        budget = self.plan.max_bytes_per_window
+        stacks = self._write_host(out, dest, meta)
+        if stacks is not None:
+            meta["host_stacks"] = stacks
+            if budget is not None:
+                budget = max(1, budget - stacks["bytes"])
         try:
-            out.bytes, truncated = finalize_trace(out.path, dest, meta, self.plan.max_bytes_per_window)
+            out.bytes, truncated = finalize_trace(out.path, dest, meta, budget)
         except Exception:
             out.path.unlink(missing_ok=True)
             raise
         out.path.unlink(missing_ok=True)
         out.path = dest
+        out.host_stacks = stacks
         if truncated:
             out.status = "truncated"
         return truncated
+
+    def _write_host(self, out: Output, dest: Path, meta: dict) -> dict | None:
+        """The host's stacks of `out`'s span beside `dest`: what the manifest row says of them, or None (none
+        sampled, or a fault writing them: one warning, and the trace is written without them)."""
+        host = self.host
+        if host is None or not host.samples:
+            return None
+        window = {k: meta.get(k) for k in ("step", "role", "stage", "rank")} | {"trace": dest.name}
+        try:
+            size = host.write(dest, out.start_ns, out.end_ns, window)
+        except Exception as exc:
+            if self.plan.strict:
+                raise
+            warn_once(  # said once, naming no window: the window's own fault, if any, is its one line
+                ("host-stacks-write", type(exc).__name__, getattr(exc, "errno", None)),
+                "rlprof: the host stacks could not be written (%s: %s); traces are written without them, training "
+                "goes on",
+                type(exc).__name__,
+                getattr(exc, "strerror", None) or exc,
+            )
+            return None
+        return {"path": stacks_path(dest).name, "bytes": size, "truncated": host.truncated}
 
     def fault(self, phase: str, exc: BaseException, stopped: bool = False) -> None:
         """A backend failure: strict plans raise; otherwise the owner says it, the window is failed and its backend
@@ -151,6 +206,7 @@ class Window:
             raise CollectError(message) from exc
         already = self.failed
         self.failed = True
+        self._stop_host()
         self.on_fault(self, message, phase, exc, already)
         if not stopped and phase != "start" and self.backend is not None:
             try:
@@ -344,6 +400,7 @@ class WindowWriter:
             "roles": list(self.roles),
             **({"trigger": w.trigger} if w.trigger is not None else {}),
             **({"device_memory": out.device_memory} if out is not None and out.device_memory else {}),
+            **({"host_stacks": out.host_stacks} if out is not None and out.host_stacks else {}),
             **w.cpu,
             **self.where,
         }

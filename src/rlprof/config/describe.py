@@ -15,6 +15,7 @@ def role_json(plan: ProfilePlan, role: RolePlan, rank: int) -> dict:
         "tool": role.tool,
         "mode": role.mode,
         "contents": list(role.contents),
+        "host_stacks": role.host_stacks,
         "level": role.level,
         "export_type": role.export_type,
         "analysis": role.analysis,
@@ -277,6 +278,8 @@ def plan_words(plan: ProfilePlan, *, rank: int = 0, world_size: int = 1, warning
         detail = []
         if role.contents:
             detail.append("contents " + ", ".join(role.contents))
+        if role.tool in ("torch", "markers"):
+            detail.append("host stacks " + ("sampled" if role.host_stacks else "off"))
         if role.level:
             detail.append(f"level {role.level}")
         if role.export_type:

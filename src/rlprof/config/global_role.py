@@ -23,7 +23,8 @@ from . import checks as c
 from .plan import FinishHook, MemoryOptions, ProfilePlan, RolePlan, Schedule
 from .source import get
 from .trigger import parse_trigger
-from ..vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES, TOOLS, UNITS
+from ..vocab import DEFAULT_CONTENTS, DEFAULT_SAVE_PATH, EXPORT_TYPES, HOST_STACKS, LEVELS, ROLE_STAGES, ROLES, STAGES
+from ..vocab import TOOLS, UNITS, wants_host_stacks
 
 ROLE_BLOCKS = verl.ROLE_BLOCKS
 RLPROF_ROLE_KEYS = ("stages", "strict", "max_bytes_per_window")
@@ -37,7 +38,7 @@ TOOL_EXTENSIONS = {
     "precision_debugger": (),
 }
 TOOL_KEYS = {tool: verl.TOOL_CONFIG_KEYS[tool] + TOOL_EXTENSIONS[tool] for tool in verl.TOOL_CONFIG_KEYS}
-TOOL_KEYS["markers"] = ("discrete", "name")
+TOOL_KEYS["markers"] = ("discrete", "name", "contents")
 ALL_TOOLS = TOOLS + tuple(t for t in verl.TOOLS if t not in TOOLS)
 SCHEDULE_KEYS = verl.SCHEDULE_KEYS + ("unit",)
 OPEN_END = 2**31 - 1  # a token window without an end: active until the window closes
@@ -78,6 +79,11 @@ class _Reader:
             f"{key} = {value!r} is an rlprof extension ({what}); verl {self.version} itself "
             f"refuses this key, so this config only runs under rlprof"
         )
+
+    def wants_host_stacks(self, key: str, contents: tuple[str, ...]) -> bool:
+        if HOST_STACKS in contents:
+            self.extension(key, HOST_STACKS, "the host's Python stacks sampled in each window")
+        return wants_host_stacks(contents)
 
     # ---- schedule and token window -----------------------------------------------------------
     def schedule(self, key: str, raw: Any, mode: str) -> Schedule | None:
@@ -126,15 +132,21 @@ class _Reader:
         discrete = c.boolean(f"{key}.discrete", False if discrete_raw is None else discrete_raw)
         mode = "discrete" if discrete else "e2e"
         contents: tuple[str, ...] = ()
+        host_stacks = True  # the host sampler: on unless the plan lists contents without it
         if tool in ("torch", "npu"):
-            allowed = verl.CONTENTS[tool] + (("module",) if tool == "torch" else ())
+            allowed = verl.CONTENTS[tool] + (("module",) if tool == "torch" else ()) + (HOST_STACKS,)
             contents = c.choices(f"{key}.contents", block.get("contents") or [], allowed)
             if "module" in contents and tool == "torch":
                 self.extension(f"{key}.contents", "module", "torch module hierarchy")
+            host_stacks = self.wants_host_stacks(f"{key}.contents", contents)
+            contents = tuple(x for x in contents if x != HOST_STACKS)
             if tool == "torch":  # empty = everything verl collects (CPU + CUDA)
                 contents = contents or DEFAULT_CONTENTS["torch"]
             if "cpu" not in contents:  # verl records CPU activity whatever contents says; npu [] is CPU only
                 contents = contents + ("cpu",)
+        elif tool == "markers" and "contents" in block:
+            listed = c.choices(f"{key}.contents", block["contents"] or [], (HOST_STACKS,))
+            host_stacks = HOST_STACKS in listed  # rlprof's own tool: its contents say it, [] turns it off
         level = export_type = None
         analysis = False
         if tool == "npu":
@@ -197,6 +209,7 @@ class _Reader:
             memory=memory,
             token_window=token_window,
             schedule_stages=schedule_stages,
+            host_stacks=host_stacks,
         )
 
     def precision_debugger(self, key: str, block: dict) -> None:

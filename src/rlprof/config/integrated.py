@@ -17,7 +17,10 @@ from .plan import ProfilePlan, RolePlan
 from ..frameworks import mindspeed
 from ..vocab import DEFAULT_INTEGRATED_SAVE_PATH, EXPORT_TYPES, LEVELS, ROLE_STAGES, ROLES, STAGES
 
-KEYS = mindspeed.KEYS + ("trigger",)  # trigger: rlprof's extension (config/trigger.py)
+# rlprof's extensions: trigger (config/trigger.py), and a switch in MindSpeed-RL's profile_with_* style for the host
+# sampler (collect/host_stacks.py), on by default
+HOST_STACKS_SWITCH = "profile_with_host_stacks"
+KEYS = mindspeed.KEYS + ("trigger", HOST_STACKS_SWITCH)
 PREFIX = "profiler_config.integrated"
 
 
@@ -91,6 +94,7 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
         ("profile_with_module", False, "module"),
     ]
     contents = tuple(name for key, default, name in switches if flag(key, default))
+    host_stacks = flag(HOST_STACKS_SWITCH, True)
     analysis = flag("profile_analysis", False)
     if mstx and profile:
         warnings.append(
@@ -122,6 +126,7 @@ def parse(data: dict, *, device: str) -> ProfilePlan:
                 stages=role_stages,
                 steps=tuple(range(start, end)),
                 save_path=save_path,
+                host_stacks=host_stacks,
             )
         )
     return ProfilePlan(

@@ -78,6 +78,8 @@ def parse(data: dict, *, device: str = "cpu") -> ProfilePlan:
         for switch, name in SWITCH_CONTENTS
         if c.boolean(f"{key}.{switch}", npu.get(switch, SWITCH_DEFAULTS.get(switch, False)))
     )
+    # the host sampler: with_stack asks for Python stacks; no with_* switch written leaves it on, as its default
+    host_stacks = "stack" in contents or not any(switch in npu for switch, _ in SWITCH_CONTENTS)
     if tool != "npu":
         contents = ()
     analysis = c.boolean(f"{key}.analysis", npu.get("analysis", False))
@@ -109,6 +111,7 @@ def parse(data: dict, *, device: str = "cpu") -> ProfilePlan:
                 stages=tuple(s for s in ROLE_STAGES[role] if s in stage_filter),
                 steps=steps,
                 save_path=save_path,
+                host_stacks=host_stacks,
             )
         )
     by_role = {r.role: r for r in roles}

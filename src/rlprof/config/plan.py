@@ -83,6 +83,8 @@ class RolePlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Stages the schedule samples (None: every window of the role). verl samples update mini-batches only.
     schedule_stages: tuple[str, ...] | None = None
     token_window: tuple[int, int | None] | None = None  # rollout decode steps [start, end) (verl's token window)
+    # the host's Python stacks sampled inside each window (collect/host_stacks.py); a plan's contents turn it off
+    host_stacks: bool = True
 
     def schedule_for(self, stage: str | None) -> Schedule | None:
         """The schedule of one window: stage None is the end-to-end window."""

@@ -481,6 +481,43 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
             Lever("actor.log_prob_micro_batch_size", "raise", "larger micro-batches fit", OLD_LOG_PROB + REF_LOG_PROB),
         ),
     },
+    "host_sync": {
+        "rlprof": (
+            Lever(
+                "rollout.ignore_eos",
+                "true",
+                "rlprof's decode loop stops asking each token whether every row has ended (a host sync a token)",
+                ("rollout_generate",),
+                changes_result=True,
+                effect="every response then runs rollout.max_new_tokens long: the responses and their rewards change",
+            ),
+        )
+    },
+    "data_transfer": {
+        "verl": (
+            Lever(
+                "transfer_queue.enable",
+                "True",
+                "batches move between roles through TransferQueue's storage units, not each through the driver",
+            ),
+        )
+    },
+    "host_wait": {
+        "verl": (Lever("reward.num_workers", "raise", "more reward-loop workers wait at once", ("reward_compute",)),),
+        "mindspeed": (
+            Lever("rl_config.verifier_parallel", "raise", "more verifiers wait at once", ("reward_compute",)),
+        ),
+        "rlprof": (Lever("reward.workers", "raise", "more scoring threads wait at once", ("reward_compute",)),),
+    },
+    "garbage_collection": {
+        "rlprof": (
+            Lever(
+                "trainer.gc_freeze",
+                "true",
+                "gc.freeze() once the models are built: the collector stops rescanning the long-lived objects",
+            ),
+        )
+    },
 }
 
 

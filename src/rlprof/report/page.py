@@ -11,6 +11,7 @@ from pathlib import Path
 from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
+from .host_stacks import has_idle_frames, idle_frames_html, idle_icicle
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -150,6 +151,8 @@ def build_page(
         figure=charts.breakdown(doc),
         empty="no stage windows",
     )
+    if has_idle_frames(doc):  # the host's stacks were sampled: idle by frame (report/host_stacks.py)
+        page.section("idle_frames", "Idle, by the host's frames", idle_frames_html(doc), figure=idle_icicle(doc))
     page.section(
         "ops",
         "Top operators and kernels",

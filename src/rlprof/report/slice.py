@@ -1,7 +1,7 @@
 """`rlprof slice`: a small, valid Chrome trace of one stage / micro-batch / decode steps / time window.
 
 The window's events are kept byte for byte (args included), and the rollout's samples that ran in it (where the
-host recorded them) come as tracks of their own; device work goes with the host range that launched
+host recorded them) and the host's sampled Python stacks (report/host_stacks.py) come as tracks of their own; device work goes with the host range that launched
 it (Kineto's correlation ids: a micro-batch's slice keeps the kernels it launched, however late they ran, and
 leaves out another's that ran in its time); process/thread names and the trace's
 top-level objects come along so Perfetto and chrome://tracing show it as the original. The source
@@ -21,6 +21,7 @@ import msgspec
 from ..analyze.tables.classify import RLPROF_RANGE
 from ..analyze.inputs.manifest import manifest_inputs
 from ..errors import RLProfError
+from .host_stacks import stack_tracks
 
 
 class SliceError(RLProfError):
@@ -173,7 +174,7 @@ def sample_tracks(run_dir: Path, sel: Selection, lo: float, hi: float, top: dict
     epoch microseconds less the trace's baseTimeNanoseconds)."""
     from ..analyze.inputs.samples_file import read_samples
 
-    base = json.loads(bytes(top["baseTimeNanoseconds"])) / 1e3 if "baseTimeNanoseconds" in top else 0.0
+    base = _clock_base_us(top)
     out: list[dict] = []
     named: set = set()
     for r in read_samples(run_dir):
@@ -204,6 +205,11 @@ def sample_tracks(run_dir: Path, sel: Selection, lo: float, hi: float, top: dict
             if "decode_ms" in r:
                 out.append(_span("decode", pid, tid, start + r["prefill_ms"] * 1e3, end, {}))
     return [msgspec.Raw(json.dumps(e).encode()) for e in out]
+
+
+def _clock_base_us(top: dict) -> float:
+    """The trace's baseTimeNanoseconds in µs (0 where it has none): what the hosts' epoch clocks are less."""
+    return json.loads(bytes(top["baseTimeNanoseconds"])) / 1e3 if "baseTimeNanoseconds" in top else 0.0
 
 
 def _span(name: str, pid: int, tid: int, start: float, end: float, args: dict) -> dict:
@@ -262,6 +268,8 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
             keep.append(r)
     tracks = sample_tracks(Path(path) if Path(path).is_dir() else file.parent, sel, lo, hi, top)
     keep += tracks
+    stacks = stack_tracks(file, lo, hi, _clock_base_us(top))  # the host's stacks, where sampled (host_stacks.py)
+    keep += [msgspec.Raw(json.dumps(e).encode()) for e in stacks]
     meta["slice"] = {
         "source": file.name,
         "start_us": lo,
@@ -274,6 +282,7 @@ def slice_trace(path: str | Path, sel: Selection, out: str | Path) -> dict:
         "decode_steps": list(sel.decode_steps) if sel.decode_steps else None,
         "window_ms": list(sel.window_ms) if sel.window_ms else None,
         "sample_tracks": sum(1 for t in tracks if b'"thread_name"' in bytes(t)),  # one a sample
+        "host_stack_tracks": sum(1 for e in stacks if e["name"] == "thread_name"),  # one a thread
     }
     top["rlprof"] = msgspec.Raw(json.dumps(meta).encode())
     out = Path(out)

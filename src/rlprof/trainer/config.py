@@ -73,6 +73,7 @@ class TrainerSection:
     device: Literal["cpu", "cuda"] = "cpu"
     threads: Optional[int] = None  # intra-op threads; null: the free cores of the affinity, shared by local ranks
     output_dir: str = "outputs/train"
+    gc_freeze: bool = False  # gc.freeze() once the models are built: collections skip the long-lived objects
     # verl's keys: where each step's metrics and rlprof's measures of it go (report/trackers.py), and their names there
     logger: tuple[Literal["console", "tensorboard", "wandb", "mlflow"], ...] = ("console",)
     project_name: str = "rlprof"

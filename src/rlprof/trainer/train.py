@@ -2,11 +2,14 @@
 
 One step: (weight_sync) -> rollout_generate -> reward_compute [-> DAPO refill] ->
 ref_compute_log_prob -> actor_compute_log_prob -> advantage_compute -> actor_update.
+
+Over 400 lines because it is one job: the trainer's setup and its step, stage by stage, with the step's metrics.
 """
 
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 import time
@@ -96,6 +99,9 @@ class Trainer:
         self.inject = inject if inject.from_step is not None and inject.rank in (None, rank) else None
         self.step_now = 0
         self.timings: dict[str, float] = {}
+        if cfg.trainer.gc_freeze:  # the models, optimizer and engine built: their objects leave the collector's scans
+            gc.collect()
+            gc.freeze()
 
     # ---- helpers ----------------------------------------------------------------------------
     @contextmanager

@@ -57,6 +57,7 @@ THRESHOLDS = {
     # that left requests waiting had the cache full or preempted (had max_num_seqs running, and nothing preempted)
     "engine_bound_share": 0.50,
     "cap_percentile": 0.95,  # a response cap is offered at or above this percentile of the sampled response lengths
+    "host_share": 0.10,  # the stage thread's time in one host-side cause (a sync, a transfer, a wait, the collector)
 }
 
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
@@ -98,6 +99,25 @@ class Cause:
     def levers(self) -> dict:
         """{dialect: (Lever, ...)} (frameworks/levers.py)."""
         return LEVERS[self.name]
+
+
+def _host_judge(m: dict, j: Judging) -> float | None:
+    """A host-side cause (analyze/window/idle_frames.py): its share of the stage at least host_share, the stage large
+    enough to matter, its time above timer noise."""
+    return m["host_ms"] if m["value"] >= j.t["host_share"] and j.large(m) and m["host_ms"] >= j.t["min_ms"] else None
+
+
+def _host_sentence(label: str, doing: str, why: str) -> Callable[[dict], str]:
+    return lambda x: (
+        f"{label}: {x['value']:.0%} of {x['where']} ({x['host_ms']:.1f} of {x['wall_ms']:.1f} ms per pass) {doing} "
+        f"at {x['file']}:{x['line']} {x['function']}: {why}"
+    )
+
+
+HOST_SAVING = (
+    "the host's stacks say where its time went, not what the code would take without it: rlprof cannot predict "
+    "the saving"
+)
 
 
 def where(role, stage) -> str:
@@ -354,6 +374,63 @@ CAUSES: dict[str, Cause] = {
             sample_savings.queued,
         ),
         Cause(
+            "host_sync",
+            "host syncs: the host waits for the device's queue to drain (.item(), .cpu(), .tolist(), synchronize), "
+            "and the device then waits for the host's next launch",
+            measure="host_sync",
+            threshold="host_share",
+            impact="the stage thread's time in host syncs, per pass",
+            sentence=_host_sentence(
+                "host sync",
+                "is spent in host syncs",
+                "the host cannot run ahead of the device there; move the sync out of the loop, or batch it",
+            ),
+            saving=HOST_SAVING,
+            judge=_host_judge,
+        ),
+        Cause(
+            "data_transfer",
+            "data moved between roles: batches serialised, put and fetched (TransferQueue, Ray's object store)",
+            measure="data_transfer",
+            threshold="host_share",
+            impact="the stage thread's time moving data, per pass",
+            sentence=_host_sentence(
+                "data transfer",
+                "moves data between roles",
+                "the device waits while the batch is serialised, put and fetched",
+            ),
+            saving=HOST_SAVING,
+            judge=_host_judge,
+        ),
+        Cause(
+            "host_wait",
+            "the host waits on I/O, a remote call or another thread, with no work of its own",
+            measure="host_wait",
+            threshold="host_share",
+            impact="the stage thread's time waiting, per pass",
+            sentence=_host_sentence(
+                "waiting",
+                "waits on I/O, a remote call or another thread",
+                "nothing runs meanwhile; more of those waits in flight at once hide each other",
+            ),
+            saving=HOST_SAVING,
+            judge=_host_judge,
+        ),
+        Cause(
+            "garbage_collection",
+            "garbage collection: Python's collector pauses the stage thread",
+            measure="garbage_collection",
+            threshold="host_share",
+            impact="the stage thread's time in collections, per pass",
+            sentence=_host_sentence(
+                "garbage collection",
+                "is Python's garbage collector (timed by gc.callbacks), first run into",
+                "each collection rescans the long-lived objects",
+            ),
+            saving=HOST_SAVING,
+            judge=_host_judge,
+        ),
+        Cause(
             "memory_headroom",
             "unused device memory: the peak is far below the device's capacity",
             measure="memory_use",
@@ -368,12 +445,30 @@ CAUSES: dict[str, Cause] = {
 }
 
 
+def idle_frames_words(x: dict) -> str:
+    """The frames an idle finding names: "idle 202.1 ms: 99% in rlprof/trainer/reward.py:19 score, 1% unattributed"
+    ("" where the host's stacks were not sampled)."""
+    if not x.get("frames"):
+        return ""
+    parts = [
+        f"{f['share']:.0%} in {f['file']}:{f['line']} {f['function']}"
+        + (f" (inside {f['inside']})" if f["inside"] != f["library"] else "")
+        for f in x["frames"]
+    ]
+    if x.get("unattributed_share", 0) >= 0.005:
+        parts.append(f"{x['unattributed_share']:.0%} unattributed (no host sample near it)")
+    return f"idle {x['bucket_ms']:.1f} ms: " + ", ".join(parts)
+
+
 def _idle_sentence(x: dict) -> str:
     why = "no operator or kernel running (host overhead, waiting, gaps between launches)"
     if "stages" not in x:
-        return _bucket_sentence("idle", why)(x)
+        frames = idle_frames_words(x)
+        return _bucket_sentence("idle", why)(x) + (f"; {frames}" if frames else "")
     parts = ", ".join(
-        f"{where(s['role'], s['stage'])} {s['share']:.0%} ({s['bucket_ms']:.1f} of {s['wall_ms']:.1f} ms)"
+        f"{where(s['role'], s['stage'])} {s['share']:.0%} ({s['bucket_ms']:.1f} of {s['wall_ms']:.1f} ms"
+        + (f"; {idle_frames_words(s)}" if s.get("frames") else "")
+        + ")"
         for s in x["stages"]
     )
     return (

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from ...frameworks.levers import levers
 from ..window.breakdown import order_key
+from ..window.idle_frames import idle_said
 from ..inputs.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
 from .cause_groups import one_per_cause, one_per_root
 from .causes import CAUSES, ORDER, THRESHOLDS, UNIT_WORDS, Judging, predict
@@ -271,6 +272,8 @@ def _stage_buckets(doc: dict, means: dict, staged: dict, step_total: float) -> l
             ev = {"share": share, "bucket_ms": m[bucket], "wall_ms": m["wall_ms"]}
             if kind == "exposed_comm" and colls.get((role, stage)):
                 ev["collectives"] = colls[(role, stage)][:3]
+            if kind == "idle":  # the frames the host was in meanwhile, where its stacks were sampled
+                ev.update(idle_said([r for r in doc["rows"] if (r.get("role"), r.get("stage")) == (role, stage)]))
             out.append(Finding(kind, m[bucket], ev, role, stage))
     return out
 

@@ -356,6 +356,40 @@ def memory_headroom(doc: dict) -> list[dict]:
     return out
 
 
+HOST_CAUSES = ("host_sync", "data_transfer", "host_wait", "garbage_collection")  # analyze/window/idle_frames.py
+
+
+def host_time(doc: dict) -> list[dict]:
+    """The stage thread's time in each host-side cause, per stage (rows with the host's stacks sampled beside them:
+    analyze/window/idle_frames.py): sum(host_time[cause].ms) / sum(wall_ms), with the cause's top call site (the
+    site that holds the most of it in any one row)."""
+    per: dict[tuple, list[dict]] = defaultdict(list)
+    for r in doc["rows"]:
+        if r.get("unit") is None and r.get("host_time") is not None:
+            per[(r.get("role"), r.get("stage"))].append(r)
+    out = []
+    for (role, stage), rows in per.items():
+        wall = sum(r["wall_ms"] for r in rows)
+        for cause in HOST_CAUSES:
+            sites = [r["host_time"][cause] for r in rows if cause in r["host_time"]]
+            if not sites or wall <= 0:
+                continue
+            ms = sum(site["ms"] for site in sites)
+            top = max(sites, key=lambda site: site["ms"])
+            out.append(
+                _record(
+                    cause,
+                    role,
+                    stage,
+                    ms / wall,
+                    host_ms=ms / _passes(rows),
+                    wall_ms=wall / _passes(rows),
+                    **{k: top[k] for k in ("function", "file", "line", "library")},
+                )
+            )
+    return out
+
+
 def measures(doc: dict, means: dict) -> list[dict]:
     """Every RL measure of the document (`means`: findings.stage_means). The rollout's tail is measured from its
     decode steps where they say how many rows were active, else from its samples (diagnosis/samples.py)."""
@@ -375,4 +409,5 @@ def measures(doc: dict, means: dict) -> list[dict]:
         + stage_share(doc, means, "weight_sync", "weight_sync_share")
         + launch_bound(doc)
         + memory_headroom(doc)
+        + host_time(doc)
     )

@@ -6,6 +6,7 @@ import numpy as np
 
 from .breakdown import host_window
 from ..tables.classify import COLLECTIVE, LAUNCH, name_flags
+from ..tables.intervals import Coverage
 from ..tables.table import CPU_MEMORY, CPU_OP, DEVICE_KINDS, KERNEL, MEMCPY, MEMSET, UNKNOWN_DEVICE, EventTable
 
 
@@ -303,6 +304,10 @@ class LaunchGaps:
             k: np.concatenate([[0.0], np.cumsum(np.where(m, length, 0.0))])
             for k, m in (("all", np.ones(len(length), bool)), ("bound", self.bound), ("unknown", self.unknown))
         }
+
+    def bound_runs(self) -> Coverage:
+        """The launch-bound gaps as runs (disjoint, sorted): what the host's stacks split by frame."""
+        return Coverage.runs(self.lo[self.bound], self.hi[self.bound])
 
     def within(self, lo: float, hi: float) -> dict[str, float]:
         """Device gap, launch-bound and unlinked gap time (ms) inside [lo, hi]."""

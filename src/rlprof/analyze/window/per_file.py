@@ -10,7 +10,9 @@ import msgspec
 
 from ...errors import AnalyzeError
 from ...where import this_process
-from .breakdown import OverlapBreakdown, framework_ranges, stage_of_events, window_rows
+from .breakdown import Breakdown, OverlapBreakdown, framework_ranges, stage_of_events, window_rows
+from .idle_frames import attribute_idle
+from ..inputs.host_stacks_file import read_host_stacks
 from ..tables.schema import SCHEMA_VERSION
 from ..inputs.manifest import LOAD_KEYS
 from .ops import (
@@ -67,14 +69,19 @@ def analyze_file(
     unit_signatures(trace.table, rows)
     release_free_memory()
     launch = {**tag, **launch_overhead(trace.table)} if device else None
-    if device:
-        gaps = LaunchGaps(trace.table)
+    gaps = LaunchGaps(trace.table) if device else None
+    if gaps is not None:
         for row in rows:  # the device's idle gaps inside each window, and how many of them waited on a launch
             if row.get("start_us") is not None:
                 row.update(gaps.within(row["start_us"], row["start_us"] + row["wall_ms"] * 1e3))
         if gaps.span:
             launch.update(device_span_ms=(gaps.span[1] - gaps.span[0]) / 1e3, **gaps.within(*gaps.span))
-        del gaps  # before the operator tables: its prefix sums are 40 bytes a device gap
+    stacks = read_host_stacks(path)
+    if stacks is not None:  # the host's stacks sampled beside the window: each row's idle (and launch gaps) by frame
+        base_us = (trace.meta.baseTimeNanoseconds or 0) / 1e3
+        bound = gaps.bound_runs() if gaps is not None else None
+        attribute_idle(rows, Breakdown(trace.table, device).busy, stacks, base_us, device, bound)
+    del gaps  # before the operator tables: its prefix sums are 40 bytes a device gap
     release_free_memory()
     return {
         "input": {

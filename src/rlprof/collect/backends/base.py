@@ -31,6 +31,7 @@ class Output:
     error: str | None = None
     finalize_to: str | None = None  # raw Chrome-trace JSON: the final .json.gz name it becomes
     device_memory: dict | None = None  # the accelerator's capacity and allocator at the close (device_memory.py)
+    host_stacks: dict | None = None  # the host's stacks written beside it: path, bytes, truncated (host_stacks.py)
 
 
 @dataclasses.dataclass
