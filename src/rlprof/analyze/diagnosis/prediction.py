@@ -80,6 +80,11 @@ def predicted(
     }
 
 
+def all_of(ctx: PredictionContext, f, field: str, assumption: str) -> dict:
+    """A saving that is all of one number of the finding's evidence, in its stage (an upper bound, said)."""
+    return predicted(ctx, {f.stage: f.evidence[field]}, assumption)
+
+
 def share_of(saving: float, basis: dict) -> float | None:
     """A saving's share of the step: none where only a window is known."""
     return saving / basis["step_ms"] if basis["basis"] != "window" and basis["step_ms"] > 0 else None

@@ -14,16 +14,17 @@ import numpy as np
 
 from .finding import Finding
 from .measures import _units_by_stage
-from .prediction import MARGIN, ROLLOUT, PredictionContext, not_predictable, predicted
+from .prediction import MARGIN, ROLLOUT, PredictionContext, all_of, not_predictable, predicted
 from .samples import duration_ms, tail_of
 
 
 def partial_rollout(ctx: PredictionContext, f: Finding) -> dict:
     """tail_ms: the batch no longer waits for its last few responses (their remaining tokens are decoded in the next
     step, beside its new samples): the tail's time, an upper bound."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["tail_ms"]},
+        f,
+        "tail_ms",
         "partial rollout: the step goes on without waiting for its last few responses, which are continued in the "
         "next step beside its new samples (a decode step costs about the same with more rows): the tail's time saved, "
         "an upper bound; no response is cut",
@@ -67,9 +68,10 @@ def cut_by(lengths: list[int], cap: int) -> dict:
 def slow_tools(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """tool_ms of each step's slowest sample: its tool calls no longer hold the batch (an upper bound: the sample
     still generates, and the next slowest may take its place)."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["tool_ms"]},
+        f,
+        "tool_ms",
         "each step's slowest sample no longer waits on its tools (calls made in parallel, answers cut shorter): all of "
         "its tool time saved, an upper bound (the next slowest sample may then hold the batch)",
     )
@@ -78,9 +80,10 @@ def slow_tools(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
 def queued(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """longest_queue_ms: with enough engine slots or agent workers, no sample waits to start (an upper bound: the
     longest-waiting sample may not be the one the step ends with)."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["longest_queue_ms"]},
+        f,
+        "longest_queue_ms",
         "no sample waits for a free slot or worker before its generation: each step's longest wait saved, an upper "
         "bound (the sample that waited longest may not be the one the step ends with)",
     )

@@ -26,6 +26,7 @@ from .measures import TAIL_ACTIVE, _units_by_stage
 from .sample_savings import capped_at_percentile, cut_by, engine_iterations, partial_rollout, tail_from_samples
 from .prediction import (
     MARGIN,
+    all_of,
     Cost,
     PredictionContext,
     dynamic_groups,
@@ -477,9 +478,10 @@ def _gather_share(doc: dict, stage: str) -> float:
 
 def launch_bound(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """launch_bound_ms: the device gaps the host had not yet launched into, all recovered (an upper bound)."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["launch_bound_ms"]},
+        f,
+        "launch_bound_ms",
         "the device's launch-bound gaps are all filled (CUDA graphs, fused kernels, larger micro-batches): "
         "an upper bound",
     )
