@@ -185,6 +185,39 @@ def advise_fix(run_dir: Path, cause: str | None, out: Path) -> dict:
     return {**result, "stdout": proc.stdout[-3000:], "written": out.exists()}
 
 
+def advice_faults(doc: dict) -> list[str]:
+    """What breaks the advice's own rules in one run's document (none expected): a share past the step, a negative
+    part, a plan past its step or turning a key two ways, a fit in use with a negative part, a cap under the p95 of
+    the sampled lengths."""
+    import math
+
+    import numpy as np
+
+    out = []
+    for f in doc["findings"]:
+        s = f.get("saving") or {}
+        if s.get("status") != "predicted":
+            continue
+        if s.get("saving_share") is not None and s["saving_share"] > 1 + 1e-9:
+            out.append(f"{f['kind']}: {s['saving_share']:.0%} of the step")
+        out += [f"{f['kind']}: {k} {v:.1f} ms" for k, v in s["by_stage_ms"].items() if v < 0]
+        cap = s["setting"].get("max_new_tokens")
+        lengths: dict = {}
+        for r in doc.get("samples", []):
+            lengths.setdefault(r["step"], []).append(r.get("response_tokens", 0))
+        if cap is not None and any(cap < math.ceil(np.percentile(v, 95)) for v in lengths.values()):
+            out.append(f"{f['kind']}: a cap of {cap} under the p95 of the sampled lengths")
+    plan = doc.get("plan") or {}
+    if plan.get("total_share") is not None and plan["total_share"] > 1 + 1e-9:
+        out.append(f"the plan: {plan['total_share']:.0%} of the step")
+    if plan.get("conflicts"):
+        out.append(f"the plan turns keys two ways: {plan['conflicts']}")
+    for m in doc["measures"]:
+        if m["measure"] == "fixed_cost" and m["status"] == "measured" and min(m["fixed_ms"], m["per_token_us"]) < 0:
+            out.append(f"fixed_cost {m['stage']}: a negative part in use")
+    return out
+
+
 def first_cause(doc: dict) -> str | None:
     return next((f["kind"] for f in doc["findings"] if f.get("actionable")), None)
 
@@ -270,6 +303,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     spread = max(pair_savings) - min(pair_savings) if len(pair_savings) > 1 else 0.0
     causes = fx.get("causes", [])
     measures = {side: [cause_measure(r["doc"], cause, stages, causes) for r in rs] for side, rs in runs.items()}
+    faults = {r["name"]: advice_faults(r["doc"]) for rs in runs.values() for r in rs}
     predicted = pred.get("saving_ms")
     rel = abs(measured - predicted) / abs(predicted) if predicted else None
     threshold = measures["after"][0]["threshold"]
@@ -311,6 +345,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
             "after": times["after"],
         },
         "measure": measures,
+        "advice_faults": {k: v for k, v in faults.items() if v},  # every run's document against the advice's rules
         "relative_error": rel,
         "within_30": within,
         "measure_below_threshold": below,
