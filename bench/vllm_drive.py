@@ -52,10 +52,18 @@ def make_model(out: str) -> None:
     Qwen2ForCausalLM(cfg).save_pretrained(out)
 
 
-def engine(model: str, profiler_config: dict | None, log_stats: bool = False):
+def engine(
+    model: str,
+    profiler_config: dict | None,
+    log_stats: bool = False,
+    kv_cache_bytes: int = 64 << 20,
+    max_num_seqs: int | None = None,
+):
     from vllm import LLM
 
     kwargs = {"profiler_config": profiler_config} if profiler_config else {}
+    if max_num_seqs:
+        kwargs["max_num_seqs"] = max_num_seqs
     if log_stats:
         kwargs["disable_log_stats"] = False  # vLLM's per-request stats on: rlprof's plugin records each request
     return LLM(
@@ -64,7 +72,7 @@ def engine(model: str, profiler_config: dict | None, log_stats: bool = False):
         dtype="float32",
         max_model_len=512,
         seed=0,
-        kv_cache_memory_bytes=64 << 20,
+        kv_cache_memory_bytes=kv_cache_bytes,
         enforce_eager=True,
         **kwargs,
     )
@@ -118,7 +126,13 @@ def run(args) -> dict:
     from vllm.inputs import TokensPrompt
 
     t0 = time.perf_counter()
-    llm = engine(args.model, json.loads(args.profiler_config) if args.profiler_config else None, args.log_stats)
+    llm = engine(
+        args.model,
+        json.loads(args.profiler_config) if args.profiler_config else None,
+        args.log_stats,
+        args.kv_cache_bytes,
+        args.max_num_seqs,
+    )
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
         out["runner_wrapped"] = llm.collective_rpc(
@@ -194,6 +208,8 @@ def main() -> None:
     r.add_argument("--host-slow-from", type=int, default=0)
     r.add_argument("--log-stats", action="store_true", help="the engine with vLLM's stats on (disable_log_stats=False)")
     r.add_argument("--vllm-perf", action="store_true", help="vLLM's own FLOPs and bytes of each iteration (in process)")
+    r.add_argument("--kv-cache-bytes", type=int, default=64 << 20, help="the engine's kv_cache_memory_bytes")
+    r.add_argument("--max-num-seqs", type=int, default=0, help="the engine's max_num_seqs (0: vLLM's default)")
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

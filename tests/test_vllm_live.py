@@ -438,13 +438,14 @@ def test_each_finished_request_is_a_sample_record_with_vllms_own_counts_and_time
     """With vLLM's stats on (disable_log_stats=False), rlprof's stat logger in the engine's front end (a process of
     its own: the engine core runs in another) writes one record per request of each profiled step (here round 2,
     rounds being the steps): vLLM's own token counts, queue, prefill and decode times, request id and finish reason;
-    the other rounds none. The same engine without stats records nothing and still takes its window."""
+    the other rounds none, and one record of what its scheduler said over the step. The same engine without stats
+    records nothing and still takes its window."""
     run_dir = tmp_path / "profile" / "live-stats"
     rounds = [[8, 12], [10, 20, 30, 40], [5]]
     env = {"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-stats"}
     result, proc = vllm_live.drive(vllm_live.model, rounds, cwd=tmp_path, env=env, log_stats=True)
     assert generated_all(result, rounds), proc.stderr[-3000:]
-    from rlprof.analyze.inputs.samples_file import read_samples, sample_files
+    from rlprof.analyze.inputs.samples_file import read_rollout_records, read_samples, sample_files
 
     assert [p.name for p in sample_files(run_dir)] == ["vllm_replica0.jsonl"]
     records = read_samples(run_dir)
@@ -460,6 +461,11 @@ def test_each_finished_request_is_a_sample_record_with_vllms_own_counts_and_time
         assert r["end_us"] - r["start_us"] >= (r["queue_ms"] + r["prefill_ms"] + r["decode_ms"]) * 1e3 * 0.99
     by_tokens = sorted(records, key=lambda r: r["response_tokens"])
     assert [r["end_us"] for r in by_tokens] == sorted(r["end_us"] for r in by_tokens)  # longer ends later
+    # beside them, what the scheduler said over the step: 4 requests run at once in a cache with room, none waits
+    (engine,) = read_rollout_records(run_dir)[1]
+    assert (engine["step"], engine["replica"], engine["max_running"], engine["preempted"]) == (2, 0, 4, 0)
+    assert engine["waiting_iterations"] == 0 and engine["iterations"] >= 40 and engine["peak_kv_usage"] < 0.9
+    assert engine["max_num_seqs"] >= 4 and engine["kv_cache_tokens"] >= 4 * 48
     assert [r["status"] for r in manifest(run_dir)] == ["complete"]  # the worker's window beside them
     off_dir = tmp_path / "profile" / "live-nostats"
     env = {"RLPROF_PLAN": plan(tmp_path / "profile", "[2]"), "RLPROF_RUN_ID": "live-nostats"}

@@ -11,10 +11,11 @@ from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
 from .diagnosis.speed_of_light import ROW_FIELDS, speed_of_light
+from .diagnosis.plan import document_plan
 from .inputs.find import directory_warnings, run_config
 from .inputs.model_config import run_model
 from .inputs.salvage import run_accounts, salvage_lines
-from .inputs.samples_file import read_samples
+from .inputs.samples_file import read_rollout_records
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
 from .over_time.rollout_account import rollout_account
 from .over_time.rollout_why import explain_rollout
@@ -53,7 +54,8 @@ def document(path, results: list[dict], warnings: list[str] = (), model: dict | 
     doc["warnings"][:0] = salvage_lines(salvaged) + cut_lines
     if salvaged:
         doc["salvage"] = salvaged
-    records = read_samples(path) if Path(path).is_dir() else []  # the rollout's samples, where its host kept them
+    # the rollout's samples, where its host kept them, and what its engines' schedulers said over each step
+    records, engine = read_rollout_records(path) if Path(path).is_dir() else ([], [])
     samples = sample_table(records, clock_base_us(doc["inputs"])) if records else []
     bounds = [b for d in timeline_dirs(path) for b in step_bounds(d)]
     doc["warnings"].extend(place_steps(doc, samples, bounds))  # a file naming no step: the same clock's records say
@@ -67,7 +69,7 @@ def document(path, results: list[dict], warnings: list[str] = (), model: dict | 
     doc["run_config"] = run_config(path)
     if records:
         doc["samples"] = samples
-        doc["sample_steps"] = step_summaries(doc["samples"])
+        doc["sample_steps"] = step_summaries(doc["samples"], engine)
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
         account = rollout_account(timeline_dirs(path), samples, clock_base_us(doc["inputs"]))
@@ -77,6 +79,7 @@ def document(path, results: list[dict], warnings: list[str] = (), model: dict | 
     doc["model"] = run_model(path, [res.get("model") for res in results], doc["run_config"], model)
     doc["stage_limits"] = speed_of_light(doc, doc["model"])
     doc["measures"], doc["findings"] = diagnose(doc)
+    doc["plan"] = document_plan(doc)  # the findings' levers together, savings counted once (analyze/diagnosis/plan.py)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
 

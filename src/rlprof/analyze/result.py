@@ -401,6 +401,21 @@ class Measure(Record, kw_only=True):
     refilled_steps: int | UnsetType = UNSET
     passes: list[RefillPass] | UnsetType = UNSET
     filtered_groups: int | UnsetType = UNSET
+    in_engine: bool | UnsetType = UNSET
+    iterations: int | UnsetType = UNSET
+    waiting_iterations: int | UnsetType = UNSET
+    kv_full_iterations: int | UnsetType = UNSET
+    slots_full_iterations: int | UnsetType = UNSET
+    max_running: int | UnsetType = UNSET
+    max_waiting: int | UnsetType = UNSET
+    peak_kv_usage: Number | UnsetType = UNSET
+    max_num_seqs: int | UnsetType = UNSET
+    max_num_batched_tokens: int | UnsetType = UNSET
+    kv_cache_tokens: int | UnsetType = UNSET
+    block_size: int | UnsetType = UNSET
+    fit_scatter: Number | UnsetType = UNSET
+    token_counts: int | UnsetType = UNSET
+    fit: str | UnsetType = UNSET
     host_ms: Number | UnsetType = UNSET
     function: str | UnsetType = UNSET
     line: int | UnsetType = UNSET
@@ -414,6 +429,9 @@ class Lever(Record, kw_only=True):
     set: str
     why: str
     text: str
+    changes_result: bool | UnsetType = UNSET
+    effect: str | UnsetType = UNSET
+    needs: str | UnsetType = UNSET
 
 
 class Saving(Record, kw_only=True):
@@ -428,10 +446,45 @@ class Saving(Record, kw_only=True):
     by_stage_ms: dict[str, Number] | UnsetType = UNSET
     profiled_ms: dict[str, Number] | UnsetType = UNSET
     step_ms: Number | UnsetType = UNSET
+    basis: str | UnsetType = UNSET
     reward_after_ms: Number | UnsetType = UNSET
     responses_cut: Number | UnsetType = UNSET
     speed_of_light_ms: dict[str, Number] | UnsetType = UNSET
+    responses_cut_count: int | UnsetType = UNSET
+    tokens_cut: int | UnsetType = UNSET
+    tokens_cut_share: Number | UnsetType = UNSET
     dialect: str | UnsetType = UNSET
+
+
+class PlanCause(Record, kw_only=True):
+    """A cause whose first lever's saving the plan counts."""
+
+    kind: str
+    stage: str | None
+    saving_ms: Number
+
+
+class PlanLeft(Record, kw_only=True):
+    """A cause the plan cannot count: its saving is not predictable."""
+
+    kind: str
+    stage: str | None
+    why: str
+
+
+class Plan(Record, kw_only=True):
+    """The findings' first levers applied together: savings on the same stage counted once, the total a share of the
+    real step (its basis named), and the keys the levers pull two ways (none)."""
+
+    basis: str
+    basis_words: str
+    step_ms: Number
+    total_ms: Number
+    total_share: Number | None
+    by_stage_ms: dict[str, Number]
+    causes: list[PlanCause]
+    not_predicted: list[PlanLeft]
+    conflicts: dict[str, dict[str, list[str]]]
 
 
 class Finding(Record, kw_only=True):
@@ -783,6 +836,24 @@ class SampleStep(Record, kw_only=True):
     phases_ms: dict[str, Number]
     preemptions: int | UnsetType = UNSET
     preempted_samples: int | UnsetType = UNSET
+    engine: EngineStep | UnsetType = UNSET
+
+
+class EngineStep(Record, kw_only=True):
+    """What a step's vLLM engines' schedulers said over its iterations (counts summed over its engines and passes)."""
+
+    iterations: int
+    waiting_iterations: int
+    kv_full_iterations: int
+    slots_full_iterations: int
+    max_running: int
+    max_waiting: int
+    peak_kv_usage: Number
+    preempted: int
+    max_num_seqs: int | UnsetType = UNSET
+    max_num_batched_tokens: int | UnsetType = UNSET
+    kv_cache_tokens: int | UnsetType = UNSET
+    block_size: int | UnsetType = UNSET
 
 
 class Analysis(Record, kw_only=True):
@@ -812,6 +883,7 @@ class Analysis(Record, kw_only=True):
     stage_limits: list[StageLimits] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
+    plan: Plan | UnsetType = UNSET
 
     @classmethod
     def from_document(cls, doc: dict) -> Analysis:
@@ -926,6 +998,7 @@ REFERENCE_ORDER = (
     Sample,
     SampleStep,
     RolloutAccount,
+    EngineStep,
     Quantiles,
     SlowSample,
     Measure,
@@ -933,6 +1006,9 @@ REFERENCE_ORDER = (
     Finding,
     Lever,
     Saving,
+    Plan,
+    PlanCause,
+    PlanLeft,
     Timeline,
     PerStep,
     Spike,

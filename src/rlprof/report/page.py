@@ -99,7 +99,10 @@ def build_page(
         + (f"; lost: {', '.join(lost)} (see the warnings)" if lost else ""),
     )
     page.section(
-        "findings", "Findings", fragments.findings_html(doc.get("findings", [])), fragments.next_step_html(doc, run_dir)
+        "findings",
+        "Findings",
+        fragments.findings_html(doc.get("findings", []), doc.get("plan")),
+        fragments.next_step_html(doc, run_dir),
     )
     if doc.get("warnings"):
         page.section(

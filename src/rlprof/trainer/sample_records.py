@@ -14,6 +14,7 @@ the replica's start. `reward_ms` is its own scoring call (trainer/reward.py). vL
 
 from __future__ import annotations
 
+from ..analyze.inputs.samples_file import is_engine_record
 from ..collect.engine import replica_profiles
 from ..collect.samples import SampleWriter, record
 
@@ -166,9 +167,13 @@ def vllm_records(
     rank: int,
 ) -> list[dict]:
     """vLLM's records of one pass (collect/vllm_samples.py), each given its row's index in the batch (`order`:
-    request id -> row), its turn, its reward time, the pass and the trainer's rank."""
-    out = []
+    request id -> row), its turn, its reward time, the pass and the trainer's rank; the engine's record of the pass
+    after them, given the pass and the rank."""
+    out, engine = [], []
     for r in records:
+        if is_engine_record(r):  # the engine's scheduler over the pass (collect/vllm_samples.py)
+            engine.append(dict(r, rank=rank, rollout_pass=rollout_pass))
+            continue
         row = order.get(r.get("request_id"))
         if row is None:
             continue  # a request of another caller of the engine
@@ -176,4 +181,4 @@ def vllm_records(
         if reward_ns is not None:
             r["reward_ms"] = reward_ns[row] / 1e6
         out.append(r)
-    return sorted(out, key=lambda r: r["sample"])
+    return sorted(out, key=lambda r: r["sample"]) + engine

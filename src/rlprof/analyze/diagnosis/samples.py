@@ -4,7 +4,10 @@ tokens they generated (p50/p90/p99/max), the share of its rollout the batch spen
 still running (the tail), its slowest samples, its phases summed and its preemptions.
 
 A step's rollout lasts as long as its slowest sample: the tail is where the batch waits for a few. Each generation
-pass of a step (DAPO's refills: `rollout_pass`) is one batch; a step's tail and span are its passes' sums.
+pass of a step (DAPO's refills: `rollout_pass`) is one batch; a step's tail and span are its passes' sums. Where a vLLM
+engine recorded what its scheduler said over the step (inputs/samples_file.py, ENGINE_FIELDS), the step holds it
+(`engine`: its engines' counts summed, their limits): what tells a queue held by the KV cache from one held by the
+engine's slots.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+
+from ..inputs.samples_file import ENGINE_FIELDS
 
 TAIL_RUNNING = 0.5  # fewer than this share of a pass's samples still running: the batch is in its tail
 SLOWEST = 3  # the slowest samples a step names
@@ -85,8 +90,32 @@ def tail_of(timed: list[dict]) -> tuple[float, float]:
     return (edges[-1][0] - edges[0][0]) / 1e3, tail / 1e3
 
 
-def step_summaries(samples: list[dict]) -> list[dict]:
-    """Per step: its samples' distribution, its tail, its slowest samples, its phases summed and its preemptions."""
+ENGINE_MAX = ("max_running", "max_waiting", "peak_kv_usage")  # the most over the step; the other counts: summed
+ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "block_size")
+
+
+def engine_summaries(records: list[dict]) -> dict:
+    """step -> what its engines' schedulers said over it (inputs/samples_file.py, ENGINE_FIELDS): counts summed over
+    its engines and passes, the most of each maximum, the limits (the first engine's)."""
+    out: dict = {}
+    for r in records:
+        mine = out.setdefault(r["step"], {})
+        for k in ENGINE_FIELDS:
+            if k not in r or k == "rollout_pass":
+                continue
+            if k in ENGINE_LIMITS:
+                mine.setdefault(k, r[k])
+            elif k in ENGINE_MAX:
+                mine[k] = max(mine.get(k, r[k]), r[k])
+            else:
+                mine[k] = mine.get(k, 0) + r[k]
+    return out
+
+
+def step_summaries(samples: list[dict], engine: list[dict] = ()) -> list[dict]:
+    """Per step: its samples' distribution, its tail, its slowest samples, its phases summed and its preemptions,
+    and what its engines' schedulers said (`engine`) where they recorded it."""
+    engines = engine_summaries(list(engine))
     by_step: dict = defaultdict(list)
     for r in samples:
         by_step[r["step"]].append(r)
@@ -123,6 +152,8 @@ def step_summaries(samples: list[dict]) -> list[dict]:
         if any("preemptions" in r for r in rows):
             summary["preemptions"] = sum(r.get("preemptions", 0) for r in rows)
             summary["preempted_samples"] = sum(1 for r in rows if r.get("preemptions", 0) > 0)
+        if step in engines:
+            summary["engine"] = engines[step]
         out.append(summary)
     return out
 
@@ -207,8 +238,28 @@ def sample_measures(doc: dict) -> list[dict]:
                 queue_ms=queue / len(waited),
                 longest_queue_ms=sum(longest.values()) / len(longest),
                 steps=len(longest),
+                **queue_where(waited, steps),
             )
         )
+    return out
+
+
+def queue_where(waited: list[dict], steps: list[dict]) -> dict:
+    """Where the samples waited: `in_engine` (vLLM's queued time: in its scheduler's waiting queue) or not (rlprof's
+    async replicas: from the driver's submission to a replica's start), and, inside an engine, what its scheduler
+    said over the steps they waited in (their engines' counts summed: the iterations that left requests waiting, of
+    them those with the KV cache full or with max_num_seqs running, the requests preempted, and the limits)."""
+    in_engine = all(r.get("source") == "vllm" for r in waited)
+    out: dict = {"in_engine": in_engine}
+    said = [s["engine"] for s in steps if s.get("engine") and s["step"] in {r["step"] for r in waited}]
+    if in_engine and said:
+        for k in ("iterations", "waiting_iterations", "kv_full_iterations", "slots_full_iterations", "preempted"):
+            out[k] = sum(e.get(k, 0) for e in said)
+        for k in ENGINE_MAX:
+            out[k] = max(e.get(k, 0) for e in said)
+        for k in ENGINE_LIMITS:
+            if any(k in e for e in said):
+                out[k] = next(e[k] for e in said if k in e)
     return out
 
 
