@@ -108,6 +108,63 @@ SCENARIOS = [
         },
     },
 ]
+# Scenarios of the rollout's samples (issue: advice as one plan): the reference trainer on an in-process vLLM
+# (rollout.engine=vllm: the side venv's python, a head size vLLM's CPU attention takes), every response 48 tokens
+VLLM = ("rollout.engine=vllm", "model.hidden_size=128", "rollout.max_new_tokens=48")
+SCENARIOS += [
+    {
+        "name": "kv_bound_vllm",
+        "cause": "kv_cache",
+        "nproc": 1,
+        "python": "vllm",
+        "what": "64 samples of up to 64 tokens on vLLM with 1 MiB of KV cache (1,024 tokens: 8 at once): samples wait "
+        "for cache memory",
+        "overrides": (*VLLM, "rollout.kv_cache_memory_bytes=1048576"),
+        "levers": {
+            "verl": "actor_rollout_ref.rollout.gpu_memory_utilization",
+            "rlprof": "rollout.kv_cache_memory_bytes",
+        },
+    },
+    {
+        "name": "slot_bound_vllm",
+        "cause": "slot_bound",
+        "nproc": 1,
+        "python": "vllm",
+        "what": "64 samples on vLLM with room in its KV cache and max_num_seqs 8: samples wait for a slot",
+        "overrides": (*VLLM, "rollout.max_num_seqs=8"),
+        "levers": {"verl": "actor_rollout_ref.rollout.max_num_seqs", "rlprof": "rollout.max_num_seqs"},
+    },
+    {
+        "name": "long_sample_cap",
+        "cause": "rollout_tail",
+        "nproc": 1,
+        "what": "one sample a step cannot stop (trainer.debug.long_sample) and runs to 48 tokens while the rest stop "
+        "at the policy's EOS, which it learns to reach early: the batch decodes for the long one alone",
+        "overrides": (
+            "rollout.ignore_eos=false",
+            "rollout.max_new_tokens=48",
+            "trainer.debug.long_sample.from_step=1",
+            "trainer.debug.long_sample.sample=0",
+        ),
+        "levers": {"verl": "data.max_response_length", "rlprof": "rollout.max_new_tokens"},
+    },
+    {
+        "name": "plan_three_causes",
+        "cause": "plan",
+        "nproc": 1,
+        "what": "a long tail, a slow verifier and one-sample micro-batches at once: every cause's first lever applied "
+        "together (advise --fix --plan)",
+        "overrides": (
+            "rollout.ignore_eos=false",
+            "rollout.max_new_tokens=48",
+            "trainer.debug.long_sample.from_step=1",
+            "trainer.debug.long_sample.sample=0",
+            "reward.cost_ms=4",
+            "actor.micro_batch_size=2",
+        ),
+        "levers": {},
+    },
+]
 CONTROLS = [
     {"name": "healthy", "nproc": 1, "what": "the base config", "overrides": ()},
     {
@@ -122,6 +179,16 @@ CONTROLS = [
         ),
     },
 ]
+
+
+def python_for(case: dict) -> str:
+    """The python a case trains with: this one, or the vLLM side venv's (rollout.engine=vllm; made on first use)."""
+    if case.get("python") != "vllm":
+        return sys.executable
+    sys.path.insert(0, str(HERE))
+    import vllm_side
+
+    return str(vllm_side.ensure_vllm())
 
 
 def profile_overrides(save: Path, nproc: int, steps: str = "[2,3]") -> list[str]:
@@ -160,7 +227,7 @@ def run_case(case: dict, work: Path, timeout: int = 900, steps: str = "[2,3]", e
             *overrides,
         ]
     else:
-        cmd = [sys.executable, "-m", "rlprof.trainer", *overrides]
+        cmd = [python_for(case), "-m", "rlprof.trainer", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RLPROF_RUN_ID": case["name"]}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -186,14 +253,29 @@ def score(case: dict, result: dict) -> dict:
         "first_actionable": first["kind"] if first else None,
         "first_text": first["text"] if first else None,
         "causes_found": [f["kind"] for f in actionable],
+        # what ranked them (a failed diagnosis says which cause came first, and by how much)
+        "ranked": [
+            {"kind": f["kind"], "stage": f.get("stage"), "saving_ms": f.get("saving_ms"), "impact_ms": f["impact_ms"]}
+            for f in actionable
+        ],
+        "busy": [f["text"][:160] for f in result["findings"] if f["kind"] == "busy_machine"],
     }
-    if "cause" in case:
-        levers = first["levers"] if first else {}
+    if case.get("cause") == "plan":  # several causes at once: each found, its lever given
+        out.update(expected="plan", passed=len(actionable) >= 2)
+    elif "cause" in case:
+        mine = next((f for f in actionable if f["kind"] == case["cause"]), None)
+        levers = mine["levers"] if mine else {}
         named = {d: any(lv["key"] == key for lv in levers.get(d, [])) for d, key in case["levers"].items()}
+        # first, unless the run's own first lever for it changes the result (a response cap, held at the p95 of the
+        # sampled lengths): then its saving is held back on purpose, and found with its levers is enough
+        held = bool(
+            mine and mine.get("saving") and (levers.get(mine["saving"]["dialect"]) or [{}])[0].get("changes_result")
+        )
         out.update(
             expected=case["cause"],
             levers_named=named,
-            passed=bool(first and first["kind"] == case["cause"] and all(named.values())),
+            held_back=held,
+            passed=bool(mine and (mine is first or held) and all(named.values())),
         )
     else:
         out["passed"] = not actionable
@@ -274,6 +356,19 @@ def main() -> None:
         "base": list(BASE),
         "machine": f"{os.cpu_count()} CPU cores, torch CPU",
     }
+    if args.only and Path(args.out).exists():  # a partial run updates its rows of the recorded file
+        old = json.loads(Path(args.out).read_text())
+        order = [c["name"] for c in SCENARIOS + CONTROLS]
+        results = sorted(
+            [r for r in old["cases"] if r["name"] not in {x["name"] for x in results}] + results,
+            key=lambda r: order.index(r["name"]) if r["name"] in order else len(order),
+        )
+        summary.update(
+            scenarios=sum(r["kind"] == "scenario" for r in results),
+            scenarios_diagnosed=sum(r["passed"] for r in results if r["kind"] == "scenario"),
+            controls=sum(r["kind"] == "control" for r in results),
+            controls_clean=sum(r["passed"] for r in results if r["kind"] == "control"),
+        )
     Path(args.out).write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")
     print(json.dumps(summary))
 

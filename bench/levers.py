@@ -14,7 +14,10 @@ training thread waited for a core another process held, summed over the ranks, e
 at the next collective); the measured saving is the median of the "before" runs' steps less the median of the
 "after" runs' steps, pooled, and the spread the range of the per-pair differences; the plain wall time and each
 stage's median are kept beside.
-The cause's measure: `rlprof analyze` of the profiled steps. 2-rank scenarios run under torchrun.
+The cause's measure: `rlprof analyze` of the profiled steps. 2-rank scenarios run under torchrun; the vLLM
+scenarios (rollout.engine=vllm) with the side venv's python (bench/setup_vllm.sh). The plan scenario (cause
+`plan`) applies `rlprof advise RUN --fix --plan`: every cause's first lever at once, held against the plan's total
+(each stage's savings counted once); its measure is how many of its causes are still found after.
 
     python3 bench/levers.py                        # all -> bench/results/levers_cpu.json
     python3 bench/levers.py --only slow_reward kl_off_reference_on --pairs 2
@@ -58,6 +61,7 @@ def train(
     config: Path | None = None,
     steps: int = 10,
     timeout: int = 900,
+    python: str = sys.executable,
 ) -> dict:
     """One run of the reference trainer; returns its run directory and metrics."""
     save = work / name / "profile"
@@ -83,7 +87,7 @@ def train(
             *args,
         ]
     else:
-        cmd = [sys.executable, "-m", "rlprof.trainer", *args]
+        cmd = [python, "-m", "rlprof.trainer", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RLPROF_RUN_ID": name, "KINETO_LOG_LEVEL": "5"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -116,9 +120,21 @@ def step_times(metrics: list[dict]) -> dict:
     }
 
 
-def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
-    """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired."""
+def cause_measure(doc: dict, cause: str, stages: list[str], causes: list[str] = ()) -> dict:
+    """The cause's own measure in an analysis (the largest over the fix's stages) and whether the cause fired; a
+    plan's: each of its causes', below its threshold when every one is and none fired."""
     from rlprof.analyze.diagnosis.causes import CAUSES, THRESHOLDS
+
+    if cause == "plan":
+        each = {c: cause_measure(doc, c, stages) for c in causes}
+        return {
+            "measure": "plan",
+            "value": sum(m["fired"] for m in each.values()),  # causes of the plan still found
+            "threshold": None,
+            "fired": any(m["fired"] for m in each.values()),
+            "busy": any(m["busy"] for m in each.values()),
+            "causes": each,
+        }
     from rlprof.analyze.diagnosis.findings import stage_means
 
     # the measure the cause is judged on and its threshold (analyze/diagnosis/causes.py); a slow rank's, here, the time the
@@ -157,7 +173,9 @@ def cause_measure(doc: dict, cause: str, stages: list[str]) -> dict:
 
 def advise_fix(run_dir: Path, cause: str | None, out: Path) -> dict:
     cmd = [sys.executable, "-m", "rlprof.cli", "advise", str(run_dir), "--fix", "--dialect", "rlprof", "-o", str(out)]
-    if cause:
+    if cause == "plan":
+        cmd += ["--plan"]
+    elif cause:
         cmd += ["--cause", cause]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -165,6 +183,39 @@ def advise_fix(run_dir: Path, cause: str | None, out: Path) -> dict:
     sidecar = out.with_suffix(".fix.json")
     result = json.loads(sidecar.read_text()) if out.exists() else {"fix": None}
     return {**result, "stdout": proc.stdout[-3000:], "written": out.exists()}
+
+
+def advice_faults(doc: dict) -> list[str]:
+    """What breaks the advice's own rules in one run's document (none expected): a share past the step, a negative
+    part, a plan past its step or turning a key two ways, a fit in use with a negative part, a cap under the p95 of
+    the sampled lengths."""
+    import math
+
+    import numpy as np
+
+    out = []
+    for f in doc["findings"]:
+        s = f.get("saving") or {}
+        if s.get("status") != "predicted":
+            continue
+        if s.get("saving_share") is not None and s["saving_share"] > 1 + 1e-9:
+            out.append(f"{f['kind']}: {s['saving_share']:.0%} of the step")
+        out += [f"{f['kind']}: {k} {v:.1f} ms" for k, v in s["by_stage_ms"].items() if v < 0]
+        cap = s["setting"].get("max_new_tokens")
+        lengths: dict = {}
+        for r in doc.get("samples", []):
+            lengths.setdefault(r["step"], []).append(r.get("response_tokens", 0))
+        if cap is not None and any(cap < math.ceil(np.percentile(v, 95)) for v in lengths.values()):
+            out.append(f"{f['kind']}: a cap of {cap} under the p95 of the sampled lengths")
+    plan = doc.get("plan") or {}
+    if plan.get("total_share") is not None and plan["total_share"] > 1 + 1e-9:
+        out.append(f"the plan: {plan['total_share']:.0%} of the step")
+    if plan.get("conflicts"):
+        out.append(f"the plan turns keys two ways: {plan['conflicts']}")
+    for m in doc["measures"]:
+        if m["measure"] == "fixed_cost" and m["status"] == "measured" and min(m["fixed_ms"], m["per_token_us"]) < 0:
+            out.append(f"fixed_cost {m['stage']}: a negative part in use")
+    return out
 
 
 def first_cause(doc: dict) -> str | None:
@@ -175,12 +226,13 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     from rlprof.analyze.pipeline import analyze
 
     name, cause, nproc = case["name"], case["cause"], case["nproc"]
+    python = diagnose.python_for(case)
     before_overrides = [*diagnose.BASE, *case["overrides"], *HOLD.get(name, ())]
     runs = {"before": [], "after": []}
     fix = None
     tries = []
     while fix is None:  # the fix is written from the first run that finds the cause, as a user would
-        b = train(f"{name}_diagnosed{len(tries)}", work, nproc, before_overrides, steps=steps)
+        b = train(f"{name}_diagnosed{len(tries)}", work, nproc, before_overrides, steps=steps, python=python)
         b["doc"] = analyze(b["run_dir"], workers=1)
         fix = advise_fix(b["run_dir"], cause, work / f"{name}_fix.yaml")
         tries.append(
@@ -208,10 +260,18 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     after_overrides = [o for o in before_overrides if _key(o) not in keys]
     for i in range(pairs):
         if i > 0:
-            b = train(f"{name}_before{i}", work, nproc, before_overrides, steps=steps)
+            b = train(f"{name}_before{i}", work, nproc, before_overrides, steps=steps, python=python)
             b["doc"] = analyze(b["run_dir"], workers=1)
             runs["before"].append(b)
-        a = train(f"{name}_after{i}", work, nproc, after_overrides, config=work / f"{name}_fix.yaml", steps=steps)
+        a = train(
+            f"{name}_after{i}",
+            work,
+            nproc,
+            after_overrides,
+            config=work / f"{name}_fix.yaml",
+            steps=steps,
+            python=python,
+        )
         a["doc"] = analyze(a["run_dir"], workers=1)
         runs["after"].append(a)
     fx = fix["fix"]
@@ -241,7 +301,9 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     before_ms = statistics.median(pooled["before"])
     measured = before_ms - statistics.median(pooled["after"])
     spread = max(pair_savings) - min(pair_savings) if len(pair_savings) > 1 else 0.0
-    measures = {side: [cause_measure(r["doc"], cause, stages) for r in rs] for side, rs in runs.items()}
+    causes = fx.get("causes", [])
+    measures = {side: [cause_measure(r["doc"], cause, stages, causes) for r in rs] for side, rs in runs.items()}
+    faults = {r["name"]: advice_faults(r["doc"]) for rs in runs.values() for r in rs}
     predicted = pred.get("saving_ms")
     rel = abs(measured - predicted) / abs(predicted) if predicted else None
     threshold = measures["after"][0]["threshold"]
@@ -250,7 +312,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
     # below: the median after-run's measure under its threshold and the cause found in a minority of them (micro-
     # batches too small: gone when they are too few to merge, whatever their fixed share)
     below = 2 * fired < len(measures["after"]) and (
-        threshold is None or after_value < threshold or cause == "small_units"
+        threshold is None or after_value < threshold or cause in ("small_units", "plan")
     )
     slower = measured < 0 and -measured > max(spread, 0.0)
     within = rel is not None and rel <= CRITERION
@@ -283,6 +345,7 @@ def scenario(case: dict, work: Path, pairs: int, steps: int) -> dict:
             "after": times["after"],
         },
         "measure": measures,
+        "advice_faults": {k: v for k, v in faults.items() if v},  # every run's document against the advice's rules
         "relative_error": rel,
         "within_30": within,
         "measure_below_threshold": below,
@@ -336,7 +399,9 @@ def table(path: str) -> str:
         p, m = r["predicted"], r["measured"]
         fix = " ".join(f"`{k}={json.dumps(v)}`" for k, v in r["fix"].items())
         meas = r["measure"]
-        fmt = (lambda x: f"{x:.2f}") if meas["before"][0]["measure"] != "ref_ms" else (lambda x: f"{x:.1f} ms")
+        fmt = {"ref_ms": lambda x: f"{x:.1f} ms", "plan": lambda x: f"{x:.0f} causes"}.get(
+            meas["before"][0]["measure"], lambda x: f"{x:.2f}"
+        )
         before = "/".join(fmt(x["value"]) for x in meas["before"])
         after = "/".join(fmt(x["value"]) for x in meas["after"])
         thr = meas["before"][0]["threshold"]

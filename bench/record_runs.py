@@ -97,6 +97,46 @@ def write_sources() -> None:
     )
 
 
+# one-row micro-batches recorded on a machine kept busy on purpose (two busy loops beside the trainer): the cause a
+# quiet run names, found from the units the load moved least (tests/test_plan.py)
+BUSY = (
+    "trainer.steps=4",
+    "data.prompts_per_step=4",
+    "rollout.n=4",
+    "actor.mini_batch_size=16",
+    "actor.micro_batch_size=1",
+    "trainer.threads=1",
+)
+
+
+def record_busy(work: Path, commit: str) -> None:
+    run = work / "busy_micro_batches"
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        load = os.getloadavg()[0]
+        overrides = [
+            *BUSY,
+            f"trainer.output_dir={run}/train",
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[2]",
+            f"global_profiler.save_path={run}/profile",
+            f"{A}.enable=true",
+        ]
+        subprocess.run(
+            [sys.executable, "-m", "rlprof.trainer", *overrides],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "RLPROF_RUN_ID": "busy_micro_batches", "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "5"},
+        )
+    finally:
+        for p in loops:
+            p.kill()
+    dest = OUT / "busy_micro_batches"
+    keep(run / "profile" / "busy_micro_batches", run / "train", dest)
+    how = f"rlprof train {' '.join(BUSY)} + the torch tool on step 2, beside two busy loops (bench/record_runs.py)"
+    record(dest, how, "small_units", None, load, commit)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
@@ -171,6 +211,8 @@ def main() -> None:
                 commit,
             )
             print(json.dumps({"name": name, "waits": waits(dest)}), flush=True)
+        if not args.only or "busy_micro_batches" in args.only:
+            record_busy(work, commit)
         if not args.only or "markers" in args.only:
             load = os.getloadavg()[0]
             run = work / "markers"

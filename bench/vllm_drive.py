@@ -13,7 +13,10 @@ makes this script a host with its own rlprof Profiler (role actor, RLPROF_PLAN's
 k, timed as its rollout_generate stage, 0.5 s slower from round K on, and the host's trigger decision goes to the
 engine with the step, `--log-stats` starts the engine with vLLM's stats on (disable_log_stats=False),
 `--kv-cache-bytes N` gives it a KV cache of N bytes (a small one cannot hold a round: its requests queue and are
-preempted; `--max-model-len` then no longer than one sequence the cache holds, as vLLM checks at its start). The
+preempted; `--max-model-len` then no longer than one sequence the cache holds, as vLLM checks at its start).
+`--vllm-perf` (in process only) records, for every engine iteration that computes tokens, vLLM's own per-iteration
+FLOPs and bytes read and written (`vllm/v1/metrics/perf.py`: the ModelMetrics that `--enable-mfu-metrics` builds from
+the engine's config, applied to that iteration's scheduler output) as `vllm_perf` in each round's result. The
 environment decides the rest: RLPROF_PLAN (the plugin),
 VLLM_ENABLE_V1_MULTIPROCESSING (0: one process), VLLM_PLUGINS (which plugins vLLM loads).
 Nothing is downloaded: HF_HUB_OFFLINE=1, the model and its config are written here.
@@ -57,10 +60,13 @@ def engine(
     log_stats: bool = False,
     kv_cache_bytes: int = 64 << 20,
     max_model_len: int = 512,
+    max_num_seqs: int | None = None,
 ):
     from vllm import LLM
 
     kwargs = {"profiler_config": profiler_config} if profiler_config else {}
+    if max_num_seqs:
+        kwargs["max_num_seqs"] = max_num_seqs
     if log_stats:
         kwargs["disable_log_stats"] = False  # vLLM's per-request stats on: rlprof's plugin records each request
     return LLM(
@@ -75,6 +81,49 @@ def engine(
     )
 
 
+class PerfWatch:
+    """vLLM's own per-iteration perf model (vllm/v1/metrics/perf.py ModelMetrics, what --enable-mfu-metrics builds)
+    applied to each iteration's scheduler output as the worker's runner receives it: a list per round."""
+
+    def __init__(self, vllm_config):
+        from vllm.v1.metrics.perf import ModelMetrics
+
+        self.metrics = ModelMetrics(vllm_config)
+        self.iterations: list[dict] = []
+
+    def wrap(self, execute_model):
+        def watched(scheduler_output, *args, **kwargs):
+            if scheduler_output.total_num_scheduled_tokens:
+                stats = self.metrics.get_step_perf_stats_per_gpu(scheduler_output)
+                self.iterations.append(
+                    {
+                        "tokens": scheduler_output.total_num_scheduled_tokens,
+                        "flops": stats.num_flops_per_gpu,
+                        "read_bytes": stats.num_read_bytes_per_gpu,
+                        "write_bytes": stats.num_write_bytes_per_gpu,
+                    }
+                )
+            return execute_model(scheduler_output, *args, **kwargs)
+
+        return watched
+
+    def take(self) -> list[dict]:
+        out, self.iterations = self.iterations, []
+        return out
+
+
+def watch_perf(llm) -> PerfWatch:
+    """In process (VLLM_ENABLE_V1_MULTIPROCESSING=0): the worker's runner watched by vLLM's perf model."""
+    watch = PerfWatch(llm.llm_engine.vllm_config)
+
+    def attach(worker_wrapper):
+        runner = worker_wrapper.worker.model_runner
+        runner.execute_model = watch.wrap(runner.execute_model)
+
+    llm.collective_rpc(attach)
+    return watch
+
+
 def run(args) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -86,6 +135,7 @@ def run(args) -> dict:
         args.log_stats,
         args.kv_cache_bytes,
         args.max_model_len,
+        args.max_num_seqs,
     )
     out = {"pid": os.getpid(), "engine_start_s": time.perf_counter() - t0, "rounds": []}
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":  # in process: is rlprof on the iteration path?
@@ -95,6 +145,7 @@ def run(args) -> dict:
                 for m in ("execute_model", "sample_tokens")
             }
         )[0]
+    perf = watch_perf(llm) if args.vllm_perf else None
     step = host = None
     if args.driver_steps or args.host_slow_from:
         from rlprof.integrations.vllm.loader import step
@@ -137,6 +188,7 @@ def run(args) -> dict:
                 "tokens": [len(r.outputs[0].token_ids) for r in results],
                 "request_ids": [r.request_id for r in results],
                 "prompt_tokens": [len(r.prompt_token_ids) for r in results],
+                **({"vllm_perf": perf.take()} if perf is not None else {}),
             }
         )
     if host is not None:
@@ -168,6 +220,8 @@ def main() -> None:
         default=64 << 20,
         help="vLLM's KV cache (kv_cache_memory_bytes): small, a round's requests wait in its queue and are preempted",
     )
+    r.add_argument("--vllm-perf", action="store_true", help="vLLM's own FLOPs and bytes of each iteration (in process)")
+    r.add_argument("--max-num-seqs", type=int, default=0, help="the engine's max_num_seqs (0: vLLM's default)")
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.out)

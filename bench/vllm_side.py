@@ -67,8 +67,10 @@ def drive(
     driver_steps: list[int] = (),
     host_slow_from: int = 0,
     log_stats: bool = False,
+    vllm_perf: bool = False,
     kv_cache_bytes: int | None = None,
     max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
     timeout: int = 600,
 ) -> tuple[dict | None, subprocess.CompletedProcess]:
     """Run rounds of generation in a fresh vLLM process; (its JSON result or None, the finished process)."""
@@ -83,10 +85,14 @@ def drive(
         args += ["--host-slow-from", str(host_slow_from)]
     if log_stats:
         args += ["--log-stats"]
+    if vllm_perf:
+        args += ["--vllm-perf"]
     if kv_cache_bytes:
         args += ["--kv-cache-bytes", str(kv_cache_bytes)]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
+    if max_num_seqs:
+        args += ["--max-num-seqs", str(max_num_seqs)]
     full_env = dict(os.environ, **BASE_ENV, VLLM_CACHE_ROOT=str((cwd or model.parent) / "vllm-cache"))
     for key in ("RLPROF_PLAN", "RLPROF_RUN_ID", "RLPROF_VLLM_STEPS", "VLLM_PLUGINS"):
         full_env.pop(key, None)  # only what the caller gives

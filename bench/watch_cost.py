@@ -2,7 +2,7 @@
 
 - `boundary_ns`: one `with prof.stage(...)` that nothing selected, with the watch on against off (the same
   Profiler API; median of 7 rounds of 200,000 boundaries each, inside an open step);
-- `step_end_us`: one step's begin and end with the watch on (the machine-load sample, the 84-byte timeline record,
+- `step_end_us`: one step's begin and end with the watch on (the machine-load sample, the 176-byte timeline record,
   the decision) and off, single process;
 - `decision_us_2_ranks`: the per-step cross-rank decision on 2 ranks under torchrun (gloo): the all_gather of
   every rank's vector inside the step end, median per step, beside a bare all_gather of the same vector;

@@ -16,7 +16,7 @@ FRAMEWORK_OUTPUTS = [
     "ascend/real/kernel_details",
     "ascend/real/trace_view",
 ]
-RUN_GROUPS = ("runs", "h100", "compare", "samples")  # folders of run directories
+RUN_GROUPS = ("runs", "h100", "compare", "samples", "sol")  # folders of run directories
 
 
 def analysable_inputs() -> list[str]:

@@ -100,16 +100,35 @@ def set_csv_cells(path, column: str, values: dict[int, str]) -> None:
 
 # ---- catching the slow step: what the trigger may do, from the busy flags a loaded machine sets ---------------
 def unjudged_steps(run_dir, rank=0):
-    """The steps the trigger judged no rank at for this rank's sake: a busy machine (analyze/inputs/busy_machine.py's
-    rule), or the profiler's own cost in the step (the plan's window, or one written in the background meanwhile)."""
-    from rlprof.analyze.inputs.timeline_file import BUSY, PROFILED, read_rank
+    """The steps the trigger captured nothing at for this rank's sake, whatever the job did: the profiler's own cost
+    in the step (the plan's window, or one written in the background meanwhile), or a slow step the machine's
+    contention explained (the rank's wait for a core: said, flagged, not captured). A busy machine's other steps are
+    judged."""
+    from rlprof.analyze.inputs.timeline_file import CONTENTION, PROFILED, read_rank
 
     rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
-    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & (BUSY | PROFILED)}
+    return {int(s) for s, f in zip(rec["step"], rec["flags"]) if f & (PROFILED | CONTENTION)}
+
+
+def timeline_said(run_dir, ranks=(0,)) -> str:
+    """What the watch saw, for a failing test's message: per rank and step, the step's seconds, busy, its run-queue
+    wait (ms) and the flags (b busy, w warm-up, c captured, p profiled, j judged, s slow, t straggler, x contention)."""
+    from rlprof.analyze.inputs.timeline_file import read_rank
+
+    lines = []
+    for rank in ranks:
+        rec = read_rank(run_dir / "timeline" / f"rank{rank}.bin")
+        cells = [
+            f"{int(r['step'])}:{r['step_s']:.3f}s/{r['run_wait_ms']:.0f}ms"
+            + "".join(c for bit, c in zip((1, 2, 4, 8, 16, 32, 64, 128), "bwcpjstx") if int(r["flags"]) & bit)
+            for r in rec
+        ]
+        lines.append(f"rank {rank}: " + " ".join(cells))
+    return "\n".join(lines)
 
 
 def first_judged(onset, busy):
-    """The first step at or after the onset that is not busy (a straggler is judged against the other ranks of
+    """The first step at or after the onset that is not unjudged (a straggler is judged against the other ranks of
     the same step: no history needed)."""
     step = onset
     while step in busy:

@@ -222,6 +222,8 @@ def build(case: str, tmp) -> list:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         return ["analyze", _write(f, {"traceEvents": _events()}), "--ray"], {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+    if case == "bad-model":
+        return ["analyze", _write(f, {"traceEvents": _events()}), "--model", _write(tmp / "c.json", {"hidden_size": 8})]
     raise AssertionError(f"docs/bad_input.md row {case!r} has no input builder in this test")
 
 

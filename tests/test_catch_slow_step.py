@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import run_cli
-from helpers import unjudged_steps, first_judged, rows, trigger_steps
-from rlprof.analyze.inputs.timeline_file import JUDGED, SLOW, STRAGGLER, read_rank, timeline_ranks
+from helpers import first_judged, rows, timeline_said, trigger_steps, unjudged_steps
+from rlprof.analyze.inputs.timeline_file import JUDGED, PROFILED, SLOW, STRAGGLER, read_rank, timeline_ranks
 from rlprof.collect import Profiler
 from rlprof.config import load_plan
 
@@ -104,17 +104,24 @@ def test_trigger_reads_in_the_integrated_dialect_too():
 
 
 # ---- the watch and the slow rule, in any host ---------------------------------------------------------------------
+@pytest.mark.timing
 def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0"), run_id="run")
     d = host(prof, 16, slow_from=10)
     expected = trigger_steps(10, unjudged_steps(d), 16)
     captured = [r for r in rows(d) if r.get("trigger")]
     if not expected:
-        assert captured == []
+        assert captured == [], timeline_said(d)
         return
     judged = captured[0]["trigger"]["step"]
-    assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update")
-    assert len(captured) == 1  # the slowdown persists: a new level, captured once (the baseline restarts after it)
+    assert judged in expected and (captured[0]["step"], captured[0]["stage"]) == (judged + 1, "actor_update"), (
+        expected,
+        [r["trigger"] for r in captured],
+        timeline_said(d),
+    )
+    assert len(captured) == 1, timeline_said(
+        d
+    )  # the slowdown persists: a new level, captured once (the baseline restarts after it)
     t = captured[0]["trigger"]
     assert t["reason"] == "slow" and t["step"] == judged and t["stage"] == "actor_update" and t["rank"] == 0
     assert t["seconds"] > 2 * t["baseline_seconds"] and t["seconds"] >= 0.15
@@ -127,18 +134,22 @@ def test_slow_stage_is_captured_at_the_next_step_with_its_trigger_row(tmp_path):
     # warm-up, the unjudged and the captured steps not judged; the judged steps before the onset found nothing
     flags = {int(s): int(f) for s, f in zip(rec["step"], rec["flags"])}
     assert flags[judged] & (JUDGED | SLOW) == JUDGED | SLOW
-    assert not any(flags[n] & JUDGED for n in (*range(1, 4), *unjudged_steps(d), judged + 1))
+    assert not any(
+        flags[n] & JUDGED for n in (*range(1, 4), *[s for s, f in flags.items() if f & PROFILED], judged + 1)
+    )
     assert not any(flags[n] & (SLOW | STRAGGLER) for n in range(1, judged))
 
 
+@pytest.mark.timing
 def test_control_captures_nothing_and_warm_up_never_triggers(tmp_path):
     # the first steps are the slow ones (a warm-up): the trigger must not take them
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", f"{T}.warmup_steps=3"), run_id="run")
     d = updates(prof, 30, dict.fromkeys((1, 2, 3), 0.2))
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
 
 
+@pytest.mark.timing
 def test_the_plans_own_profiled_steps_are_flagged_and_never_called_a_spike(tmp_path):
     """A step the plan profiles anyway carries the profiler's cost: the trigger does not judge it, and neither may
     the run over time (here its update is slowed 0.2 s, as a heavy window can; steps 4-9 are the baseline)."""
@@ -146,7 +157,7 @@ def test_the_plans_own_profiled_steps_are_flagged_and_never_called_a_spike(tmp_p
 
     prof = Profiler(plan(tmp_path, f"{T}.slow.factor=2.0", "global_profiler.steps=[10]"), run_id="run")
     d = updates(prof, 12, {10: 0.21})
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert [r["step"] for r in rows(d)] == [10]  # the plan's window, written
     timeline = analyze_timeline(d)
     # step 10, and the steps its window's background write overlapped (none on a quiet machine)
@@ -224,6 +235,7 @@ def test_budget_and_cooldown_bound_the_captures(tmp_path):
     assert len([r for r in rows(d) if r.get("trigger")]) == 1
 
 
+@pytest.mark.timing
 def test_a_new_level_is_captured_once_and_separate_spikes_each_time(tmp_path):
     """After a slow capture the baseline restarts: a stage slowed from step 10 on is captured once in 30 steps,
     not again each time the cooldown ends while the old steps hold the median; spikes at steps 8, 15 and 22 (the
@@ -233,12 +245,12 @@ def test_a_new_level_is_captured_once_and_separate_spikes_each_time(tmp_path):
     prof = Profiler(plan(tmp_path / "level", f"{T}.slow.factor=2.0"), run_id="run")
     d = host(prof, 30, slow_from=10)
     captured = [r for r in rows(d) if r.get("trigger")]
-    assert len(captured) == (1 if trigger_steps(10, unjudged_steps(d), 30) else 0), captured
+    assert len(captured) == (1 if trigger_steps(10, unjudged_steps(d), 30) else 0), (captured, timeline_said(d))
 
     prof = Profiler(plan(tmp_path / "spikes", f"{T}.slow.factor=2.0"), run_id="run")
     d = updates(prof, 26, dict.fromkeys((8, 15, 22), 0.3))
     taken = sorted(r["step"] for r in rows(d) if r.get("trigger"))
-    assert set(taken) <= {9, 16, 23}, taken  # only the step after a spike
+    assert set(taken) <= {9, 16, 23}, (taken, timeline_said(d))  # only the step after a spike
     rec = read_rank(d / "timeline" / "rank0.bin")
     if not (rec["flags"] & BUSY).any():  # a quiet machine: every spike judged
         assert taken == [9, 16, 23]
@@ -281,6 +293,7 @@ def test_fault_inside_the_trigger_is_one_warning_and_training_goes_on(tmp_path, 
     assert rows(prof.watch_dir) == []
 
 
+@pytest.mark.timing
 def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
     prof = Profiler(
         plan(
@@ -295,7 +308,8 @@ def test_keep_slow_only_keeps_only_the_slow_windows(tmp_path, capsys):
     d = host(prof, 12, slow_from=9)
     kept = [r for r in rows(d) if r["stage"] == "actor_update"]
     busy = unjudged_steps(d)
-    assert bool(kept) == bool(trigger_steps(9, busy, 12))  # empty only where a loaded machine left no judgement
+    # empty only where a loaded machine left no judgement
+    assert bool(kept) == bool(trigger_steps(9, busy, 12)), ([r["step"] for r in kept], timeline_said(d))
     assert all(r["trigger"]["reason"] == "slow" and r["trigger"]["step"] == r["step"] for r in kept)
     assert all(r["step"] >= 9 and r["step"] not in busy for r in kept)  # the fast windows were profiled, dropped
     assert sorted(p.name for p in d.glob("*.json.gz")) == sorted(r["path"] for r in kept)
@@ -428,6 +442,7 @@ def train_args(tmp_path, steps, *extra):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tmp_path):
     proc = run_cli(
         "train",
@@ -446,7 +461,7 @@ def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tm
     assert f"run directory {d}" in proc.stdout
     expected = trigger_steps(14, unjudged_steps(d), 22)
     captured = [r for r in rows(d) if r.get("trigger")]
-    assert bool(captured) == bool(expected), (expected, unjudged_steps(d))
+    assert bool(captured) == bool(expected), (expected, timeline_said(d))
     if not expected:
         return
     judged = captured[0]["trigger"]["step"]
@@ -457,6 +472,7 @@ def test_trainer_slowed_from_an_untold_step_is_captured_right_after_the_onset(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path):
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -468,7 +484,7 @@ def test_control_run_of_30_steps_with_a_core_kept_busy_captures_nothing(tmp_path
         burner.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
-    assert [r for r in rows(d) if r.get("trigger")] == []
+    assert [r for r in rows(d) if r.get("trigger")] == [], timeline_said(d)
     assert len(read_rank(d / "timeline" / "rank0.bin")) == 30
 
 
@@ -491,6 +507,7 @@ def torchrun(tmp_path, *args, **popen):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same_step(tmp_path):
     proc = torchrun(
         tmp_path,
@@ -510,10 +527,12 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     busy = unjudged_steps(d, 0) | unjudged_steps(d, 1)
     captured = [r for r in rows(d) if r.get("trigger")]
     judged = first_judged(8, busy)
+    seen = timeline_said(d, (0, 1))
     if judged >= 12:  # a loaded machine left no step to judge with a step after it to capture
-        assert captured == [], (busy, captured)
+        assert captured == [], (captured, seen)
         return
-    assert sorted(r["rank"] for r in captured) == [0, 1], busy  # the actor's rank 0 is the healthy one, rank 1 the slow
+    # the actor's rank 0 is the healthy one, rank 1 the slow
+    assert sorted(r["rank"] for r in captured) == [0, 1], ([r["trigger"] for r in captured], seen)
     assert len({r["step"] for r in captured}) == 1
     t = captured[0]["trigger"]
     assert t["reason"] == "straggler" and t["rank"] == 1 and t["stage"] == "reward_compute"
@@ -536,6 +555,107 @@ def test_straggler_on_two_ranks_captures_the_slow_and_a_healthy_rank_at_the_same
     # rank 1 keeping pace saves at most its excess in the stage (the 0.4 s sleep), and something
     assert 0 < slow["saving_ms"] <= item["buckets"]["wall_ms"]["captured_ms"]
     assert "slow_reward" in causes  # the sleep was in the reward, on rank 1 alone
+
+
+def _rank_pid(launcher: subprocess.Popen, rank: int) -> int | None:
+    """The pid of torchrun's worker of local rank `rank` (a child of the launcher carrying LOCAL_RANK)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                here = f"LOCAL_RANK={rank}".encode() in f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == launcher.pid and here:
+            return int(entry.name)
+    return None
+
+
+def _stop_from_outside(launcher, save_path, after_step: int, rank: int, stop_s=0.030, every_s=0.040) -> dict:
+    """Once rank 0's timeline under `save_path` holds `after_step` records (that step ended), SIGSTOP torchrun's
+    worker `rank` for `stop_s` in every `every_s` until the launcher ends. Returns a dict that gets `from_step`: the
+    step running when the stopping began."""
+    import signal
+    import threading
+
+    from rlprof.analyze.inputs.timeline_file import DTYPE
+
+    began: dict = {}
+
+    def records() -> int:
+        found = list(save_path.glob("*/timeline/rank0.bin")) if save_path.is_dir() else []
+        return found[0].stat().st_size // DTYPE.itemsize if found else 0
+
+    def run():
+        while launcher.poll() is None and records() < after_step:
+            time.sleep(0.002)
+        pid = _rank_pid(launcher, rank)
+        began["from_step"] = records() + 1
+        while pid is not None and launcher.poll() is None:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stop_s)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(every_s - stop_s)
+            except ProcessLookupError:
+                break
+
+    threading.Thread(target=run, daemon=True).start()
+    return began
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_a_straggler_stopped_from_outside_is_captured_on_a_busy_host_as_soon_as_on_a_quiet_one(tmp_path):
+    """Both cores kept busy by two other processes, and once step 12 has ended rank 1 of 2 is stopped 30 ms in every
+    40 from outside: its steps are busy ones, judged all the same, so the straggler is captured at the step after
+    the first it shows in (by step 15 for an onset at 13), on both ranks, naming rank 1 (a stopped process waits for
+    no core: not contention). A straggler the machine's contention explained (a rank that waited for a core in the
+    stage more than the other) is said in one line and flagged, never captured."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        job = torchrun(
+            tmp_path,
+            *train_args(
+                tmp_path,
+                18,
+                f"{T}.straggler.factor=1.5",
+                f"{T}.straggler.min_seconds=0.05",  # a 50 ms lag: more than a loaded host's hiccup, less than the stop's
+                f"{T}.cooldown=0",
+                "data.prompts_per_step=8",
+                "rollout.max_new_tokens=24",
+                "rollout.ignore_eos=true",
+                f"{A}.all_ranks=true",
+            ),
+            popen=True,
+        )
+        began = _stop_from_outside(job, tmp_path / "p", 12, rank=1)
+        _, err = job.communicate(timeout=400)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert job.returncode == 0, err[-3000:]
+    d = only_run(tmp_path / "p")
+    captured = [r for r in rows(d) if r.get("trigger")]
+    triggers = sorted({json.dumps({"at": r["step"], **r["trigger"]}, sort_keys=True) for r in captured})
+    seen = f"stopped from step {began.get('from_step')}; captures {triggers}; timeline:\n{timeline_said(d, (0, 1))}"
+    onset = began["from_step"]
+    said = [line for line in err.splitlines() if "contention, not the job" in line]
+    assert len(said) <= 1, said
+    # before the onset the two busy loops' contention is judged too (captured only where a rank lagged by more than
+    # its wait for a core explains: a loaded host's rare hiccup); from the onset on, the stopped rank
+    first = min((r["trigger"]["step"] for r in captured if r["trigger"]["step"] >= onset), default=None)
+    assert first is not None and first <= onset + 1, seen  # judged at the onset or the step after: captured by 15
+    taken = [r for r in captured if r["trigger"]["step"] == first]
+    t = taken[0]["trigger"]
+    assert (t["reason"], t["rank"]) == ("straggler", 1) and "cause" not in t, (t, seen)
+    assert sorted(r["rank"] for r in taken) == [0, 1] and {r["step"] for r in taken} == {first + 1}, seen
+    contended = {int(r["step"]) for k in (0, 1) for r in read_rank(d / "timeline" / f"rank{k}.bin") if r["flags"] & 16}
+    assert not contended & {r["trigger"]["step"] for r in captured}, seen  # a step contention explained: no capture
 
 
 @pytest.mark.slow
@@ -674,11 +794,12 @@ def the_beside(doc, captured_row):
     return item
 
 
+@pytest.mark.timing
 def test_a_slowed_reward_captured_mid_run_is_named_with_its_lever_and_a_saving(tmp_path):
     d, slow, expected = slowed_host(
         tmp_path, "reward_compute", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return  # a loaded machine left no step judged after the onset
     proc = run_cli("analyze", d, "-o", tmp_path / "out")
@@ -712,7 +833,7 @@ def test_a_captured_window_without_a_known_cause_says_so(tmp_path):
     d, slow, expected = slowed_host(
         tmp_path, "actor_update", {s: 0.002 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return
     from rlprof.analyze.pipeline import analyze
@@ -730,7 +851,7 @@ def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path
     d, slow, expected = slowed_host(
         tmp_path, "actor_update", {s: 0.08 if s == "reward_compute" else 0.02 for s in FOUR_STAGES}
     )
-    assert bool(slow) == expected, unjudged_steps(d)
+    assert bool(slow) == expected, timeline_said(d)
     if not slow:
         return
     from rlprof.analyze.pipeline import analyze
@@ -746,6 +867,7 @@ def test_a_cause_the_normal_window_has_too_is_not_why_the_step_was_slow(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tmp_path):
     proc = run_cli(
         "train",
@@ -763,7 +885,7 @@ def test_trainer_with_a_reward_slowed_mid_run_names_slow_reward_and_its_lever(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = only_run(tmp_path / "p")
     slow = [r for r in rows(d) if r.get("trigger") and r["trigger"]["reason"] == "slow"]
-    assert bool(slow) == bool(trigger_steps(10, unjudged_steps(d), 16)), unjudged_steps(d)
+    assert bool(slow) == bool(trigger_steps(10, unjudged_steps(d), 16)), timeline_said(d)
     if not slow:
         return
     assert "slow_reward" in proc.stdout  # the first screen says the cause of the captured step
@@ -847,3 +969,150 @@ def test_a_cause_found_in_several_stages_of_a_captured_window_is_said_once():
     assert cause["cause"] == "launch_bound" and cause["how"] == "new" and cause["impact_ms"] == pytest.approx(270.0)
     assert verdict["text"].count("launch-bound") == 1
     assert {lv["key"] for lv in cause["levers"]["rlprof"]} >= {"rollout.engine", "actor.micro_batch_size"}
+
+
+# ---- contention: the rule on the matrix every rank sees (collect/trigger.py) ----------------------------------------
+def _row(step_s, stage_s, busy=False, waits=None, others=0.0, cpus=None):
+    """One rank's vector at a step end: its step and `stage_s` (stage -> seconds), busy flag, its wait for a core in
+    each stage (`waits`: stage -> ms; 0 elsewhere) and its time on one (`cpus`: stage -> ms; the rest of the stage
+    where not given: CPU-bound), the step's their sums, and others' share of the host."""
+    import numpy as np
+
+    from rlprof.collect.trigger import BUSY_COL, BUSY_MACHINE, CPU_COL, OTHERS_COL, STAGE_CPUS, STAGE_WAITS, STARTS
+    from rlprof.collect.trigger import WAIT_COL, WIDTH
+    from rlprof.vocab import STAGES
+
+    waits, cpus = waits or {}, dict(cpus or {})
+    row = np.full(WIDTH, np.nan)
+    row[0] = step_s
+    for name, seconds in stage_s.items():
+        at = STAGES.index(name)
+        cpus.setdefault(name, seconds * 1e3 - waits.get(name, 0.0))
+        row[1 + at], row[STARTS + at] = seconds, at * 0.01
+        row[STAGE_WAITS + at], row[STAGE_CPUS + at] = waits.get(name, 0.0), cpus[name]
+    row[BUSY_COL] = BUSY_MACHINE if busy else 0
+    row[WAIT_COL], row[CPU_COL] = sum(waits.values()), sum(cpus.values())
+    row[OTHERS_COL] = others
+    row[OTHERS_COL + 1 :] = 0.0  # no request
+    return row
+
+
+def _trigger(**rules):
+    from rlprof.collect.trigger import Trigger
+    from rlprof.config.plan import SlowRule, TriggerPlan
+
+    plan = TriggerPlan(**{k: SlowRule(factor=v) for k, v in rules.items()}, cooldown=0, max_captures=10)
+    return Trigger(plan, ("actor",))
+
+
+def _steps(trigger, rows_per_step: dict):
+    """Decide each step in order: {step: [row per rank]} -> {step: Decision}."""
+    import numpy as np
+
+    return {n: trigger.decide(n, np.asarray(rows)) for n, rows in sorted(rows_per_step.items())}
+
+
+def test_ranks_on_a_busy_host_are_still_compared_and_the_one_slower_beyond_the_load_straggles():
+    """Both ranks busy alike (the same wait for a core in the reward): rank 1's reward twice rank 0's is a straggler
+    at the step it first shows, captured beside a healthy rank, with no contention said (the load is on both)."""
+    calm = {n: [_row(0.1, {"reward_compute": 0.05})] * 2 for n in range(1, 5)}
+    busy = {
+        n: [
+            _row(0.2, {"reward_compute": 0.1}, busy=True, waits={"reward_compute": 40}, others=0.9),
+            _row(0.3, {"reward_compute": 0.2 if n >= 6 else 0.1}, busy=True, waits={"reward_compute": 40}, others=0.9),
+        ]
+        for n in range(5, 9)
+    }
+    decided = _steps(_trigger(straggler=1.5), {**calm, **busy})
+    armed = {n: d.armed for n, d in decided.items() if d.armed}
+    assert list(armed) == [6], armed  # judged though busy: captured at the next step
+    (cap,) = armed[6]
+    assert cap.at_step == 7 and cap.extra_ranks == (1, 0)
+    assert cap.trigger["reason"] == "straggler" and cap.trigger["rank"] == 1 and "cause" not in cap.trigger
+
+
+def test_a_straggler_its_own_wait_for_a_core_explains_is_recorded_with_contention_and_the_evidence():
+    """Rank 1 waited 275 ms more for a core than rank 0 in the reward it lagged in by 300 ms (a neighbour on its core):
+    the contention's, said with the evidence, not captured (the budget stays for the job's own stragglers)."""
+    rows = {n: [_row(0.1, {"reward_compute": 0.05})] * 2 for n in range(1, 5)}
+    rows[5] = [
+        _row(0.1, {"reward_compute": 0.05}, waits={"reward_compute": 5}),
+        _row(0.4, {"reward_compute": 0.35}, busy=True, waits={"reward_compute": 280}, others=0.7),
+    ]
+    decided = _steps(_trigger(straggler=1.5), rows)[5]
+    assert decided.armed == []
+    t = decided.contention
+    assert (t["reason"], t["rank"], t["cause"]) == ("straggler", 1, "contention")
+    ev = t["evidence"]
+    assert (ev["rank"], ev["run_wait_ms"], ev["others_share"], ev["ranks_busy"], ev["ranks"]) == (1, 280, 0.7, 1, 2)
+    assert ev["expected_wait_ms"] == pytest.approx(70 * 5 / 45)  # its 70 ms on a core at rank 0's share (5 of 50)
+
+
+def test_a_rank_stopped_from_outside_on_a_busy_host_is_no_contention_though_its_step_waited_longer():
+    """Rank 1 lost 300 ms stopped (not runnable: neither on a core nor waiting for one) and, when it ran, waited for a
+    core in the rollout at the share rank 0 did (both busy alike); its step waited more (rank 0 slept in collectives
+    meanwhile), but not in the stage it lagged in: its excess is the job's straggler, captured."""
+    rows = {n: [_row(0.1, {"rollout_generate": 0.05})] * 2 for n in range(1, 5)}
+    ran = {"rollout_generate": 30, "actor_update": 40}
+    rows[5] = [
+        _row(0.45, {"rollout_generate": 0.05, "actor_update": 0.35}, busy=True, waits={"rollout_generate": 20}),
+        _row(
+            0.45,
+            {"rollout_generate": 0.35, "actor_update": 0.05},
+            busy=True,
+            waits={"rollout_generate": 22, "actor_update": 10},
+            cpus=ran,
+        ),
+    ]
+    decided = _steps(_trigger(straggler=1.5), rows)[5]
+    (cap,) = decided.armed
+    t = cap.trigger
+    assert (t["rank"], t["stage"]) == (1, "rollout_generate") and "cause" not in t and decided.contention is None
+
+
+def test_a_slow_step_the_whole_machines_contention_explains_is_said_not_captured_and_no_baseline():
+    one = lambda s, **k: [_row(s, {"actor_update": s}, **k)]  # noqa: E731
+    rows = {n: one(0.1, waits={"actor_update": 1}) for n in range(1, 8)}
+    rows[8] = one(0.4, busy=True, waits={"actor_update": 250}, others=0.8)  # 300 ms late, 249 more waiting
+    rows[9] = one(0.1, waits={"actor_update": 1})
+    trig = _trigger(slow=2.0)
+    decided = _steps(trig, rows)
+    assert not any(d.armed for d in decided.values())
+    said = decided[8].contention
+    assert said["reason"] == "slow" and said["cause"] == "contention" and said["stage"] == "actor_update"
+    ev = said["evidence"]
+    assert (ev["run_wait_ms"], ev["ranks_busy"], ev["ranks"]) == (250, 1, 1)
+    assert ev["expected_wait_ms"] == pytest.approx(150 / 99)  # its 150 ms on a core at its usual share, 1 of 100
+    assert max(row[7] for row in trig.history) < 0.2  # the contended step is not in the baseline
+
+
+def test_a_slow_step_on_a_busy_machine_its_wait_does_not_explain_is_captured():
+    """The job itself slowed (a 0.3 s excess) while the machine was busy and it waited 60 ms: the job's, captured."""
+    one = lambda s, **k: [_row(s, {"actor_update": s}, **k)]  # noqa: E731
+    rows = {n: one(0.1, waits={"actor_update": 1}) for n in range(1, 8)}
+    rows[8] = one(0.4, busy=True, waits={"actor_update": 60}, others=0.8)
+    decided = _steps(_trigger(slow=2.0), rows)
+    (cap,) = decided[8].armed
+    assert cap.trigger["reason"] == "slow" and "cause" not in cap.trigger and decided[8].contention is None
+
+
+def test_the_waits_of_every_rank_a_synchronous_step_waits_for_add_up():
+    """Two ranks, each slowed 100 ms in the update by its own wait for a core at a different moment (each holds the
+    other at the next collective): the step's 200 ms excess is explained by their waits together."""
+    calm = lambda: _row(0.1, {"actor_update": 0.1}, waits={"actor_update": 1})  # noqa: E731
+    rows = {n: [calm(), calm()] for n in range(1, 8)}
+    busy = lambda: _row(0.3, {"actor_update": 0.3}, busy=True, waits={"actor_update": 101}, others=0.6)  # noqa: E731
+    rows[8] = [busy(), busy()]
+    said = _steps(_trigger(slow=2.0), rows)[8].contention
+    assert said is not None and said["evidence"]["run_wait_ms"] == 202
+
+
+def test_a_job_doing_more_work_on_a_host_busy_alike_is_slow_not_contention():
+    """The host busy throughout, the job waiting for a core a third of its ready time every step; from step 8 its
+    update does 3x the work, and waits 3x as long, at the same share: the excess is the job's, captured."""
+    one = lambda s, w: [_row(s, {"actor_update": s}, busy=True, waits={"actor_update": w}, others=0.5)]  # noqa: E731
+    rows = {n: one(0.15, 50) for n in range(1, 8)}
+    rows[8] = one(0.45, 150)
+    decided = _steps(_trigger(slow=2.0), rows)[8]
+    (cap,) = decided.armed
+    assert cap.trigger["reason"] == "slow" and "cause" not in cap.trigger and decided.contention is None

@@ -188,13 +188,13 @@ def _recorded(name):
 
 
 # cause -> a document where it fires (a function of tmp_path where it is a recorded run)
-def _samples_doc(samples):
+def _samples_doc(samples, engine=()):
     """A run whose rollout's host recorded its samples (verl's agent loop, a vLLM engine): no decode step says how
-    many rows were active."""
+    many rows were active; `engine`: what a vLLM engine's scheduler said over each step."""
     return window_doc(
         [window_row("rollout_generate", "rollout", 100.0), window_row("actor_update", "actor", 50.0)],
         samples=samples,
-        sample_steps=step_summaries(samples),
+        sample_steps=step_summaries(samples, engine),
     )
 
 
@@ -213,7 +213,91 @@ def _preemption():
 
 
 def _queued():
-    return _samples_doc([_sample(2, k, 40.0, queue_ms=30.0 if k % 2 else 5.0) for k in range(8)])
+    """rlprof's async replicas: samples wait for a replica before the engine."""
+    return _samples_doc(
+        [_sample(2, k, 40.0, queue_ms=30.0 if k % 2 else 5.0, source="rlprof", replica=k % 2) for k in range(8)]
+    )
+
+
+def _engine(step=2, kv_full=0, slots_full=0, preempted=0, **limits):
+    """A vLLM engine's record of a step: 10 iterations left requests waiting, so many with the cache or the slots full."""
+    return {
+        "step": step,
+        "source": "vllm",
+        "replica": 0,
+        "iterations": 20,
+        "waiting_iterations": 10,
+        "kv_full_iterations": kv_full,
+        "slots_full_iterations": slots_full,
+        "max_running": 4,
+        "max_waiting": 4,
+        "peak_kv_usage": 1.0 if kv_full else 0.5,
+        "preempted": preempted,
+        "max_num_seqs": 4 if slots_full else 256,
+        "kv_cache_tokens": 1024,
+        "block_size": 16,
+        **limits,
+    }
+
+
+def _engine_queue(**engine):
+    """A vLLM engine's queue (its queued time); `engine`: its scheduler's record, where it kept one."""
+    samples = [
+        _sample(
+            2,
+            k,
+            40.0,
+            queue_ms=30.0 if k % 2 else 5.0,
+            source="vllm",
+            replica=0,
+            response_tokens=20,
+            prompt_tokens=4,
+            prefill_ms=1.0,
+            decode_ms=38.0,
+            preemptions=0,
+        )
+        for k in range(8)
+    ]
+    return _samples_doc(samples, [_engine(**engine)] if engine else [])
+
+
+def _refills():
+    """DAPO's dynamic sampling, as rlprof's trainer records it: a first pass of 4 groups of 2 samples, 3 dropped, and
+    two refill passes after it (each pass its own span: 40 ms, then 50 and 60)."""
+    out = []
+    for p, (at, ms, dropped) in enumerate([(0.0, 40.0, 3), (40.0, 50.0, 2), (90.0, 60.0, 0)]):
+        for k in range(8):
+            out.append(
+                _sample(
+                    2, 8 * p + k, ms, rollout_pass=p, group=k // 2, group_filtered=k // 2 < dropped, source="rlprof"
+                )
+                | {"start_us": at * 1e3, "end_us": (at + ms) * 1e3}
+            )
+    return _samples_doc(out)
+
+
+def _outside():
+    """verl's gen timer 400 ms at two watched steps whose 12 samples ran 150 ms: 250 outside generation, 200 of them
+    after the handover (the replicas put to sleep), as rollout_account.py accounts for them."""
+    doc = _samples_doc([_sample(s, k, 150.0) for s in (2, 3) for k in range(12)])
+    doc["rollout_account"] = [
+        {
+            "step": s,
+            "stage_ms": 400.0,
+            "generation_ms": 150.0,
+            "outside_ms": 250.0,
+            "outside_share": 0.625,
+            "samples": 12,
+            "passes": 1,
+            "before_ms": 30.0,
+            "after_ms": 220.0,
+            "handover_ms": 20.0,
+            "release_ms": 200.0,
+            "profiled": False,
+        }
+        for s in (2, 3)
+    ]
+    return doc
 
 
 def _tail_of_samples():
@@ -244,6 +328,11 @@ FIRING = {
     "slow_tools": _slow_tools,
     "preemption": _preemption,
     "queued": _queued,
+    "dynamic_sampling": _refills,
+    "rollout_outside": _outside,
+    "kv_cache": lambda: _engine_queue(kv_full=8, preempted=2),
+    "slot_bound": lambda: _engine_queue(slots_full=9),
+    "engine_queue": _engine_queue,
     "host_sync": _host("host_sync", "rollout_generate", "rollout"),
     "data_transfer": _host("data_transfer", "actor_compute_log_prob", "actor"),
     "host_wait": _host("host_wait", "reward_compute", "reward"),
@@ -306,9 +395,18 @@ def test_the_rollout_tail_from_samples_where_no_decode_step_says_how_many_ran():
     (m,) = [m for m in found_measures if m["measure"] == "rollout_tail"]
     assert m["basis"] == "samples" and m["value"] == pytest.approx(0.8)  # 80 of 100 ms with 1 of 8 running
     (f,) = [f for f in found if f["kind"] == "rollout_tail"]
-    assert "samples" in f["text"] and f["levers"]["verl"][0]["key"] == "data.max_response_length"
-    cap = f["saving"]["setting"]["max_new_tokens"]
-    assert 10 <= cap < 50 and f["saving"]["saving_ms"] == pytest.approx(100.0 - 100.0 * cap / 50)
+    # verl's first lever changes no response (partial rollout, the fully-async trainer): the tail's time, at most
+    first, cap_lever = f["levers"]["verl"]
+    assert (first["key"], first["changes_result"]) == ("async_training.partial_rollout", False)
+    assert (cap_lever["key"], cap_lever["changes_result"]) == ("data.max_response_length", True)
+    assert "samples" in f["text"] and f["saving"]["saving_ms"] == pytest.approx(80.0)
+    # rlprof's trainer has no partial rollout: its cap, never below the p95 of the sampled lengths (7 of 10 tokens
+    # and one of 50: 36), saying what it cuts; each sample keeps its own time per token
+    s = predict(prediction_context({**doc, "findings": found}), Finding.of(f), "rlprof")
+    cap = s["setting"]["max_new_tokens"]
+    assert cap == 36 and s["saving_ms"] == pytest.approx(100.0 - 100.0 * cap / 50)
+    assert (s["responses_cut"], s["tokens_cut"], s["tokens_cut_share"]) == (1 / 8, 14, pytest.approx(14 / 120))
+    assert "1 of this run's 8 responses (12%) are longer than 36 and are cut, 14 of their 120 tokens" in s["assumption"]
 
 
 @pytest.mark.parametrize("name", sorted(set(FIRING) - {"slow_rank"}) + ["rollout_tail_from_samples"])

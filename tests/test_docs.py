@@ -93,6 +93,18 @@ def test_nothing_cites_a_document_outside_the_repository():
     assert not citing
 
 
+def test_the_speed_of_light_pages_device_table_is_generated_from_the_table():
+    from rlprof.frameworks.devices import device_table
+
+    page = (ROOT / "docs" / "speed_of_light.md").read_text()
+    block = re.search(
+        r"<!-- generated: python3 -m rlprof.frameworks.devices.*? -->\n(.*?)<!-- end of generated -->", page, re.S
+    )
+    assert block and block.group(1) == device_table(), (
+        "docs/speed_of_light.md's device table is out of date: paste `python3 -m rlprof.frameworks.devices` there"
+    )
+
+
 def test_the_tracker_keys_are_named_once_in_the_verl_guide():
     """docs/verl.md's table lists exactly the keys `analyze/over_time/step_measures.py` writes (KEYS), each once."""
     from rlprof.analyze.over_time.step_measures import KEYS

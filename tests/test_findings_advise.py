@@ -153,7 +153,8 @@ def test_slow_rank_comes_first_and_only_when_the_others_wait():
         for s in (2, 3)
     ] + [row("rollout_generate", 20, rank=r) for r in (0, 1)]
     found = findings(doc(slow))
-    assert found[0]["kind"] == "slow_rank" and found[0]["rank"] == 1 and found[0]["stage"] == "actor_update"
+    first = [(f["kind"], f.get("rank"), f.get("stage"), f.get("saving_ms")) for f in found]
+    assert found[0]["kind"] == "slow_rank" and found[0]["rank"] == 1 and found[0]["stage"] == "actor_update", first
     even = [row("actor_update", 100, compute=50, comm=40, rank=r) for r in (0, 1)]
     assert "slow_rank" not in kinds(doc(even))
 

@@ -125,6 +125,35 @@ def test_a_whole_step_with_memory_names_rollout_launch_bound_and_measures_memory
     (use,) = [m for m in doc["measures"] if m["measure"] == "memory_use"]
     assert use["status"] == "measured" and 0 < use["value"] < 1 and use["capacity_bytes"] == capacity
     assert "headroom" in proc.stdout  # the trainer's own screen
+    speed_of_light_on_this_device(proc, run, doc)
+
+
+def speed_of_light_on_this_device(proc, run, doc):
+    """The window names the GPU it ran on; where rlprof's table knows it, every stage gets its mfu and mbu against the
+    datasheet's limits (float32: the trainer's dtype), each recomputed from the row's work, and the trainer prints them;
+    where it does not, the one line says so and the work stands."""
+    import torch
+
+    from rlprof.frameworks.devices import device_limits
+
+    name = torch.cuda.get_device_name(0)
+    (row,) = rows(run)
+    assert row["device"] == {"kind": "cuda", "name": name, "count": torch.cuda.device_count()}
+    assert doc["model"]["dtype"] == "float32" and doc["model"]["hidden_size"] == 768
+    limits = device_limits(name)
+    print(f"speed of light on {name}: {limits.name if limits else 'not in the table'}")
+    if limits is None:
+        assert doc["stage_limits"] == [] and "is not in rlprof's table" in proc.stdout
+        return
+    peak, bandwidth = limits.peak_flops["float32"], limits.bandwidth
+    stages = {s["stage"]: s for s in doc["stage_limits"]}
+    assert set(stages) >= {"rollout_generate", "ref_compute_log_prob", "actor_compute_log_prob", "actor_update"}
+    for s in stages.values():
+        assert s["mfu"] == pytest.approx(s["model_flops"] / (s["wall_ms"] / 1e3) / peak)
+        assert s["mbu"] == pytest.approx(s["min_bytes"] / (s["wall_ms"] / 1e3) / bandwidth)
+        assert 0 < s["mfu"] < 1 and 0 < s["mbu"] < 1 and s["sol_ms"] < s["wall_ms"], s
+        assert f"{s['role']}/{s['stage']}: " in proc.stdout
+    assert stages["rollout_generate"]["gap_largest"] == "launch-bound"  # as on the H100 recordings
 
 
 def test_torch_memory_on_a_gpu_step_carries_the_capacity_and_measures_memory(tmp_path):

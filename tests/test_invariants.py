@@ -9,10 +9,13 @@ code of this module's own, from what it is made of.
 - a device row's gap and launch-bound time, and each file's launch record, equal the device's idle gaps recomputed
   from the file's events (one brute-force pass over them, not the analysis's prefix sums);
 - each measure recomputes from the rows it names, and each finding's numbers are its measure's (a cause found in
-  several stages: each stage's).
+  several stages: each stage's);
+- each row's speed of light recomputes from its work and its window's device, the gap's parts sum to the gap, a stage
+  row's work is its units', and no predicted saving brings a stage below its speed-of-light time.
 """
 
 import math
+import re
 import shutil
 import statistics
 from collections import defaultdict
@@ -95,8 +98,9 @@ def test_every_field_of_a_row_has_its_rule_when_assembled():
     """A field added to Row must say how a stage row made from units takes it (document.py), or the bug returns:
     the first unit's value standing for the stage."""
     ruled = set(assembly.KEY) | set(assembly.SUMMED) | set(assembly.EARLIEST) | set(assembly.NOT_CARRIED)
+    ruled |= set(assembly.ALIKE)
     ruled |= set(assembly.MERGED)  # the units' idle frames, summed frame by frame (analyze/window/idle_frames.py)
-    ruled |= {"host_wall_ms", "attribution", "units_only"} | set(assembly.NAMED_AFTER)
+    ruled |= {"host_wall_ms", "attribution", "units_only"} | set(assembly.NAMED_AFTER) | set(assembly.AFTERWARDS)
     assert set(Row.__struct_fields__) == ruled
 
 
@@ -233,13 +237,37 @@ def _recomputed(doc, m: dict) -> dict:
     if m["measure"] == "padding":
         held = [u for u in units if u["unit"] == "micro_batch" and u.get("tokens") and u.get("real_tokens") is not None]
         return {"value": 1 - sum(u["real_tokens"] for u in held) / sum(u["tokens"] for u in held)}
-    if m["measure"] == "fixed_cost":
+    if m["measure"] == "fixed_cost":  # least squares, again over the units not slowed 3 robust deviations above it
         held = [u for u in units if u["unit"] == "micro_batch" and u.get("tokens")]
         x = np.array([u["tokens"] for u in held], float)
         y = np.array([u["wall_ms"] for u in held], float)
-        (slope, intercept), *_ = np.linalg.lstsq(np.stack([x, np.ones_like(x)], 1), y, rcond=None)
-        fixed = min(max(intercept, 0.0), y.min())
-        return {"value": len(held) * fixed / y.sum(), "fixed_ms": fixed}
+
+        def line(keep):
+            return np.linalg.lstsq(np.stack([x[keep], np.ones(int(keep.sum()))], 1), y[keep], rcond=None)[0]
+
+        keep = np.ones(len(x), bool)
+        slope, intercept = line(keep)
+        if m["fit"] == "quickest":  # a busy machine's window: again over the units on or below the line, 3 times
+            busy = {i["path"].rsplit("/", 1)[-1] for i in doc["inputs"] if i.get("run_wait_ms") is not None}
+            assert sum(u["file"] in busy for u in held) * 2 > len(held)
+            for _ in range(3):
+                lower = keep & (y <= intercept + slope * x)
+                if lower.sum() < 6 or len(set(x[lower])) < 3:
+                    break
+                keep = lower
+                slope, intercept = line(keep)
+        else:
+            r = y - (intercept + slope * x)
+            mad = np.median(np.abs(r - np.median(r)))
+            trimmed = r <= np.median(r) + 3 * 1.4826 * mad if mad > 0 else keep
+            if trimmed.sum() >= 6 and len(set(x[trimmed])) >= 3:
+                keep = trimmed
+                slope, intercept = line(keep)
+        if slope < 0:  # within its noise (else not measurable): no per-token part
+            slope, intercept = 0.0, y[keep].mean()
+        elif intercept < 0:
+            slope, intercept = (x[keep] @ y[keep]) / (x[keep] @ x[keep]), 0.0
+        return {"value": intercept / y[keep].mean(), "fixed_ms": intercept, "per_token_us": slope * 1e3}
     if m["measure"] in ("reward_share", "weight_sync_share"):
         step = sum(v["wall_ms"] for k, v in means.items() if k[1] is not None)
         return {"value": means[(role, stage)]["wall_ms"] / step, "stage_ms": means[(role, stage)]["wall_ms"]}
@@ -248,6 +276,8 @@ def _recomputed(doc, m: dict) -> dict:
         return {"value": (get("ref_compute_log_prob") + get("actor_compute_log_prob")) / get("actor_update")}
     if m.get("basis") == "samples" or m["measure"] in ("tool_share", "preempted_share", "queue_share"):
         return _from_samples(doc, m)
+    if m["measure"] in ("outside_share", "refill_share"):
+        return _from_account(doc, m)
     if m["measure"] == "memory_use":
         (mem,) = [x for x in doc["memory"] if x.get("file") == m["file"] and x.get("rank") == m["rank"]]
         return {"value": mem["peak_bytes"] / mem["capacity_bytes"]}
@@ -276,6 +306,31 @@ def _from_samples(doc, m: dict) -> dict:
     return {"value": sum(r["tool_ms"] for r in slowest) / sum((r["end_us"] - r["start_us"]) / 1e3 for r in slowest)}
 
 
+def _generation_ms(samples: list[dict]) -> dict:
+    """step -> its samples' generation (each pass's first start to last end, summed over the passes), ms."""
+    spans: dict = defaultdict(lambda: defaultdict(list))
+    for r in samples:
+        if "start_us" in r and "end_us" in r:
+            spans[r["step"]][r.get("rollout_pass", 0)].append(r)
+    return {
+        step: sum((max(r["end_us"] for r in p) - min(r["start_us"] for r in p)) / 1e3 for p in passes.values())
+        for step, passes in spans.items()
+    }
+
+
+def _from_account(doc, m: dict) -> dict:
+    """The rollout stage's share outside generation (its unprofiled watched steps) and DAPO's refills' share of the
+    generation, from the watch's stage times the account keeps and the samples, recomputed here."""
+    generation = _generation_ms(doc["samples"])
+    account = doc["rollout_account"]
+    if m["measure"] == "outside_share":
+        steps = [a for a in account if not a["profiled"]]
+        stage = sum(a["stage_ms"] for a in steps)
+        return {"value": sum(a["stage_ms"] - generation[a["step"]] for a in steps) / stage}
+    refill = sum(a.get("refill_ms", 0.0) for a in account)
+    return {"value": refill / sum(generation[a["step"]] for a in account)}
+
+
 def _brute_tail(batch: list[dict]) -> tuple[float, float]:
     """(span, time with fewer than half of the batch running), ms: every stretch between two consecutive boundaries,
     its running samples counted one by one."""
@@ -301,11 +356,15 @@ def test_each_steps_samples_summary_recomputes_from_its_samples(documents, name)
         span, tail = _brute_tail(mine)
         assert close(s["span_ms"], span) and close(s["tail_ms"], tail), s["step"]
         assert close(s["slowest"][0]["duration_ms"], took[-1])
-    for row in (r for r in doc["rows"] if r["unit"] is None and r["stage"] == "rollout_generate"):
+    # a rollout window that holds the whole stage holds its samples (one of a few decode steps need not)
+    for row in (
+        r for r in doc["rows"] if r["unit"] is None and r["stage"] == "rollout_generate" and not r.get("units_only")
+    ):
         mine = [r for r in doc["samples"] if r["step"] == row["step"]]
         lo, hi = row["start_us"], row["start_us"] + row["wall_ms"] * 1e3
         assert mine and all(lo - 1e3 <= r["start_us"] and r["end_us"] <= hi + 1e3 for r in mine)
-    for entry in doc["timeline"]["level_shifts"] + doc["timeline"]["spikes"] + doc["timeline"]["drift"]:
+    timeline = doc.get("timeline") or {"level_shifts": [], "spikes": [], "drift": []}
+    for entry in timeline["level_shifts"] + timeline["spikes"] + timeline["drift"]:
         if "why" in entry:
             steps = entry["why"]["steps"]
             longest = statistics.median(
@@ -373,8 +432,10 @@ def test_each_findings_numbers_are_its_measures(documents, name):
                 assert m is not None, (name, f["kind"], p["stage"])
                 assert {k: p[k] for k in m} == m, (name, f["kind"], p["stage"])
             assert close(f["impact_ms"], sum(p.get("impact_ms", f["impact_ms"]) for p in parts)) or len(parts) == 1
-            assert {k: v for k, v in ev.items() if k != "stages"} == {
-                k: v for k, v in parts[0].items() if k not in ("rank", "impact_ms", "saving_ms") or k in ev
+            assert {k: v for k, v in ev.items() if k not in ("stages", "symptoms")} == {
+                k: v
+                for k, v in parts[0].items()
+                if k not in ("stages", "symptoms") and (k not in ("rank", "impact_ms", "saving_ms") or k in ev)
             }
         elif f["kind"] in ("idle", "exposed_comm", "memcpy"):
             bucket = {"idle": "idle_ms", "exposed_comm": "comm_ms", "memcpy": "memcpy_ms"}[f["kind"]]
@@ -400,3 +461,259 @@ def test_the_h100_whole_step_names_the_same_cause_for_rollout(documents):
     assert stages["rollout_generate"]["value"] >= THRESHOLDS["launch_bound_share"]
     assert "rollout.engine" in [lv["key"] for lv in found["levers"]["rlprof"]]
     assert found["text"].count("launch-bound") == 1 and "rollout/rollout_generate" in found["text"]
+
+
+# ---- speed of light ------------------------------------------------------------------------------------------------
+GAP_FIELDS = (
+    "gap_idle_ms",
+    "gap_launch_ms",
+    "gap_comm_ms",
+    "gap_memcpy_ms",
+    "gap_padding_ms",
+    "gap_small_batches_ms",
+    "gap_kernels_ms",
+)
+
+
+def _device_of(doc: dict, row: dict) -> dict:
+    """The hardware of the window the row came from: its file's input (an assembled stage row: its units')."""
+    files = {row["file"]} if row["file"] else {u["file"] for u in _units_of(doc, row)}
+    (hw,) = {id(i["hardware"]): i["hardware"] for i in doc["inputs"] if i["path"].split("/")[-1] in files}.values()
+    return hw
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_each_rows_speed_of_light_recomputes_and_its_gap_parts_sum_to_its_gap(documents, name):
+    doc, _ = documents(name)
+    dtype = doc["model"].get("dtype")
+    for row in (r for r in doc["rows"] if "sol_ms" in r):
+        hw = _device_of(doc, row)
+        peak, bandwidth = hw["peak_flops"][dtype], hw["bandwidth"]
+        flops_ms, bytes_ms = row["model_flops"] / peak * 1e3, row["min_bytes"] / bandwidth * 1e3
+        assert close(row["sol_ms"], max(flops_ms, bytes_ms)), (name, row["stage"], row["unit"])
+        assert row["bound"] == ("compute" if flops_ms >= bytes_ms else "memory")
+        assert close(row["mfu"], row["model_flops"] / (row["wall_ms"] / 1e3) / peak)
+        assert close(row["mbu"], row["min_bytes"] / (row["wall_ms"] / 1e3) / bandwidth)
+        assert close(row["gap_ms"], max(0.0, row["wall_ms"] - row["sol_ms"]))
+        parts = [row[f] for f in GAP_FIELDS]
+        assert min(parts) >= 0 and close(sum(parts), row["gap_ms"], abs_ms=1e-9), (name, row["stage"], parts)
+        assert row["padded_flops"] >= row["model_flops"] * (1 - 1e-9)
+        if row["gap_ms"] > 0:
+            assert row[GAP_FIELDS[int(np.argmax(parts))]] == max(parts)
+    for s in doc.get("stage_limits", []):
+        held = [r for r in _stage_rows(doc) if (r["role"], r["stage"]) == (s["role"], s["stage"]) and "sol_ms" in r]
+        assert s["rows"] == len(held) and close(s["gap_ms"], sum(s[f] for f in GAP_FIELDS))
+        for k in ("model_flops", "min_bytes", "wall_ms", "sol_ms", *GAP_FIELDS):
+            assert close(s[k], sum(r[k] for r in held)), (name, s["stage"], k)
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_a_stage_rows_work_is_its_units_work(documents, name):
+    doc, _ = documents(name)
+    for row in (r for r in _stage_rows(doc) if "model_flops" in r):
+        units = [u for u in _units_of(doc, row) if "model_flops" in u]
+        if not units:
+            assert "samples" in row["work_from"], (name, row["stage"])  # a training stage without units: its samples
+            continue
+        for k in ("model_flops", "padded_flops", "min_bytes"):
+            assert close(row[k], sum(u[k] for u in units)), (name, row["stage"], k)
+
+
+def stage_speed_of_light(doc: dict) -> dict:
+    """stage -> its speed-of-light time per step (its rows' over steps x ranks, roles added), recomputed here."""
+    out = {}
+    for (role, stage), rows in _by_stage(doc).items():
+        if rows and all("sol_ms" in r for r in rows):
+            ranks = {r["replica"] if role == "rollout" and r["replica"] is not None else r["rank"] for r in rows}
+            n = len({r["step"] for r in rows}) * len(ranks)
+            out[stage] = out.get(stage, 0.0) + sum(r["sol_ms"] for r in rows) / n
+    return out
+
+
+def _by_stage(doc: dict) -> dict:
+    per = defaultdict(list)
+    for r in _stage_rows(doc):
+        if r["stage"]:
+            per[(r["role"], r["stage"])].append(r)
+    return per
+
+
+def savings_below_speed_of_light(doc: dict) -> list[tuple]:
+    """(finding, stage, saving, what the stage may lose) of every predicted saving that would bring a stage below its
+    speed-of-light time: the stage's time (the larger of its profiled mean and its unprofiled median, the most a
+    saving may be taken from) less its speed of light."""
+    sol = stage_speed_of_light(doc)
+    means = _means(doc)
+    unprofiled = ((doc.get("run_config") or {}).get("unprofiled") or {}).get("stage_ms") or {}
+    out = []
+    for f in doc["findings"]:
+        saving = f.get("saving") or {}
+        for stage, ms in (saving.get("by_stage_ms") or {}).items():
+            if stage not in sol:
+                continue
+            profiled = sum(v["wall_ms"] for k, v in means.items() if k[1] == stage)
+            room = max(profiled, unprofiled.get(stage, 0.0)) - sol[stage]
+            if ms > max(0.0, room) * (1 + 1e-9) + 1e-9:
+                out.append((f["kind"], stage, ms, room))
+
+
+# ---- advice a senior engineer would sign: savings bounded, one plan, no key both ways, fits that obey physics -----
+def _spans(doc) -> float | None:
+    """The rollout's time per step from its samples, brute force: each (step, pass, replica) batch's first start to
+    last end, summed over a step's batches, mean over steps."""
+    batches = defaultdict(list)
+    for r in doc.get("samples", []):
+        if "start_us" in r and "end_us" in r:
+            batches[
+                (r["step"], r.get("rollout_pass", 0), r.get("replica") if r["source"] != "rlprof" else None)
+            ].append(r)
+    per_step = defaultdict(float)
+    for (step, _, _), b in batches.items():
+        per_step[step] += (max(r["end_us"] for r in b) - min(r["start_us"] for r in b)) / 1e3
+    return statistics.fmean(per_step.values()) if per_step else None
+
+
+def _watched_stage_ms(doc, stage) -> float | None:
+    """A stage's median over the watch's steps (every step it timed), ms."""
+    per = ((doc.get("timeline") or {}).get("per_step") or {}).get(stage)
+    values = [v for v in (per or {}).get("max", []) if v is not None]
+    return statistics.median(values) * 1e3 if values else None
+
+
+def _stage_allowance(doc, stage) -> float:
+    """The most any saving can take from a stage per step: its time in the profiled step, its median in the run's
+    unprofiled or watched steps, the rollout's samples' span, whichever is largest."""
+    means = _means(doc)
+    mine = [m["wall_ms"] for k, m in means.items() if k[1] == stage]
+    unprofiled = (((doc.get("run_config") or {}).get("unprofiled") or {}).get("stage_ms") or {}).get(stage)
+    span = _spans(doc) if stage == "rollout_generate" else None
+    return max([sum(mine)] + [x for x in (unprofiled, _watched_stage_ms(doc, stage), span) if x])
+
+
+def _predicted(doc):
+    return [f for f in doc["findings"] if (f.get("saving") or {}).get("status") == "predicted"]
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_a_saving_is_a_share_of_the_real_step_and_never_more_than_the_stages_it_acts_on(documents, name):
+    """Each predicted saving: no part negative, none more than its stage's time, their sum at most the step, and the
+    step it is a share of holds the rollout its samples span (never a window that holds a few decode steps)."""
+    doc, _ = documents(name)
+    span = _spans(doc)
+    for f in _predicted(doc):
+        s = f["saving"]
+        for stage, ms in s["by_stage_ms"].items():
+            assert ms >= 0, (name, f["kind"], stage, ms)
+            top = _stage_allowance(doc, None if stage == "null" else stage)
+            assert ms <= top * (1 + 1e-9) + 1e-9, (name, f["kind"], stage, ms, top)
+        if s["saving_share"] is not None:
+            assert s["saving_share"] <= 1 + 1e-9, (name, f["kind"], s["saving_share"])
+            assert close(s["saving_share"], s["saving_ms"] / s["step_ms"])
+            if span is not None:  # the step holds its rollout
+                assert s["step_ms"] >= span * (1 - 1e-9) or s.get("basis") in ("unprofiled_steps", "watched_steps")
+    bases = ("unprofiled_steps", "watched_steps", "profiled_step", "profiled_step_and_samples", "window")
+    for f in _predicted(doc):  # and each says which step that is: a window of a few units gives no share
+        s = f["saving"]
+        assert s.get("basis") in bases, (name, f["kind"])
+        assert s["basis"] != "window" or s["saving_share"] is None, (name, f["kind"])
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_the_plan_counts_each_stage_once_and_never_passes_the_step(documents, name):
+    """The findings' first levers together: per stage at least the largest one saving's and at most the stage's time,
+    in all at most the step and the savings' plain sum, and no key turned two ways."""
+    doc, _ = documents(name)
+    plan = doc["plan"]
+    found = _predicted(doc)
+    assert sorted(c["kind"] for c in plan["causes"]) == sorted(f["kind"] for f in found)
+    assert plan["total_ms"] <= sum(f["saving"]["saving_ms"] for f in found) + 1e-6
+    if plan["basis"] != "window":
+        assert plan["total_ms"] <= plan["step_ms"] * (1 + 1e-9) and plan["total_share"] <= 1 + 1e-9
+    for stage, ms in plan["by_stage_ms"].items():
+        parts = [f["saving"]["by_stage_ms"].get(stage, 0.0) for f in found]
+        assert max(parts) * (1 - 1e-9) - 1e-9 <= ms <= _stage_allowance(doc, stage) * (1 + 1e-9) + 1e-9, (name, stage)
+    assert plan["conflicts"] == {}
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_no_key_is_pulled_two_ways_by_one_documents_findings(documents, name):
+    """Across every finding of a document, in every dialect, a key is raised or lowered one way and set to one
+    value; and in each finding's levers those that change what the run learns come last."""
+    doc, _ = documents(name)
+    turned = defaultdict(set)
+    for f in doc["findings"]:
+        for dialect, levers in (f.get("levers") or {}).items():
+            for lv in levers:
+                turned[(dialect, lv["key"])].add(lv["set"])
+            changes = [lv.get("changes_result", False) for lv in levers]
+            assert changes == sorted(changes), (name, f["kind"], dialect)  # False (no result changed) first
+    for (dialect, key), ways in turned.items():
+        assert not {"raise", "lower"} <= ways and len(ways - {"raise", "lower"}) <= 1, (name, dialect, key, ways)
+
+
+FIT_WORDS = re.compile(r"(-?[\d.]+) ms fixed \+ (-?[\d.]+) us per token")
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_no_fit_in_use_breaks_physics(documents, name):
+    """A fixed-cost fit that is measured has no negative part, and every fit a saving rests on is such a one."""
+    doc, _ = documents(name)
+    for m in doc["measures"]:
+        if m["measure"] == "fixed_cost" and m["status"] == "measured":
+            assert m["fixed_ms"] >= 0 and m["per_token_us"] >= 0, (name, m["stage"])
+    for f in _predicted(doc):
+        for fixed, per_token in FIT_WORDS.findall(f["saving"]["assumption"]):
+            assert float(fixed) >= 0 and float(per_token) >= 0, (name, f["kind"], fixed, per_token)
+
+
+def _lengths_by_step(doc) -> dict:
+    """Each step's response lengths: its samples' where they say them, else from its decode steps (rows active at
+    step k are those longer than k: the count that drops after k ends there)."""
+    out = defaultdict(list)
+    for r in doc.get("samples", []):
+        if r.get("response_tokens"):
+            out[r["step"]].append(r["response_tokens"])
+    if out:
+        return out
+    passes = defaultdict(list)
+    for u in doc["rows"]:
+        if u["unit"] == "decode_step" and u["stage"] == "rollout_generate" and u.get("active") is not None:
+            passes[(u["step"], u["rank"], u["file"])].append(u)
+    for (step, _, _), units in passes.items():
+        active = [u["active"] for u in sorted(units, key=lambda u: u["start_us"])]
+        for k, a in enumerate(active):
+            out[step] += [k + 1] * (a - (active[k + 1] if k + 1 < len(active) else 0))
+    return out
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_no_saving_brings_a_stage_below_its_speed_of_light(documents, name):
+    doc, _ = documents(name)
+    assert savings_below_speed_of_light(doc) == [], name
+    for f in doc["findings"]:  # a saving cut there says the stage's speed of light, as recomputed here
+        cut = (f.get("saving") or {}).get("speed_of_light_ms") or {}
+        sol = stage_speed_of_light(doc)
+        assert all(close(ms, sol[stage]) for stage, ms in cut.items()), (name, f["kind"], cut)
+
+
+def test_a_response_cap_keeps_the_experiment(documents, name):
+    """Any response cap offered (in the run's dialect, and in rlprof's, which has no partial rollout) is at or above
+    the p95 of each step's sampled response lengths and says how many responses and tokens it cuts."""
+    from rlprof.analyze.diagnosis.causes import predict
+    from rlprof.analyze.diagnosis.finding import Finding as Found
+    from rlprof.analyze.diagnosis.findings import prediction_context
+
+    doc, _ = documents(name)
+    tails = [f for f in doc["findings"] if f["kind"] == "rollout_tail"]
+    offered = [f["saving"] for f in tails if f.get("saving")]
+    offered += [predict(prediction_context(doc), Found.of(f), "rlprof") for f in tails]
+    lengths = _lengths_by_step(doc)
+    for s in offered:
+        cap = (s.get("setting") or {}).get("max_new_tokens")
+        if cap is None:
+            continue
+        for step, ls in lengths.items():
+            assert cap >= math.ceil(np.percentile(ls, 95)), (name, step, cap, sorted(ls))
+        assert {"responses_cut", "responses_cut_count", "tokens_cut", "tokens_cut_share"} <= set(s) and "are cut" in s[
+            "assumption"
+        ]

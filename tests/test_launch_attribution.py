@@ -12,6 +12,7 @@ import pytest
 from conftest import DATA, REAL
 from helpers import union
 from rlprof.analyze.diagnosis.causes import CAUSES
+from rlprof.analyze.diagnosis.speed_of_light import ROW_FIELDS
 from rlprof.analyze.pipeline import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -88,7 +89,9 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
     """The recorded CPU runs (tests/data/runs) against their documents from before attribution by launch
     (analysis_before_launch_attribution.json.gz, written by the code of 419fa31): identical, key by key, but for
     idle, and any cause, found in several stages: since said as one finding holding exactly the per-stage ones it
-    replaced (its first stage's finding, the others in `evidence.stages`); and each input's `clock_base_ns`."""
+    replaced (its first stage's finding, the others in `evidence.stages`); each input's `clock_base_ns`; and what the
+    speed of light added since (the model, each input's hardware, the rows' work, the stages' limits: new keys, no
+    value changed)."""
     before = json.load(gzip.open(DATA / "runs" / "analysis_before_launch_attribution.json.gz"))
     runs = sorted(p for p in (DATA / "runs").iterdir() if p.is_dir())
     assert sorted(before) == [p.name for p in runs]
@@ -101,6 +104,12 @@ def test_recorded_cpu_runs_analyse_exactly_as_before(tmp_path):
         was = before[run.name]
         for i in now["inputs"]:  # each Kineto trace's clock origin, read since (the rollout's samples are put on it)
             assert i.pop("clock_base_ns", 1790857026000000000) == 1790857026000000000, i["path"]
+            i.pop("hardware")
+        for key in ("model", "stage_limits"):  # the speed of light's (analyze/diagnosis/speed_of_light.py)
+            now.pop(key)
+        for r in now["rows"]:
+            for key in (*ROW_FIELDS, "query_key_pairs", "context_tokens"):
+                r.pop(key, None)
         for kind in {f["kind"] for f in was["findings"]}:
             kind_was = [f for f in was["findings"] if f["kind"] == kind]
             kind_now = [f for f in now["findings"] if f["kind"] == kind]

@@ -15,8 +15,10 @@ REWARD = STAGES.index("reward_compute")
 UPDATE = STAGES.index("actor_update")
 
 
-def write_timeline(run_dir, reward_s, update_s=None, ranks=(0,), busy=()):
-    """One record per step per rank: reward_compute and actor_update only, the step their sum."""
+def write_timeline(run_dir, reward_s, update_s=None, ranks=(0,), busy=(), wait_ms=None, others_share=0.6):
+    """One record per step per rank: reward_compute and actor_update only, the step their sum; busy steps flagged,
+    with each rank's wait for a core in the reward (ms, a list per step or a dict rank -> list; 0 where not given),
+    the step's wait the same, its time on a core the rest of the step (a CPU-bound job)."""
     (run_dir / TIMELINE_DIR).mkdir(parents=True)
     (run_dir / TIMELINE_DIR / "columns.json").write_text(json.dumps(columns()))
     n = len(reward_s)
@@ -32,6 +34,16 @@ def write_timeline(run_dir, reward_s, update_s=None, ranks=(0,), busy=()):
         rec["stage_start_s"][:, REWARD] = 0.0
         rec["stage_start_s"][:, UPDATE] = np.asarray(reward_s)
         rec["step_s"] = np.asarray(reward_s) + np.asarray(update_s)
+        rec["start_unix_s"] = 1.7e9 + np.cumsum(rec["step_s"]) - rec["step_s"]
+        waits = wait_ms.get(rank) if isinstance(wait_ms, dict) else wait_ms
+        rec["run_wait_ms"] = waits if waits is not None else 0.0
+        rec["cpu_ms"] = np.maximum(rec["step_s"] * 1e3 - rec["run_wait_ms"], 0.0)
+        rec["stage_wait_ms"] = rec["stage_cpu_ms"] = np.nan
+        rec["stage_wait_ms"][:, REWARD] = rec["run_wait_ms"]
+        rec["stage_wait_ms"][:, UPDATE] = 0.0
+        rec["stage_cpu_ms"][:, REWARD] = np.maximum(rec["stage_s"][:, REWARD] * 1e3 - rec["run_wait_ms"], 0.0)
+        rec["stage_cpu_ms"][:, UPDATE] = rec["stage_s"][:, UPDATE] * 1e3
+        rec["others_share"] = [others_share if s in busy else 0.0 for s in range(1, n + 1)]
         rec.tofile(rank_file(run_dir, rank))
     return run_dir
 
@@ -95,9 +107,49 @@ def test_a_short_slow_stretch_at_the_end_is_spikes_until_it_has_stayed(tmp_path)
     assert [s["step"] for s in doc["spikes"] if s["stage"] == "reward_compute"] == [19, 20]
 
 
-def test_busy_steps_neither_start_nor_hold_a_level(tmp_path):
+def test_busy_steps_whose_wait_explains_them_are_one_contention_record_not_spikes_nor_a_level(tmp_path):
+    """Slow only while the machine was busy, and the step waited for a core about what it lost: the machine's, not
+    the job's. Judged all the same (not left out): said once as contention with the evidence, no spike, no level."""
     reward = jitter(30, 0.05)
     busy = {12, 13, 14, 15}
     reward[[s - 1 for s in busy]] = 0.3  # slow only while the machine was busy
-    doc = analyze_timeline(write_timeline(tmp_path, reward, busy=busy))
-    assert doc["level_shifts"] == [] and doc["spikes"] == []
+    wait = [260.0 if s in busy else 2.0 for s in range(1, 31)]  # and it waited for a core about that long
+    doc = analyze_timeline(write_timeline(tmp_path, reward, busy=busy, wait_ms=wait))
+    assert doc["level_shifts"] == [] and doc["spikes"] == [], (doc["level_shifts"], doc["spikes"])
+    (said,) = doc["contention"]
+    assert said["every_rank"] and said["steps"] == sorted(busy) and said["stages"] == ["reward_compute", "step"]
+    # at its usual share (2 ms of a 100 ms step) its 90 ms on a core would have waited about 2 ms
+    assert said["run_wait_ms"] == pytest.approx(260) and said["expected_wait_ms"] == pytest.approx(1.8, abs=0.4)
+    assert said["others_share"] == pytest.approx(0.6) and said["excess_seconds"] == pytest.approx(0.25, rel=0.1)
+
+
+def test_a_busy_step_the_wait_does_not_explain_is_still_a_spike(tmp_path):
+    """A busy machine is no reason to look away: a step 6x slower that waited 20 ms for a core is the job's spike."""
+    reward = jitter(30, 0.05)
+    reward[[13, 21]] = 0.3
+    wait = [20.0 if s in (14, 22) else 2.0 for s in range(1, 31)]
+    doc = analyze_timeline(write_timeline(tmp_path, reward, busy={14, 22}, wait_ms=wait))
+    assert [s["step"] for s in doc["spikes"] if s["stage"] == "reward_compute"] == [14, 22]
+    assert doc["contention"] == [] and doc["busy_steps"] == [14, 22]
+
+
+def test_a_straggler_whose_extra_wait_explains_it_is_said_with_contention(tmp_path):
+    """Two ranks on a busy host: rank 1 waited for a core 210 ms a step in the reward (rank 0: 2 ms) at the steps it
+    lagged there by 250 ms (a neighbour on its core): a straggler, with contention as its cause and its evidence;
+    rank 0 is none."""
+    reward = jitter(30, 0.05)
+    slow = jitter(30, 0.05, seed=4)
+    slow[9:] = 0.3
+    busy = set(range(10, 31))
+    waits = {0: [2.0] * 30, 1: [2.0] * 9 + [210.0] * 21}
+    run = write_timeline(tmp_path, reward, ranks=(0,), busy=busy, wait_ms=waits)
+    rec = np.fromfile(rank_file(run, 0), DTYPE)
+    rec["stage_s"][:, REWARD] = slow
+    rec["run_wait_ms"] = rec["stage_wait_ms"][:, REWARD] = waits[1]
+    rec["stage_cpu_ms"][:, REWARD] = np.maximum(slow * 1e3 - rec["stage_wait_ms"][:, REWARD], 0.0)
+    rec.tofile(rank_file(run, 1))
+    doc = analyze_timeline(run)
+    (straggler,) = doc["stragglers"]
+    assert (straggler["rank"], straggler["stage"], straggler["first_step"]) == (1, "reward_compute", 10)
+    assert straggler["cause"] == "contention" and straggler["run_wait_ms"] == pytest.approx(210)
+    assert straggler["expected_wait_ms"] == pytest.approx(90 * 0.04 / 0.96, rel=0.05)  # its 90 ms at rank 0's 2 of 50

@@ -94,7 +94,11 @@ def test_micro_batch_schedule_holds_one_of_four(tmp_path):
     assert names(t_one, "rlprof:micro_batch:") == ["rlprof:micro_batch:0"]
     # the micro-batch says what it holds, read from GRPO's prompt and completion masks
     (held,) = unit_args(t_one, "rlprof:micro_batch:")
-    assert set(held) == {"seqs", "tokens", "real_tokens"} and 0 < held["real_tokens"] <= held["tokens"]
+    assert (
+        set(held) == {"seqs", "tokens", "real_tokens", "query_key_pairs"} and 0 < held["real_tokens"] <= held["tokens"]
+    )
+    # each row's length squared, summed: at least what rows of equal length would make, at most the padded width's
+    assert held["real_tokens"] ** 2 / held["seqs"] <= held["query_key_pairs"] <= held["tokens"] ** 2 / held["seqs"]
     assert held["tokens"] % held["seqs"] == 0
     assert _count(t_full, "aten::embedding") == 4 * _count(t_one, "aten::embedding") > 0  # one forward of four
 

@@ -188,6 +188,32 @@ def trigger_run(job_python, tmp_path_factory):
     return result, run_dir, asked_after, capture
 
 
+# DAPO in main_ppo: verl's own dynamic sampling (the v1 replay buffer's filter_groups), rewards that make some groups
+# all equal (bench/verl_dapo_reward.py), the watch on for every step, nothing profiled
+DAPO_STEPS = 3
+DAPO = [
+    "global_profiler.tool=torch",
+    "global_profiler.steps=null",
+    f"{A}.enable=True",
+    f"{A}.ranks=[0]",
+    "+global_profiler.trigger.slow.factor=50.0",
+    "+global_profiler.trigger.warmup_steps=1",
+    "algorithm.filter_groups.enable=True",
+    "algorithm.filter_groups.metric=reward",
+    f"reward.custom_reward_function.path={ROOT / 'bench' / 'verl_dapo_reward.py'}",
+    "reward.custom_reward_function.name=compute_score",
+]
+
+
+@pytest.fixture(scope="module")
+def dapo_run(job_python, tmp_path_factory):
+    work = tmp_path_factory.mktemp("job_dapo")
+    save = work / "profile"
+    result = run_job(job_python, work, "--steps", str(DAPO_STEPS), *DAPO, f"global_profiler.save_path={save}")
+    (run_dir,) = [p.parent for p in save.glob("*/rlprof_live.json")]
+    return result, run_dir
+
+
 def analyze(save: Path) -> dict:
     out = run_cli("analyze", save, "--json")
     assert out.returncode == 0, out.stderr
@@ -325,14 +351,39 @@ def test_e2e_block_rows_per_step_role_stage_rank_and_the_rollout_replica(e2e_run
     for step in (1, 2):
         assert {(step, "actor", s, 0) for s in ("actor_compute_log_prob", "actor_update")} <= keys
     # the rollout: vLLM's own torch profiler, started by verl on replica 0 (no decode window asked, so rlprof's vLLM
-    # plugin stays out); its files (agent_loop_rollout_replica_0/rank0.<id>.pt.trace.json.gz) name no step, and
-    # rlprof reads them as the replica's windows, one per profiled step, with no step
+    # plugin stays out); its files (agent_loop_rollout_replica_0/rank0.<id>.pt.trace.json.gz) name no step: each takes
+    # it from the agent loop's samples that ran inside its time range, on the same wall clock, and says so
     rollout = [r for r in doc["rows"] if r["role"] == "rollout" and r["unit"] is None]
-    assert len(rollout) == 2 and {(r["stage"], r["rank"], r["replica"], r["step"]) for r in rollout} == {
-        ("rollout_generate", 0, 0, None)
-    }
+    assert sorted((r["stage"], r["rank"], r["replica"], r["step"], r.get("step_source")) for r in rollout) == [
+        ("rollout_generate", 0, 0, step, "samples") for step in (1, 2)
+    ], [(r["file"], r["start_us"], r["wall_ms"]) for r in rollout]
     own = sorted(str(p) for p in (save / "agent_loop_rollout_replica_0").glob("rank0.*.pt.trace.json.gz"))
     assert len(own) == 2 and all(sum(p.endswith(r["file"]) for p in own) == 1 for r in rollout)
+    # every row has its step, the replica's decode-step units too, and the samples of a step lie in its window
+    assert not [r for r in doc["rows"] if r["step"] is None]
+    for r in rollout:
+        mine = [s for s in doc["samples"] if s["step"] == r["step"]]
+        inside = [
+            s for s in mine if r["start_us"] <= s["start_us"] and s["end_us"] <= r["start_us"] + r["wall_ms"] * 1e3
+        ]
+        assert len(mine) == SAMPLES_PER_STEP and len(inside) == len(mine), (r["step"], r["start_us"], r["wall_ms"])
+
+
+def test_verls_own_whole_step_traces_get_the_model_verl_loaded_and_their_work_from_the_samples(e2e_run):
+    """verl's own profiler's traces hold no unit: each training stage's work is its step's samples' (prompt + response
+    tokens, as the agent loop recorded them), with the model verl loaded, which rlprof's verl plugin recorded beside
+    the samples from the checkpoint verl's config names."""
+    result, work, save = e2e_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"verl's actor_rollout_ref.model.path: {work / 'model'}"
+    for step in (1, 2):
+        (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == step]
+        (log_prob,) = [
+            r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_compute_log_prob" and r["step"] == step
+        ]
+        assert update["work_from"] == log_prob["work_from"] == f"the step's {SAMPLES_PER_STEP} samples"
+        assert update["model_flops"] == pytest.approx(3 * log_prob["model_flops"])
 
 
 def test_finish_hook_runs_rlprof(discrete_run):
@@ -386,6 +437,28 @@ def test_micro_batch_1_of_actor_log_prob_and_update_kept_in_main_ppo(discrete_ru
             assert own == ["micro_batch1"], f.name  # verl's own range of the kept micro-batch, no other
     for stage in ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"):
         assert kept[stage] == [["rlprof:micro_batch:1"]] * 2, stage  # steps 1 and 2
+
+
+def logged(log_text: str, step: int, key: str) -> float:
+    """A metric verl's console logger printed for a step (`step:N - key:value - ...`)."""
+    (line,) = [line for line in log_text.splitlines() if f"step:{step} " in line and f"{key}:" in line]
+    return float(line.split(f"{key}:")[1].split()[0])
+
+
+def test_the_actor_updates_mfu_is_verls_own_logged_mfu_given_verls_peak(discrete_run):
+    """main_ppo analysed: its model is the checkpoint verl loaded (recorded by rlprof's vLLM plugin in the replica),
+    its device the CPU measured in the actor's worker; the actor update's kept micro-batch runs at the rate verl's own
+    perf/mfu/actor logged for step 2 (its mini-batch's model FLOPs over its train_batch time), within 10%, when divided
+    by the peak verl divides by (its table: 448 GFLOP/s for a CPU; `mfu_verl`)."""
+    result, work, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    assert doc["model"]["source"] == f"vLLM's engine: {work / 'model'}"
+    (update,) = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == "actor_update" and r["step"] == 2]
+    (hw,) = [i["hardware"] for i in doc["inputs"] if i["path"].endswith(update["file"])]
+    assert hw["kind"] == "cpu" and hw["source"].startswith("measured") and hw["verl_peak_flops"] == 448e9
+    verl_mfu = logged(result["log_text"], 2, "perf/mfu/actor")
+    assert update["mfu_verl"] == pytest.approx(verl_mfu, rel=0.10), (update["mfu_verl"], verl_mfu)
 
 
 def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discrete_run):
@@ -483,6 +556,39 @@ def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigg
     for n in range(1, TRIGGER_STEPS + 1):
         waited = [r for r in samples if r["step"] == n and r["reward_ms"] >= SLOW_S * 1e3]
         assert len(waited) == (1 if n >= SLOW_FROM else 0), (n, [r["reward_ms"] for r in samples if r["step"] == n])
+
+
+def test_verls_rollout_stage_is_accounted_for_at_every_watched_step(trigger_run):
+    """The watch reads verl's gen timer; the driver notes when it began and ended and when the replay buffer handed
+    the batch over: each watched step's rollout stage is its samples' generation (first start to last end) and the
+    rest, before and after them, the wait for the handover and what followed it, and the parts add up to the stage;
+    the stage is verl's own timing_s/gen of that step, as its console printed it."""
+    from rlprof.analyze.inputs.step_metrics import read_step_metrics
+
+    result, run_dir, _, _ = trigger_run
+    assert result["exit_code"] == 0 and not result["timed_out"], result["log_text"][-3000:]
+    doc = analyze(run_dir)
+    account = {a["step"]: a for a in doc["rollout_account"]}
+    assert sorted(account) == list(range(1, TRIGGER_STEPS + 1)), sorted(account)
+    _, logged = read_step_metrics(result["log"])
+    gen = {m["step"]: m["stages"]["rollout_generate"] * 1e3 for m in logged}
+    samples = agent_loop_samples(run_dir)
+    for step, a in account.items():
+        mine = [s for s in samples if s["step"] == step]
+        assert a["samples"] == len(mine) == SAMPLES_PER_STEP
+        # verl's own timer, as the console printed it (to 3 significant digits or more)
+        assert a["stage_ms"] == pytest.approx(gen[step], rel=5e-3, abs=5.0), (step, a, gen[step])
+        span = (max(s["end_us"] for s in mine) - min(s["start_us"] for s in mine)) / 1e3
+        assert a["generation_ms"] == pytest.approx(span, abs=0.01)
+        # the driver's own clock of the stage, split: before + generation + after is the gen timer, within the few
+        # ms between verl's timer and the hooks it calls first and last
+        assert a["before_ms"] + a["generation_ms"] + a["after_ms"] == pytest.approx(a["stage_ms"], abs=20.0), a
+        assert a["handover_ms"] + a["release_ms"] == pytest.approx(a["after_ms"], abs=0.01), a
+        assert a["release_ms"] >= 0 and a["outside_ms"] == pytest.approx(a["stage_ms"] - a["generation_ms"], abs=0.01)
+    printed = run_cli("analyze", run_dir).stdout
+    assert "rollout stage accounted for" in printed and f"step {TRIGGER_STEPS}: the rollout stage" in printed
+    page = run_cli("report", run_dir, "-o", run_dir.parent / "report.html")
+    assert page.returncode == 0 and "The rollout stage, accounted for" in (run_dir.parent / "report.html").read_text()
 
 
 def test_rlprof_capture_next_is_honoured_by_a_running_main_ppo(trigger_run):
@@ -584,3 +690,42 @@ def test_profiled_steps_samples_reach_verls_console_without_a_trigger(discrete_r
     assert set(console) == {1, 2}
     assert all(console[n]["rlprof/rollout/samples"] == SAMPLES_PER_STEP for n in (1, 2))
     assert all(console[n]["rlprof/rollout/response_tokens/p50"] == RESPONSE_TOKENS for n in (1, 2))
+
+
+# ---- DAPO's dynamic sampling, on verl's own path -----------------------------------------------------------------
+def test_dapos_refills_in_main_ppo_are_accounted_for_with_verls_own_filter_counts(dapo_run):
+    """verl's v1 replay buffer drops the groups whose rewards are all equal and refills: the driver notes each refill
+    and the groups the filter dropped; each watched step's account says the time the refills added after the first
+    batch and the samples they started, the dropped groups are verl's own logged count (training/filter_groups/
+    evicted_samples, its console's), and the measure is the refills' share of the generation time; past its
+    threshold, a finding with a lever in each dialect."""
+    from rlprof.analyze.diagnosis.causes import THRESHOLDS
+
+    result, run_dir = dapo_run
+    assert result["exit_code"] == 0 and not result["timed_out"], result["log_text"][-3000:]
+    logged = {}
+    for line in result["log_text"].splitlines():
+        if "step:" in line and "training/filter_groups/evicted_samples:" in line:
+            step = int(line.split("step:")[1].split()[0])
+            logged[step] = int(float(line.split("training/filter_groups/evicted_samples:")[1].split()[0]))
+    doc = analyze(run_dir)
+    account = {a["step"]: a for a in doc["rollout_account"]}
+    assert sorted(account) == list(range(1, DAPO_STEPS + 1)), sorted(account)
+    assert logged, "verl logged no filtered groups: the rewards never made a group all equal"
+    for step, a in account.items():
+        assert a.get("filtered_groups", 0) == logged.get(step, 0), (step, a, logged)
+        mine = [s for s in agent_loop_samples(run_dir) if s["step"] == step]
+        assert a["samples"] == len(mine) >= SAMPLES_PER_STEP  # the kept batch and what was generated to fill it
+        if a.get("filtered_groups"):
+            assert a["refills"] >= 1 and a["refill_samples"] > 0 and 0 <= a["refill_ms"] <= a["generation_ms"], a
+    (m,) = [m for m in doc["measures"] if m["measure"] == "refill_share"]
+    steps = list(account.values())
+    assert m["value"] == pytest.approx(
+        sum(a.get("refill_ms", 0) for a in steps) / sum(a["generation_ms"] for a in steps)
+    )
+    assert m["filtered_groups"] == sum(logged.values())
+    found = [f for f in doc["findings"] if f["kind"] == "dynamic_sampling"]
+    assert bool(found) == (m["value"] >= THRESHOLDS["refill_share"]), (m, [f["kind"] for f in doc["findings"]])
+    if found:
+        assert {"verl", "mindspeed", "rlprof"} <= set(found[0]["levers"]), found[0]["levers"]
+        assert "algorithm.filter_groups.max_inflight_gen_batches" in found[0]["levers_text"]

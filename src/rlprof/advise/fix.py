@@ -1,6 +1,8 @@
 """`rlprof advise RUN --fix`: the next training config: the overrides that apply the first lever of the first cause
 the findings rank (or of `--cause`), with the values the run's measures give (analyze/diagnosis/savings.py), and the saving
-predicted for them. The causes, their levers and the measure each is judged on are analyze/diagnosis/causes.py's records."""
+predicted for them. With `--plan`: the first lever of every cause at once, one consistent config (no key is turned two
+ways: frameworks/levers.py), and the plan's saving, each stage's counted once (analyze/diagnosis/plan.py). The causes,
+their levers and the measure each is judged on are analyze/diagnosis/causes.py's records."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from ..analyze.diagnosis import savings
 from ..analyze.diagnosis.causes import CAUSES, predict
 from ..analyze.diagnosis.finding import Finding
 from ..analyze.diagnosis.prediction import predicted
-from ..frameworks.levers import levers_for
+from ..frameworks.levers import lever_record, levers_for
 from .shared import AdviseError, check_dialect, is_metrics_input, nest
 
 
@@ -20,8 +22,8 @@ def _literal(text: str):
     return yaml.safe_load(text)
 
 
-def fix_for_run(run: str | Path, dialect: str, cause: str | None = None) -> dict:
-    """`rlprof advise RUN --fix`: the run analysed here, then fix_from."""
+def fix_for_run(run: str | Path, dialect: str, cause: str | None = None, plan: bool = False) -> dict:
+    """`rlprof advise RUN --fix [--plan]`: the run analysed here, then fix_from (or plan_from)."""
     from ..analyze.pipeline import load_analysis
 
     check_dialect(dialect)
@@ -30,14 +32,78 @@ def fix_for_run(run: str | Path, dialect: str, cause: str | None = None) -> dict
             f"--fix needs a profiled run (its traces say why a step is slow); {run} holds step metrics "
             "only; allowed: a run directory with a manifest, a trace, verl's or MindSpeed-RL's output"
         )
-    return fix_from(load_analysis(run, workers=1), dialect, cause, str(run))
+    if plan and cause is not None:
+        raise AdviseError("--plan writes every cause's first lever; --cause picks one: give one of them")
+    doc = load_analysis(run, workers=1)
+    return plan_from(doc, dialect, str(run)) if plan else fix_from(doc, dialect, cause, str(run))
+
+
+def plan_from(doc: dict, dialect: str, run: str = "") -> dict:
+    """The first lever of every cause the findings rank, in `dialect`, with the values the run's measures give: one
+    config, a key set once (by the first cause that turns it; no cause turns a key another's way), and the plan's
+    saving: each cause's predicted in this dialect, counted once per stage (analyze/diagnosis/plan.py). A cause
+    whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
+    from ..analyze.diagnosis.findings import prediction_context
+    from ..analyze.diagnosis.plan import plan_of, plan_text
+
+    check_dialect(dialect)
+    found = [f for f in doc.get("findings", []) if f.get("actionable")]
+    if not found:
+        return _no_fix(run, dialect, "no cause above its threshold (docs/analysis_schema.md): nothing to fix")
+    ctx = prediction_context(doc)
+    parts, skipped, overrides = [], [], {}
+    for entry in found:
+        fixed = _first_fix(ctx, found, entry, dialect, skipped)
+        if fixed is None:
+            continue
+        taken = {k: v for k, v in fixed["overrides"].items() if k in overrides and overrides[k] != v}
+        if taken:  # set by a cause ranked before it, the same way (frameworks/levers.py: no key two ways)
+            skipped.append(f"{entry['kind']}: {', '.join(taken)} already set by a cause ranked before it")
+            continue
+        overrides.update(fixed["overrides"])
+        parts.append(fixed)
+    if not parts:
+        return _no_lever(run, dialect, skipped)
+    entries = [
+        {"kind": p["cause"], "stage": p["stage"], "saving": p["saving"], "levers": {dialect: p["lever_records"]}}
+        for p in parts
+    ]
+    plan = plan_of(ctx, entries)
+    saving = {
+        "status": "predicted",
+        "saving_ms": plan["total_ms"],
+        "saving_share": plan["total_share"],
+        "by_stage_ms": plan["by_stage_ms"],
+        "step_ms": plan["step_ms"],
+        "basis": plan["basis"],
+        "setting": {},
+        "dialect": dialect,
+        "assumption": "each cause's first lever as predicted for it, savings on one stage counted once (each takes "
+        "its share of what the others leave of the stage): "
+        + "; ".join(f"{p['cause']} {p['saving']['saving_ms']:.1f} ms" for p in parts if p["saving"].get("saving_ms")),
+    }
+    fix = {
+        "cause": "plan",
+        "causes": [p["cause"] for p in parts],
+        "stage": parts[0]["stage"],
+        "stages": [s for p in parts for s in p["stages"]],
+        "finding": plan_text(plan),
+        "dialect": dialect,
+        "overrides": overrides,
+        "config": nest(overrides),
+        "levers": [t for p in parts for t in p["levers"]],
+        "saving": saving,
+        "measure": None,
+        "parts": parts,
+        "plan": plan,
+    }
+    return {"run": run, "dialect": dialect, "fix": fix, "skipped": skipped, "reason": None}
 
 
 def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -> dict:
     """The overrides that apply the first lever of the first cause the findings rank (or of `cause`), in `dialect`,
     with the values the run's measures give (analyze/diagnosis/savings.py), and the saving predicted for them. A cause
     whose lever has no key in the dialect, or whose value the data cannot give, is passed over and said."""
-    from ..analyze.diagnosis.cause_groups import finding_parts
     from ..analyze.diagnosis.findings import prediction_context
 
     check_dialect(dialect)
@@ -51,14 +117,29 @@ def fix_from(doc: dict, dialect: str, cause: str | None = None, run: str = "") -
     if not found:
         return _no_fix(run, dialect, "no cause above its threshold (docs/analysis_schema.md): nothing to fix")
     ctx = prediction_context(doc)
-    skipped = []
-    for entry in found:  # a cause found in several stages: stage by stage, its first stage first
-        same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
-        for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
-            result, why = _fix_one(ctx, f, same, dialect)
-            if result is not None:
-                return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
-            skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+    skipped: list[str] = []
+    for entry in found:
+        result = _first_fix(ctx, found, entry, dialect, skipped)
+        if result is not None:
+            return {"run": run, "dialect": dialect, "fix": result, "skipped": skipped, "reason": None}
+    return _no_lever(run, dialect, skipped)
+
+
+def _first_fix(ctx, found: list[dict], entry: dict, dialect: str, skipped: list[str]) -> dict | None:
+    """The fix of one finding: a cause found in several stages stage by stage, its first stage first (micro-batch
+    sizes: all its stages at once); a stage whose lever cannot be written is said in `skipped`."""
+    from ..analyze.diagnosis.cause_groups import finding_parts
+
+    same = [part for g in found if g["kind"] == entry["kind"] for part in finding_parts(g)]
+    for f in finding_parts(entry) if entry["kind"] != "small_units" else [entry]:
+        result, why = _fix_one(ctx, f, same, dialect)
+        if result is not None:
+            return result
+        skipped.append(f"{f['kind']} ({f.get('stage')}): {why}")
+    return None
+
+
+def _no_lever(run: str, dialect: str, skipped: list[str]) -> dict:
     return {
         "run": run,
         "dialect": dialect,
@@ -79,7 +160,7 @@ def _fix_one(ctx, f: dict, same: list[dict], dialect: str) -> tuple[dict | None,
     overrides, why = _lever_values(lv, pred.get("setting") or {}, f.get("stage"))
     if overrides is None:
         return None, why if pred["status"] == "predicted" else f"{why} ({pred['why']})"
-    return _fix_record(f, dialect, overrides, pred, [lv.text()]), ""
+    return _fix_record(f, dialect, overrides, pred, [lv]), ""
 
 
 def _lever_values(lv, setting: dict, stage) -> tuple[dict | None, str]:
@@ -114,14 +195,14 @@ def _fix_sizes(ctx, same: list[dict], dialect: str) -> tuple[dict | None, str]:
             by_key[lv.key] = (lv, savings.lever_stages(f["stage"], dialect, ctx))
     if not by_key:
         return None, f"no micro-batch size key of {dialect} is known for {', '.join(f['stage'] for f in same)}"
-    overrides, parts, words, texts = {}, {}, [], []
+    overrides, parts, words, used = {}, {}, [], []
     for key, (lv, stages) in by_key.items():
         pred = savings.small_units(ctx, stages)
         if pred["status"] != "predicted":
             return None, pred["why"]
         size = next(iter(pred["setting"]["micro_batch_size"].values()))
         overrides[key] = size
-        texts.append(lv.text())
+        used.append(lv)
         for s, ms in pred["profiled_ms"].items():
             parts[s] = parts.get(s, 0.0) + ms
         words.append(pred["assumption"].split("; scaled")[0].split("; times of")[0])
@@ -136,10 +217,10 @@ def _fix_sizes(ctx, same: list[dict], dialect: str) -> tuple[dict | None, str]:
     pred = predicted(ctx, parts, "; ".join(words))
     pred["dialect"] = dialect
     f = same[0]
-    return _fix_record(f, dialect, overrides, pred, texts, stages=[g["stage"] for g in same]), ""
+    return _fix_record(f, dialect, overrides, pred, used, stages=[g["stage"] for g in same]), ""
 
 
-def _fix_record(f: dict, dialect: str, overrides: dict, pred: dict, levers: list[str], stages=None) -> dict:
+def _fix_record(f: dict, dialect: str, overrides: dict, pred: dict, levers: list, stages=None) -> dict:
     return {
         "cause": f["kind"],
         "stage": f.get("stage"),
@@ -148,7 +229,8 @@ def _fix_record(f: dict, dialect: str, overrides: dict, pred: dict, levers: list
         "dialect": dialect,
         "overrides": overrides,
         "config": nest(overrides),
-        "levers": levers,
+        "levers": [lv.text() for lv in levers],
+        "lever_records": [lever_record(lv) for lv in levers],
         "saving": pred,
         "measure": _measure(f["kind"]),
     }
@@ -180,6 +262,7 @@ def fix_text(result: dict) -> str:
 
     fx = result["fix"]
     s = fx["saving"]
+    what = f"plan: {', '.join(fx['causes'])}" if fx["cause"] == "plan" else f"cause: {fx['cause']}"
     said = (
         f"{s['saving_ms']:.1f} ms per step ({s['saving_share']:.0%} of the step)"
         if s["status"] == "predicted" and s.get("saving_share") is not None
@@ -187,7 +270,7 @@ def fix_text(result: dict) -> str:
     )
     lines = [
         f"# rlprof advise --fix ({result['dialect']} dialect) from {result['run']}",
-        f"# cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
+        f"# {what} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
         f"# lever: {'; '.join(fx['levers'])}",
         f"# predicted saving: {said}",
         f"# as overrides: {overrides_line(fx['overrides'])}",

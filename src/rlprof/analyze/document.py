@@ -10,17 +10,23 @@ from .over_time.beside import attach_beside
 from .window.breakdown import BUCKETS, UNIT_ARGS, order_key
 from .window.idle_frames import ROW_FIELDS as IDLE_FIELDS, merged as merged_idle_frames
 from .diagnosis.findings import diagnose
+from .diagnosis.speed_of_light import ROW_FIELDS, speed_of_light
+from .diagnosis.plan import document_plan
 from .inputs.find import directory_warnings, run_config
+from .inputs.model_config import run_model
 from .inputs.salvage import run_accounts, salvage_lines
-from .inputs.samples_file import read_samples
+from .inputs.samples_file import read_rollout_records
 from .diagnosis.samples import clock_base_us, sample_table, step_summaries
+from .over_time.rollout_account import rollout_account
 from .over_time.rollout_why import explain_rollout
+from .over_time.row_steps import place_steps, timeline_dirs
 from .over_time.timeline import run_timeline
+from .over_time.watched import step_bounds
 from .tables.schema import SCHEMA_VERSION
 
 
-def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
-    """The analysis document of one path from its per-file results."""
+def document(path, results: list[dict], warnings: list[str] = (), model: dict | None = None) -> dict:
+    """The analysis document of one path from its per-file results (`model`: the model the user gave)."""
     doc = {
         "schema_version": SCHEMA_VERSION,
         "inputs": [],
@@ -48,6 +54,11 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
     doc["warnings"][:0] = salvage_lines(salvaged) + cut_lines
     if salvaged:
         doc["salvage"] = salvaged
+    # the rollout's samples, where its host kept them, and what its engines' schedulers said over each step
+    records, engine = read_rollout_records(path) if Path(path).is_dir() else ([], [])
+    samples = sample_table(records, clock_base_us(doc["inputs"])) if records else []
+    bounds = [b for d in timeline_dirs(path) for b in step_bounds(d)]
+    doc["warnings"].extend(place_steps(doc, samples, bounds))  # a file naming no step: the same clock's records say
     doc["rows"].extend(stage_rows_from_units(doc["rows"]))
     timeline = run_timeline(path)  # the run over time, where the watch wrote one (analyze/over_time/timeline.py)
     if timeline is not None:
@@ -56,14 +67,20 @@ def document(path, results: list[dict], warnings: list[str] = ()) -> dict:
         raise AnalyzeError("nothing could be read: " + "; ".join(doc["warnings"][:3]))
     doc["rows"].sort(key=lambda r: (order_key(r["step"]), order_key(r["rank"]), r["start_us"] or 0))
     doc["run_config"] = run_config(path)
-    records = read_samples(path) if Path(path).is_dir() else []  # the rollout's samples, where its host kept them
     if records:
-        doc["samples"] = sample_table(records, clock_base_us(doc["inputs"]))
-        doc["sample_steps"] = step_summaries(doc["samples"])
+        doc["samples"] = samples
+        doc["sample_steps"] = step_summaries(doc["samples"], engine)
         if timeline is not None:  # a slow rollout explained by its samples (analyze/over_time/rollout_why.py)
             explain_rollout(timeline, doc["sample_steps"])
+        account = rollout_account(timeline_dirs(path), samples, clock_base_us(doc["inputs"]))
+        if account:  # the rollout stage split: generation and the rest (analyze/over_time/rollout_account.py)
+            doc["rollout_account"] = account
+    # the model the run computed with, and how far each stage ran from its device's limits (diagnosis/speed_of_light.py)
+    doc["model"] = run_model(path, [res.get("model") for res in results], doc["run_config"], model)
+    doc["stage_limits"] = speed_of_light(doc, doc["model"])
     name_writers(doc)
     doc["measures"], doc["findings"] = diagnose(doc)
+    doc["plan"] = document_plan(doc)  # the findings' levers together, savings counted once (analyze/diagnosis/plan.py)
     attach_beside(doc)  # each captured window beside a normal one, with its cause (analyze/over_time/beside.py)
     return doc
 
@@ -116,12 +133,15 @@ def _same_window_twice(rows: list[dict]) -> list[str]:
 SUMMED = (*BUCKETS, "unknown_ms", "device_gap_ms", "launch_bound_ms", "launch_unlinked_ms", "unlinked_events")
 EARLIEST = ("start_us", "host_start_us", "device_start_us")  # the first of the units' (None where none has one)
 KEY = ("step", "role", "stage", "rank", "replica")  # the window the units belong to: equal in all of them
+ALIKE = ("step_source",)  # where the window's step came from (row_steps.py): its file's, alike in its units
 # host_wall_ms: the span of the units' host ranges, first start to last end (the host lane draws that); attribution:
 # "launch+time" where any unit placed work by time; units_only: how many units. Not carried: what only a unit says
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
 # is in another file, or not recorded).
 NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
 NAMED_AFTER = ("writer",)  # named on every row once the stage rows are made (name_writers): from its own key
+# the work and limits: not assembled, computed for the stage row afterwards from its units' work (speed_of_light)
+AFTERWARDS = ROW_FIELDS
 MERGED = IDLE_FIELDS  # the frames of the units' idle and host time: summed frame by frame (window/idle_frames.py)
 
 
@@ -142,6 +162,7 @@ def assembled_row(units: list[dict]) -> dict:
     """The stage row of these units (one window's), field by field (SUMMED, EARLIEST, KEY and the rest above)."""
     row = {k: units[0][k] for k in KEY}
     row.update(file=None, unit=None, index=None)
+    row.update({k: units[0][k] for k in ALIKE if k in units[0]})
     for k in EARLIEST:
         if any(k in u for u in units):
             starts = [u[k] for u in units if u.get(k) is not None]

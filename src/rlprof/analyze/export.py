@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures")
+TABLES = ("rows", "ops", "collectives", "launch", "inputs", "findings", "measures", "stage_limits")
 
 
 def scalar_columns(records: list[dict]) -> list[str]:
@@ -28,7 +28,8 @@ def memory_points(doc: dict) -> list[dict]:
 
 
 def sample_step_rows(doc: dict) -> list[dict]:
-    """Each step's samples together, flat: the distributions' quantiles and the phases as columns of their own."""
+    """Each step's samples together, flat: the distributions' quantiles, the phases and the engine's counts as columns
+    of their own."""
     out = []
     for s in doc.get("sample_steps", []):
         row = {k: v for k, v in s.items() if not isinstance(v, (list, dict))}
@@ -36,6 +37,7 @@ def sample_step_rows(doc: dict) -> list[dict]:
             for q, v in (s.get(name) or {}).items():
                 row[f"{name}_{q}"] = v
         row.update({f"{phase}_sum": v for phase, v in s.get("phases_ms", {}).items()})
+        row.update({f"engine_{k}": v for k, v in (s.get("engine") or {}).items()})  # what its scheduler said
         out.append(row)
     return out
 

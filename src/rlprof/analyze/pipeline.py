@@ -24,9 +24,13 @@ def analyze(
     progress=None,
     top: int | None = 50,
     by_shape: bool = False,
+    model: dict | None = None,
 ) -> dict:
-    """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes."""
-    return analyze_each([path], workers=workers, use_ray=use_ray, progress=progress, top=top, by_shape=by_shape)[0]
+    """`top`: operators kept per window (None: all, as compare needs); `by_shape`: keep input shapes; `model`: the
+    model the run computed with, where the user gave it (analyze/inputs/model_config.py: given_model)."""
+    return analyze_each(
+        [path], workers=workers, use_ray=use_ray, progress=progress, top=top, by_shape=by_shape, model=model
+    )[0]
 
 
 def analyze_each(
@@ -37,6 +41,7 @@ def analyze_each(
     progress=None,
     top: int | None = 50,
     by_shape: bool = False,
+    model: dict | None = None,
 ) -> list[dict]:
     """One analysis document per path, their files scheduled together (compare's two sides share the cores)."""
     if use_ray:  # the inputs are listed by the nodes that hold them
@@ -45,7 +50,7 @@ def analyze_each(
         docs = []
         for path in paths:
             results, warnings = analyze_on_cluster(str(path), top, by_shape, progress)
-            docs.append(document(path, results, warnings))
+            docs.append(document(path, results, warnings, model=model))
         return docs
     side_inputs = [
         [] if timeline_only(path) else [(p, meta, top, by_shape) for p, meta in find_inputs(path)] for path in paths
@@ -53,7 +58,7 @@ def analyze_each(
     results = run_inputs([job for inputs in side_inputs for job in inputs], workers or os.cpu_count() or 1, progress)
     docs, at = [], 0
     for path, inputs in zip(paths, side_inputs):
-        docs.append(document(path, results[at : at + len(inputs)]))
+        docs.append(document(path, results[at : at + len(inputs)], model=model))
         at += len(inputs)
     return docs
 

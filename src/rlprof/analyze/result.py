@@ -51,8 +51,37 @@ class Buckets(Record, kw_only=True):
     idle_ms: Number
 
 
-class Row(Record, kw_only=True):
-    """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it."""
+class Limits(Record, kw_only=True):
+    """The work a row did and how far it ran from its device's limits (analyze/diagnosis/speed_of_light.py): present
+    where the model and what the row computed are known; the limits where its device's are too."""
+
+    work_from: str | UnsetType = UNSET
+    model_flops: Number | UnsetType = UNSET
+    padded_flops: Number | UnsetType = UNSET
+    min_bytes: Number | UnsetType = UNSET
+    achieved_tflops: Number | UnsetType = UNSET
+    achieved_gbps: Number | UnsetType = UNSET
+    mfu: Number | UnsetType = UNSET
+    mbu: Number | UnsetType = UNSET
+    mfu_verl: Number | UnsetType = UNSET
+    sol_ms: Number | UnsetType = UNSET
+    bound: str | UnsetType = UNSET
+    gap_ms: Number | UnsetType = UNSET
+    gap_idle_ms: Number | UnsetType = UNSET
+    gap_launch_ms: Number | UnsetType = UNSET
+    gap_comm_ms: Number | UnsetType = UNSET
+    gap_memcpy_ms: Number | UnsetType = UNSET
+    gap_padding_ms: Number | UnsetType = UNSET
+    gap_small_batches_ms: Number | UnsetType = UNSET
+    gap_kernels_ms: Number | UnsetType = UNSET
+    gap_largest: str | None | UnsetType = UNSET
+
+
+class Row(Limits, kw_only=True):
+    """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it. `step_source`: where
+    a window whose file names no step took it from (analyze/over_time/row_steps.py: `samples`, the samples that ran
+    in its time range; `watch`, the watch's step boundaries; `windows`, the windows of the other files); absent where
+    its file or manifest row says it."""
 
     step: Label
     role: str | None
@@ -86,8 +115,11 @@ class Row(Record, kw_only=True):
     active: int | UnsetType = UNSET
     prefill_seqs: int | UnsetType = UNSET
     prefill_tokens: int | UnsetType = UNSET
+    context_tokens: int | UnsetType = UNSET
+    query_key_pairs: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
     writer: str | None | UnsetType = UNSET
+    step_source: str | UnsetType = UNSET
     idle_frames: list[IdleFrame] | UnsetType = UNSET
     idle_frames_rest_ms: Number | UnsetType = UNSET
     idle_unattributed_ms: Number | UnsetType = UNSET
@@ -131,6 +163,55 @@ class HostSite(Frame, kw_only=True):
     the row, and its top call site."""
 
     ms: Number
+
+
+class StageLimits(Limits, kw_only=True):
+    """One (role, stage) against its device's limits: its stage rows' work, wall, speed of light and gap summed over
+    its `rows`, its ratios the sums' (analyze/diagnosis/speed_of_light.py)."""
+
+    role: str | None
+    stage: str | None
+    rows: int
+    wall_ms: Number
+
+
+class Model(Record, kw_only=True):
+    """The model the run computed with, in Hugging Face's terms, and where it was read (`source`); `why` where none
+    is known."""
+
+    source: str | None
+    why: str | UnsetType = UNSET
+    model_type: str | None | UnsetType = UNSET
+    hidden_size: int | UnsetType = UNSET
+    num_hidden_layers: int | UnsetType = UNSET
+    num_attention_heads: int | UnsetType = UNSET
+    num_key_value_heads: int | UnsetType = UNSET
+    head_dim: int | UnsetType = UNSET
+    intermediate_size: int | UnsetType = UNSET
+    vocab_size: int | UnsetType = UNSET
+    tie_word_embeddings: bool | UnsetType = UNSET
+    num_experts: int | UnsetType = UNSET
+    num_experts_per_tok: int | UnsetType = UNSET
+    moe_intermediate_size: int | UnsetType = UNSET
+    num_shared_experts: int | UnsetType = UNSET
+    dtype: str | UnsetType = UNSET
+    kv_cache_dtype: str | UnsetType = UNSET
+
+
+class Hardware(Record, kw_only=True):
+    """The device a window ran on and its limits: peak dense FLOP/s per dtype and memory bandwidth (bytes/s), from
+    rlprof's table of devices or, for a CPU, measured at collection start (`source`); `why` where not known."""
+
+    kind: str | None
+    name: str | None
+    count: int | None
+    peak_flops: dict[str, Number]
+    bandwidth: Number | None
+    source: str | None
+    verl_peak_flops: Number | None
+    cores: int | None | UnsetType = UNSET
+    threads: int | None | UnsetType = UNSET
+    why: str | UnsetType = UNSET
 
 
 class InWindow(Record, kw_only=True):
@@ -228,6 +309,7 @@ class Input(Record, kw_only=True):
     host_busy_ms: Number | None | UnsetType = UNSET
     job_cpu_ms: Number | None | UnsetType = UNSET
     host_cpus: int | None | UnsetType = UNSET
+    hardware: Hardware | UnsetType = UNSET
     analysed_on: AnalysedOn | None | UnsetType = UNSET
 
 
@@ -249,6 +331,17 @@ class RunConfig(Record, kw_only=True):
     kl_coef: Number
     config: dict[str, Any] | None
     unprofiled: Unprofiled | None
+
+
+class RefillPass(Record, kw_only=True):
+    """One generation pass of DAPO's dynamic sampling (0: the first; refills after), summed over the watched steps:
+    its samples, its groups and those the filter dropped (0 where the host does not say its groups)."""
+
+    # `pass` is a Python keyword: the field keeps its JSON name
+    pass_: int = msgspec.field(name="pass")
+    samples: int
+    groups: int
+    dropped: int
 
 
 class Measure(Record, kw_only=True):
@@ -300,6 +393,30 @@ class Measure(Record, kw_only=True):
     excess_ms: Number | UnsetType = UNSET
     queue_ms: Number | UnsetType = UNSET
     longest_queue_ms: Number | UnsetType = UNSET
+    refill_ms: Number | UnsetType = UNSET
+    rollout_ms: Number | UnsetType = UNSET
+    outside_ms: Number | UnsetType = UNSET
+    generation_ms: Number | UnsetType = UNSET
+    handover_ms: Number | UnsetType = UNSET
+    release_ms: Number | UnsetType = UNSET
+    refilled_steps: int | UnsetType = UNSET
+    passes: list[RefillPass] | UnsetType = UNSET
+    filtered_groups: int | UnsetType = UNSET
+    in_engine: bool | UnsetType = UNSET
+    iterations: int | UnsetType = UNSET
+    waiting_iterations: int | UnsetType = UNSET
+    kv_full_iterations: int | UnsetType = UNSET
+    slots_full_iterations: int | UnsetType = UNSET
+    max_running: int | UnsetType = UNSET
+    max_waiting: int | UnsetType = UNSET
+    peak_kv_usage: Number | UnsetType = UNSET
+    max_num_seqs: int | UnsetType = UNSET
+    max_num_batched_tokens: int | UnsetType = UNSET
+    kv_cache_tokens: int | UnsetType = UNSET
+    block_size: int | UnsetType = UNSET
+    fit_scatter: Number | UnsetType = UNSET
+    token_counts: int | UnsetType = UNSET
+    fit: str | UnsetType = UNSET
     host_ms: Number | UnsetType = UNSET
     function: str | UnsetType = UNSET
     line: int | UnsetType = UNSET
@@ -313,6 +430,9 @@ class Lever(Record, kw_only=True):
     set: str
     why: str
     text: str
+    changes_result: bool | UnsetType = UNSET
+    effect: str | UnsetType = UNSET
+    needs: str | UnsetType = UNSET
 
 
 class Saving(Record, kw_only=True):
@@ -327,9 +447,45 @@ class Saving(Record, kw_only=True):
     by_stage_ms: dict[str, Number] | UnsetType = UNSET
     profiled_ms: dict[str, Number] | UnsetType = UNSET
     step_ms: Number | UnsetType = UNSET
+    basis: str | UnsetType = UNSET
     reward_after_ms: Number | UnsetType = UNSET
     responses_cut: Number | UnsetType = UNSET
+    speed_of_light_ms: dict[str, Number] | UnsetType = UNSET
+    responses_cut_count: int | UnsetType = UNSET
+    tokens_cut: int | UnsetType = UNSET
+    tokens_cut_share: Number | UnsetType = UNSET
     dialect: str | UnsetType = UNSET
+
+
+class PlanCause(Record, kw_only=True):
+    """A cause whose first lever's saving the plan counts."""
+
+    kind: str
+    stage: str | None
+    saving_ms: Number
+
+
+class PlanLeft(Record, kw_only=True):
+    """A cause the plan cannot count: its saving is not predictable."""
+
+    kind: str
+    stage: str | None
+    why: str
+
+
+class Plan(Record, kw_only=True):
+    """The findings' first levers applied together: savings on the same stage counted once, the total a share of the
+    real step (its basis named), and the keys the levers pull two ways (none)."""
+
+    basis: str
+    basis_words: str
+    step_ms: Number
+    total_ms: Number
+    total_share: Number | None
+    by_stage_ms: dict[str, Number]
+    causes: list[PlanCause]
+    not_predicted: list[PlanLeft]
+    conflicts: dict[str, dict[str, list[str]]]
 
 
 class Finding(Record, kw_only=True):
@@ -416,13 +572,34 @@ class Drift(Record, kw_only=True):
 
 
 class Straggler(Record, kw_only=True):
-    """A rank slower than the others in one stage, step after step."""
+    """A rank slower than the others in one stage, step after step; with `cause: contention` where its wait for a core
+    in the stage beyond the wait expected at the other ranks' share there explains its excess at half of its steps or
+    more (its median wait there, the median expected, other processes' share of its host)."""
 
     rank: Label
     stage: str
     steps: int
     first_step: int
     median_ratio: Number
+    cause: str | UnsetType = UNSET
+    run_wait_ms: Number | None | UnsetType = UNSET
+    expected_wait_ms: Number | None | UnsetType = UNSET
+    others_share: Number | None | UnsetType = UNSET
+
+
+class Contention(Record, kw_only=True):
+    """Slow steps the machine's contention explained (the busy ranks' wait for a core in the stage beyond the wait
+    expected at their usual share there, summed, at least `contention_share` of the excess), said once: for every
+    rank alike (the whole machine) or for one rank; medians over its steps."""
+
+    every_rank: bool
+    ranks: list[Label]
+    steps: list[int]
+    stages: list[str]
+    excess_seconds: Number
+    run_wait_ms: Number | None
+    expected_wait_ms: Number | None
+    others_share: Number | None
 
 
 class Trigger(Record, kw_only=True):
@@ -560,11 +737,13 @@ class Timeline(Record, kw_only=True):
     warmup_steps: list[int]
     captured_steps: list[int]
     profiled_steps: list[int]
+    contention_steps: list[int] | UnsetType = UNSET
     per_step: dict[str, PerStep]
     spikes: list[Spike]
     level_shifts: list[LevelShift]
     drift: list[Drift]
     stragglers: list[Straggler]
+    contention: list[Contention] | UnsetType = UNSET
     captures: list[Capture]
     beside: list[Beside] | UnsetType = UNSET
 
@@ -605,12 +784,40 @@ class Sample(Record, kw_only=True):
     reward_ms: Number | UnsetType = UNSET
     preemptions: int | UnsetType = UNSET
     rollout_pass: int | UnsetType = UNSET
+    group: int | UnsetType = UNSET
+    group_filtered: bool | UnsetType = UNSET
     first_decode_step: int | UnsetType = UNSET
     last_decode_step: int | UnsetType = UNSET
     request_id: str | UnsetType = UNSET
     finish_reason: str | UnsetType = UNSET
     cached_tokens: int | UnsetType = UNSET
     worker: int | UnsetType = UNSET
+
+
+class RolloutAccount(Record, kw_only=True):
+    """One watched step's rollout stage split (analyze/over_time/rollout_account.py): the host's stage time, its
+    samples' generation (each pass's first start to last end, summed) and the rest; where the host says when its stage
+    began and ended (verl's driver), the time before the first sample and after the last, of which the wait for the
+    batch's handover and what followed it (the replicas put to sleep; a rollout profiler stopped on a profiled step);
+    with DAPO's dynamic sampling the time its refills added (`refill_ms`), verl's refill dispatches, the samples they
+    started and the groups its filter dropped; ms."""
+
+    step: int
+    stage_ms: Number
+    generation_ms: Number
+    outside_ms: Number
+    outside_share: Number | None
+    samples: int
+    passes: int
+    before_ms: Number | UnsetType = UNSET
+    after_ms: Number | UnsetType = UNSET
+    handover_ms: Number | UnsetType = UNSET
+    release_ms: Number | UnsetType = UNSET
+    refill_ms: Number | UnsetType = UNSET
+    refill_samples: int | UnsetType = UNSET
+    refills: int | UnsetType = UNSET
+    filtered_groups: int | UnsetType = UNSET
+    profiled: bool
 
 
 class Quantiles(Record, kw_only=True):
@@ -649,14 +856,32 @@ class SampleStep(Record, kw_only=True):
     phases_ms: dict[str, Number]
     preemptions: int | UnsetType = UNSET
     preempted_samples: int | UnsetType = UNSET
+    engine: EngineStep | UnsetType = UNSET
+
+
+class EngineStep(Record, kw_only=True):
+    """What a step's vLLM engines' schedulers said over its iterations (counts summed over its engines and passes)."""
+
+    iterations: int
+    waiting_iterations: int
+    kv_full_iterations: int
+    slots_full_iterations: int
+    max_running: int
+    max_waiting: int
+    peak_kv_usage: Number
+    preempted: int
+    max_num_seqs: int | UnsetType = UNSET
+    max_num_batched_tokens: int | UnsetType = UNSET
+    kv_cache_tokens: int | UnsetType = UNSET
+    block_size: int | UnsetType = UNSET
 
 
 class Analysis(Record, kw_only=True):
     """The analysis of one run, trace or directory: analysis.json as typed values.
 
     `rlprof.analyze(path)` makes one; `Analysis.load(path)` reads an analysis.json; `to_json()` writes one.
-    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, memory; samples and
-    sample_steps where the rollout's host recorded its samples) as
+    `columns(table)` gives a table (rows, ops, collectives, launch, inputs, findings, measures, stage_limits, memory;
+    samples and sample_steps where the rollout's host recorded its samples) as
     numpy columns, the same scalar columns the CSV / DuckDB export writes."""
 
     schema_version: int
@@ -673,8 +898,12 @@ class Analysis(Record, kw_only=True):
     run_config: RunConfig | None
     samples: list[Sample] | UnsetType = UNSET
     sample_steps: list[SampleStep] | UnsetType = UNSET
+    rollout_account: list[RolloutAccount] | UnsetType = UNSET
+    model: Model | UnsetType = UNSET
+    stage_limits: list[StageLimits] | UnsetType = UNSET
     measures: list[Measure]
     findings: list[Finding]
+    plan: Plan | UnsetType = UNSET
 
     @classmethod
     def from_document(cls, doc: dict) -> Analysis:
@@ -777,6 +1006,9 @@ REFERENCE_ORDER = (
     IdleFrame,
     IdleNode,
     HostSite,
+    StageLimits,
+    Model,
+    Hardware,
     Op,
     Collective,
     Launch,
@@ -785,12 +1017,18 @@ REFERENCE_ORDER = (
     Unprofiled,
     Sample,
     SampleStep,
+    RolloutAccount,
+    EngineStep,
     Quantiles,
     SlowSample,
     Measure,
+    RefillPass,
     Finding,
     Lever,
     Saving,
+    Plan,
+    PlanCause,
+    PlanLeft,
     Timeline,
     PerStep,
     Spike,
@@ -798,6 +1036,7 @@ REFERENCE_ORDER = (
     RolloutWhy,
     Drift,
     Straggler,
+    Contention,
     Capture,
     Trigger,
     Beside,
@@ -855,7 +1094,9 @@ def schema_reference() -> str:
             "| field | type | present |",
             "| --- | --- | --- |",
         ]
-        for f in info.fields:
+        bases = [b for b in cls.__mro__[1:] if issubclass(b, Record) and b is not Record]
+        inherited = {f.name for base in bases for f in mi.type_info(base).fields}
+        for f in sorted(info.fields, key=lambda f: f.name in inherited):
             out.append(f"| `{f.encode_name}` | {_type_words(f.type)} | {'always' if f.required else 'optional'} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -34,11 +34,18 @@ def advise(
     cause: Optional[str] = typer.Option(
         None, "--cause", help="with --fix: the cause to fix (default: the first the findings rank), e.g. slow_reward"
     ),
+    plan: bool = typer.Option(
+        False,
+        "--plan",
+        help="with --fix: every cause's first lever at once, one consistent config, and the plan's saving",
+    ),
 ):
     """The next profiling config: the stage, step and ranks the findings point at, sampled to fit the budget. With
     --fix: the next training config, the overrides that act on the first cause."""
     if cause and not fix:
         fail("--cause goes with --fix (the cause whose lever to write)")
+    if plan and not fix:
+        fail("--plan goes with --fix (every cause's first lever, written together)")
     if fix:
         if check:
             fail(
@@ -47,7 +54,7 @@ def advise(
             )
         if run is None:
             fail("advise --fix needs RUN (a profiled run)")
-        _advise_fix(run, dialect, cause, out)
+        _advise_fix(run, dialect, cause, out, plan)
     elif check:
         if not advice_file:
             fail("--check needs --advice NEXT.advice.json (written beside the config by `rlprof advise -o NEXT.yaml`)")
@@ -58,14 +65,15 @@ def advise(
         _advise_next(run, budget, dialect, out, save_path)
 
 
-def _advise_fix(run: str, dialect: str, cause: Optional[str], out: Optional[str]) -> None:
-    """advise --fix: the overrides that act on the first cause, printed or written with their sidecar."""
+def _advise_fix(run: str, dialect: str, cause: Optional[str], out: Optional[str], plan: bool = False) -> None:
+    """advise --fix: the overrides that act on the first cause (every cause: --plan), printed or written with their
+    sidecar."""
     from pathlib import Path
 
     from ..advise import fix_for_run, fix_text
     from ..report.terminal import print_fix
 
-    result = fix_for_run(run, dialect, cause)
+    result = fix_for_run(run, dialect, cause, plan)
     print_fix(result)
     if result["fix"] is None:
         typer.echo("nothing written" + (f" ({out} not created)" if out else ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import List, Optional
@@ -20,6 +21,12 @@ def analyze(
     out: Optional[str] = typer.Option(None, "-o", "--out", help="output directory (default: next to the input)"),
     ray: bool = RAY_OPTION,
     workers: Optional[int] = WORKERS_OPTION,
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        help="the model the run computed with, where it recorded none: a checkpoint directory, its config.json, "
+        "or the config's JSON text (for each stage's FLOPs, bytes and distance from the device's limits)",
+    ),
 ):
     """Per (step, role, stage, rank) time breakdown, top operators and kernels, collectives, memory.
 
@@ -29,15 +36,19 @@ def analyze(
 
     from ..analyze.pipeline import analyze as run_analysis
     from ..analyze.inputs.find import is_analysis_file
+    from ..analyze.inputs.model_config import given_model
     from ..analyze.result import Analysis
 
     if export not in ("csv", "db"):
         fail(f"--export {export!r} is not allowed; allowed: csv, db")
+    given = given_model(model) if model is not None else None
     if is_analysis_file(Path(path)):
+        if given is not None:
+            fail("--model applies to traces; an analysis.json keeps the model it was made with (re-run on the traces)")
         analysis = Analysis.load(path)
         doc = analysis.to_dict()
     else:
-        doc = _analyze_with_progress(run_analysis, path, workers, ray, quiet=as_json)
+        doc = _analyze_with_progress(run_analysis, path, workers, ray, quiet=as_json, model=given)
         analysis = Analysis.from_document(doc)  # the document as its types say (an unknown key is an error)
     for warning in doc["warnings"]:
         typer.echo(f"rlprof: warning: {warning}", err=True)
@@ -236,8 +247,10 @@ def slice_cmd(
     )
 
 
-def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool):
+def _analyze_with_progress(run_analysis, path, workers, ray, quiet: bool, model: dict | None = None):
     """A progress bar over input files on stderr (long inputs); none with --json or when piped."""
+    if model is not None:
+        run_analysis = functools.partial(run_analysis, model=model)
     if quiet or ray:  # with --ray the nodes list the inputs, not this machine
         return run_analysis(path, workers=workers, use_ray=ray)
     from rich.console import Console

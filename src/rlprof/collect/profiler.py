@@ -141,7 +141,7 @@ class Profiler(Watching):
         self._open: list[Window] = []
         self._e2e: Window | None = None
         self._units: dict[str, int] = {}
-        self._writer = WindowWriter(self.run_id, hosted, self._where)
+        self._writer = WindowWriter(self.run_id, hosted, self._where, bool(self._collecting or self._capturable))
         self._lost = LostWindows(self.said)  # the windows lost to faults, said without flooding the log
         self._closed = False
         self._finish_hook = FinishHook.of_process(plan, hosted, self.rank, replica)

@@ -1,15 +1,15 @@
 """The trigger: what arms a capture, decided at each step end from every rank's stage times.
 
-Every rank contributes one vector per step (its step and stage seconds, whether the step was its own -- not on a busy
-machine, not beside a window written in the background -- and on rank 0
-the request `rlprof capture` left); one all_gather over the job's own process group gives every rank the same
-matrix, and the same deterministic rule below runs on it everywhere, so a capture is of the same step on every rank
-that takes it. Single process: the matrix is the local row.
+Every rank contributes one vector per step (its step and stage seconds, whether the step was its own -- not beside a
+window written in the background -- and whether its machine was busy, its run-queue wait and other processes' share of
+its host, and on rank 0 the request `rlprof capture` left); one all_gather over the job's own process group gives
+every rank the same matrix, and the same deterministic rule below runs on it everywhere, so a capture is of the same
+step on every rank that takes it. Single process: the matrix is the local row.
 
-The rule (steps 1..warmup_steps, steps any rank's busy-machine rule flags and steps during which any rank wrote a
-window in the background are neither judged nor kept as baseline):
+The rule (steps 1..warmup_steps, steps during which any rank wrote a window in the background and the plan's own
+profiled steps are neither judged nor kept as baseline; a busy machine's steps are judged like any other):
 - straggler: at this step, in a stage, the slowest rank took more than factor x the median of the other ranks and
-  at least min_seconds more;
+  at least min_seconds more (ranks sharing a busy host carry its load alike: the one slower beyond it straggles);
 - slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
   (since the last slow capture: the baseline restarts after one, so a new level is captured once) and at least
   min_seconds over it; the step itself is judged when no stage is;
@@ -17,6 +17,14 @@ window in the background are neither judged nor kept as baseline):
   their next collective, so they look slow in a later stage; else the slow stage with the largest excess (the step
   itself only when no stage is). It arms a capture of the next step, within max_captures and `cooldown` steps
   after the previous one.
+- contention: where the contention explains the finding (analyze/inputs/busy_machine.py's rule: the ranks it held up
+  waited for a core in the slow stage beyond the wait their time on a core there would have had at their usual share
+  -- the other ranks' at this step for a straggler, each rank's own over the baseline's steps for a slow step -- half
+  the excess or more), the finding carries `cause: contention` and the evidence (the rank that waited most, the ranks'
+  wait there and the wait expected at their usual share, other processes' share of the host). It is
+  recorded, not captured (a trace of a rank waiting for a core shows nothing its wait does not, and the budget and
+  the cooldown stay for the job's own slowness): the decision says it (`Decision.contention`) for the host to say
+  once and flag on that rank in the timeline (CONTENTION); a slow step so explained is kept out of the baseline.
 """
 
 from __future__ import annotations
@@ -28,15 +36,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analyze.inputs.busy_machine import expected_wait_ms, explains
 from ..analyze.inputs.timeline_file import JUDGED, SLOW, STRAGGLER
 from ..config.plan import TriggerPlan
 from ..vocab import ROLES, STAGE_ROLE, STAGES
 
 TIMES = 1 + len(STAGES)  # the step, then each stage
 STARTS = TIMES  # then when each stage was first entered in the step
-BUSY_COL = STARTS + len(STAGES)  # not the job's own time: BUSY_MACHINE | BACKGROUND_WRITE (0: judged)
+STAGE_WAITS = STARTS + len(STAGES)  # then the step thread's wait for a core in each stage, ms (NaN: not known)
+STAGE_CPUS = STAGE_WAITS + len(STAGES)  # then its time on a core in each stage, ms
+BUSY_COL = STAGE_CPUS + len(STAGES)  # BUSY_MACHINE (judged), BACKGROUND_WRITE (not the job's own time: not judged)
 BUSY_MACHINE, BACKGROUND_WRITE = 1, 2
-REQ_COLS = BUSY_COL + 1  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
+CPU_COL = BUSY_COL + 1  # the step thread's time on a core over the step, ms (NaN: the kernel does not say)
+WAIT_COL = CPU_COL + 1  # and its run-queue wait, ms
+OTHERS_COL = WAIT_COL + 1  # other processes' share of the host's CPUs over the step (NaN: not known)
+REQ_COLS = (
+    OTHERS_COL + 1
+)  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
 WIDTH = REQ_COLS + 5
 MIN_HISTORY = 3  # judged steps before a median is a baseline
 
@@ -60,12 +76,14 @@ class Decision:
     armed: list = field(default_factory=list)  # Capture
     refused: list = field(default_factory=list)  # (request id, one line why)
     flagged: dict | None = None  # keep: slow_only: this step's finding, within the budget: its windows are kept
-    judged: bool = False  # the rule judged this step (not warm-up, busy or profiled): the timeline's JUDGED flag
-    found: dict | None = None  # what it found there (slow, straggler), armed or not (budget, cooldown)
+    judged: bool = False  # the rule judged this step (not warm-up or profiled): the timeline's JUDGED flag
+    found: dict | None = None  # what it found there (slow, straggler), armed or not (budget, cooldown, contention)
+    contention: dict | None = None  # a finding the machine's contention explains: said and flagged, not captured
 
     def flags(self) -> int:
-        """The verdict as the timeline's flags say it (the same on every rank)."""
-        reason = (self.found or {}).get("reason")
+        """The verdict as the timeline's flags say it (the same on every rank); a finding contention explained is the
+        machine's (CONTENTION, on the rank it names), not the job's slow step or straggler."""
+        reason = (self.found or {}).get("reason") if self.contention is None else None
         return (
             (JUDGED if self.judged else 0)
             | (SLOW if reason == "slow" else 0)
@@ -146,6 +164,42 @@ def _median_rows(rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def sched_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank's (time on a core, wait for one) at this step, each [ranks x (the step, then each stage)], ms; NaN
+    where not known."""
+    cpu = np.concatenate([matrix[:, CPU_COL : CPU_COL + 1], matrix[:, STAGE_CPUS:BUSY_COL]], axis=1)
+    waits = np.concatenate([matrix[:, WAIT_COL : WAIT_COL + 1], matrix[:, STAGE_WAITS:STAGE_CPUS]], axis=1)
+    return cpu, waits
+
+
+def wait_share(cpu: np.ndarray, waits: np.ndarray) -> np.ndarray:
+    """The wait as a share of the ready time (on a core or waiting for one); NaN where there was none."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cpu + waits > 0, waits / (cpu + waits), np.nan)
+
+
+def _contention(found: dict, matrix: np.ndarray, cpu, waits, usual: np.ndarray, excess: float, ranks) -> None:
+    """Where contention explains the finding (busy_machine.py's rule: the busy `ranks`' waits in the finding's stage
+    beyond the wait their time on a core there would have had at their `usual` share, summed): `cause: contention` and
+    the evidence, on the finding."""
+    busy = [r for r in ranks if int(matrix[r, BUSY_COL]) & BUSY_MACHINE and np.isfinite(waits[r] + cpu[r])]
+    expected = {r: expected_wait_ms(float(cpu[r]), float(usual[r])) for r in busy}
+    extra = {r: max(0.0, float(waits[r]) - expected[r]) for r in busy}
+    if not busy or not explains(sum(extra.values()), excess):
+        return
+    most = max(busy, key=extra.__getitem__)
+    others = matrix[busy, OTHERS_COL]
+    found["cause"] = "contention"
+    found["evidence"] = {
+        "rank": most,
+        "run_wait_ms": float(sum(waits[r] for r in busy)),
+        "expected_wait_ms": float(sum(expected.values())),
+        "others_share": float(np.median(others[np.isfinite(others)])) if np.isfinite(others).any() else None,
+        "ranks_busy": int(sum(int(b) & BUSY_MACHINE for b in matrix[:, BUSY_COL])),
+        "ranks": len(matrix),
+    }
+
+
 def _over(value: float, base: float, rule) -> float:
     """The excess in seconds when `value` is over the rule's line, else 0."""
     if not (np.isfinite(value) and np.isfinite(base)) or value <= rule.factor * base:
@@ -162,6 +216,7 @@ class Trigger:
         self.profiled: set = set(fixed_steps)
         self.enabled_roles = enabled_roles  # roles the plan lets collect (the same on every rank)
         self.history: deque = deque(maxlen=plan.window)
+        self.shares: deque = deque(maxlen=plan.window)  # each judged step's wait shares [ranks x (step, stages)]
         self.used = 0
         self.judged = False  # whether the last step judge() saw was judged
         self.last_armed: int | None = None
@@ -188,11 +243,11 @@ class Trigger:
         return self.plan.max_captures - self.used
 
     def judge(self, step: int, matrix: np.ndarray) -> dict | None:
-        """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}) or None; `judged`
-        says whether the step was judged at all."""
+        """This step's finding ({reason, step, stage, rank, seconds, baseline_seconds, ranks}, with `cause` and
+        `evidence` where contention explains it) or None; `judged` says whether the step was judged at all."""
         plan = self.plan
-        times, busy = matrix[:, :TIMES], matrix[:, BUSY_COL] > 0
-        self.judged = not (step <= plan.warmup_steps or busy.any() or step in self.profiled)
+        times, unjudged = matrix[:, :TIMES], matrix[:, BUSY_COL].astype(np.int64) & BACKGROUND_WRITE
+        self.judged = not (step <= plan.warmup_steps or unjudged.any() or step in self.profiled)
         if not self.judged:
             return None
         found, best = None, 0.0
@@ -224,6 +279,14 @@ class Trigger:
                         "baseline_seconds": base,
                         "ranks": (slow, healthy),
                     }
+        cpu, waits = sched_columns(matrix)
+        shares = wait_share(cpu, waits)
+        if found is not None:  # against the other ranks at this step: theirs is the usual share
+            slow, j = found["rank"], 1 + STAGES.index(found["stage"])
+            others = np.delete(shares[:, j], slow)
+            usual = np.full(len(matrix), np.median(others[~np.isnan(others)]) if (~np.isnan(others)).any() else np.nan)
+            excess = found["seconds"] - found["baseline_seconds"]
+            _contention(found, matrix, cpu[:, j], waits[:, j], usual, excess, (slow,))
         job = np.fmax.reduce(times, axis=0)  # the slowest rank's time, NaN only where no rank ran it
         if found is None and plan.slow is not None and len(self.history) >= MIN_HISTORY:
             base = _median_rows(np.asarray(self.history))
@@ -245,7 +308,13 @@ class Trigger:
                             "ranks": None,
                         },
                     )
-        self.history.append(job)
+            if found is not None:
+                j = 0 if found["stage"] == "step" else 1 + STAGES.index(found["stage"])
+                usual = _median_rows(np.asarray(self.shares)[:, :, j]) if self.shares else np.zeros(len(matrix))
+                _contention(found, matrix, cpu[:, j], waits[:, j], usual, best, range(len(matrix)))
+        if found is None or found.get("cause") != "contention" or found["reason"] == "straggler":
+            self.history.append(job)  # a step the machine's contention slowed is no baseline of the job's own
+            self.shares.append(shares)
         return found
 
     def decide(self, step: int, matrix: np.ndarray, ranks_asked=None) -> Decision:
@@ -256,6 +325,9 @@ class Trigger:
             self._request(step, req, ranks_asked, out)
         found = self.judge(step, matrix)
         out.judged, out.found = self.judged, found
+        if found is not None and found.get("cause") == "contention":
+            out.contention = found  # the machine was slow, not the job: said and flagged, never captured
+            return out
         if found is not None and self.plan.keep == "slow_only":
             # this step's windows are kept instead of arming the next (the Profiler keeps them), on the budget:
             # counted here, on every rank alike, whether or not a rank profiled the stage

@@ -14,6 +14,11 @@ The request's record: `start_us` its arrival in the front end (the iteration's t
 `end_us` the iteration that returned its last token, both on the front end's wall clock; `queue_ms`, `prefill_ms`,
 `decode_ms` vLLM's queued, prefill and decode intervals; `prompt_tokens`, `response_tokens`, `cached_tokens`,
 `preemptions`, `finish_reason`, `request_id` as vLLM counted them. Turns and tools are not vLLM's to know: absent.
+
+The same logger gets vLLM's SchedulerStats after each iteration (the KV cache's usage, the requests running and
+waiting) and IterationStats' preemptions: one record per recorded step sums them (analyze/inputs/samples_file.py,
+ENGINE_FIELDS), with the engine's limits (max_num_seqs, the KV cache's tokens), so that the analysis can tell a
+queue held by KV-cache memory from one held by the engine's slots.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import functools
 import inspect
 from typing import Callable
 
+from ..analyze.inputs.samples_file import KV_FULL
 from ..warn_once import warn_once
 from .samples import SampleWriter, record
 
@@ -39,11 +45,18 @@ class EngineSamples:
         self.step: int | None = None
         self.count = 0  # requests of this step recorded so far: the next one's `sample`
         self.kept: list[dict] = []
+        self.config = None  # the engine's VllmConfig (its limits), where its stat logger was given one
+        self.state: dict | None = None  # the scheduler's counts over this step's iterations so far
 
     def begin(self, step: int) -> None:
+        self.end()
         self.step, self.count = step, 0
 
     def end(self) -> None:
+        """The step ends: its engine record written (or kept) where any iteration reported scheduler stats."""
+        state, self.state = self.state, None
+        if state is not None and self.step is not None:
+            self._out([{**record(step=self.step, rank=self.rank, replica=self.replica, source="vllm"), **state}])
         self.step = None
 
     def take(self) -> list[dict]:
@@ -55,6 +68,43 @@ class EngineSamples:
         finished = getattr(iteration_stats, "finished_requests", None)
         if finished:
             self.finished(finished, iteration_stats.iteration_timestamp)
+        if scheduler_stats is not None and self.step is not None:
+            self.scheduled(scheduler_stats, getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
+
+    def scheduled(self, stats, preempted: int) -> None:
+        """One iteration's SchedulerStats (and the requests it preempted), added to the step's counts."""
+        if self.state is None:
+            self.state = {**self._limits(), **dict.fromkeys(COUNTS, 0), "peak_kv_usage": 0.0}
+        s = self.state
+        running, waiting = int(stats.num_running_reqs), int(stats.num_waiting_reqs)
+        usage = float(stats.kv_cache_usage)
+        s["iterations"] += 1
+        s["preempted"] += int(preempted)
+        s["max_running"] = max(s["max_running"], running)
+        s["max_waiting"] = max(s["max_waiting"], waiting)
+        s["peak_kv_usage"] = max(s["peak_kv_usage"], usage)
+        if waiting:
+            s["waiting_iterations"] += 1
+            s["kv_full_iterations"] += usage >= KV_FULL or preempted > 0
+            s["slots_full_iterations"] += "max_num_seqs" in s and running >= s["max_num_seqs"]
+
+    def _limits(self) -> dict:
+        """The engine's limits as its config says them now (the KV cache's size is known once it is allocated)."""
+        sched = getattr(self.config, "scheduler_config", None)
+        cache = getattr(self.config, "cache_config", None)
+        blocks, block = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+        return record(
+            max_num_seqs=getattr(sched, "max_num_seqs", None),
+            max_num_batched_tokens=getattr(sched, "max_num_batched_tokens", None),
+            kv_cache_tokens=blocks * block if blocks and block else None,
+            block_size=block,
+        )
+
+    def _out(self, records: list[dict]) -> None:
+        if self.writer is not None:
+            self.writer.write(records)
+        else:
+            self.kept += records
 
     def finished(self, requests: list, timestamp: float) -> None:
         """vLLM's FinishedRequestStats of one iteration, `timestamp` its wall-clock time (seconds)."""
@@ -84,10 +134,18 @@ class EngineSamples:
                 )
             )
             self.count += 1
-        if self.writer is not None:
-            self.writer.write(records)
-        else:
-            self.kept += records
+        self._out(records)
+
+
+COUNTS = (
+    "iterations",
+    "waiting_iterations",
+    "kv_full_iterations",
+    "slots_full_iterations",
+    "max_running",
+    "max_waiting",
+    "preempted",
+)
 
 
 def install(samples_of: Callable, quiet: bool = False) -> bool:
@@ -138,6 +196,8 @@ def stat_logger_class():
             self.samples = None
             try:
                 self.samples = _samples_of(vllm_config, engine_index) if _samples_of is not None else None
+                if self.samples is not None:
+                    self.samples.config = vllm_config
             except Exception as exc:
                 _fault(exc)
 

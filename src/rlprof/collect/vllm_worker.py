@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+from ..frameworks.hf_models import model_record
 from ..warn_once import warn_once
 
 
@@ -146,12 +147,49 @@ def iteration_details():
             new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
             prefill_seqs = len(new)
             prefill_tokens = sum(scheduled[r] for r in new if r in scheduled)
+        context, pairs = attended(scheduler_output)
         return {
             "active": len(scheduled),
             "seqs": len(round_rows),
             "tokens": tokens,
             "prefill_seqs": prefill_seqs,
             "prefill_tokens": prefill_tokens,
+            "context_tokens": context,
+            "query_key_pairs": pairs,
         }
 
     return held
+
+
+def attended(scheduler_output) -> tuple[int, int]:
+    """(context tokens, query-key pairs) of an iteration, counted as vLLM's own per-iteration model counts them
+    (vllm/v1/metrics/perf.py, get_step_perf_stats_per_gpu): each scheduled request attends to its computed tokens plus
+    those scheduled now; summed, and times the tokens scheduled now."""
+    scheduled = scheduler_output.num_scheduled_tokens
+    context = pairs = 0
+    for req in scheduler_output.scheduled_new_reqs:
+        n = scheduled.get(req.req_id, 0)
+        context += req.num_computed_tokens + n if n else 0
+        pairs += n * (req.num_computed_tokens + n)
+    cached = scheduler_output.scheduled_cached_reqs
+    for i, req_id in enumerate(cached.req_ids):
+        n = scheduled.get(req_id, 0)
+        context += cached.num_computed_tokens[i] + n if n else 0
+        pairs += n * (cached.num_computed_tokens[i] + n)
+    return context, pairs
+
+
+def engine_model(vllm_config) -> dict | None:
+    """The model a vLLM engine loaded, as the analysis records a model (frameworks/hf_models.py): its Hugging Face
+    config, the dtype it computes in and its KV cache's; None where this vLLM's config has another layout."""
+    try:
+        model_config = vllm_config.model_config
+        cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)
+        return model_record(
+            model_config.hf_text_config.to_dict() | {"model_type": model_config.hf_config.model_type},
+            f"vLLM's engine: {model_config.model}",
+            dtype=model_config.dtype,
+            kv_cache_dtype=None if cache in (None, "auto") else cache,
+        )
+    except Exception:  # a config of another layout: the model is then not recorded, generation goes on
+        return None

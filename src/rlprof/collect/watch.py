@@ -1,7 +1,7 @@
 """The watch: every step of this process, each stage's wall time and the step's, from the Profiler's own
 boundaries, appended as one fixed-width record per step to `<run_dir>/timeline/rank<R>.bin`
 (analyze/inputs/timeline_file.py says the layout). Cheap enough to leave on: a stage boundary adds two perf_counter_ns
-calls and a list update; a step end adds one 48-byte write and the machine-load sample the busy rule reads."""
+calls and a list update; a step end adds one 176-byte write and the machine-load sample the busy rule reads."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import math
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -28,7 +29,9 @@ _perf_ns = time.perf_counter_ns
 
 class StageTimer:
     """What `prof.stage(name)` returns while the watch is on: the stage's own scope (a window or the no-op),
-    timed inside it: a window's start and stop (the profiler's cost, not the stage's) stay out of the stage's time.
+    timed inside it: a window's start and stop (the profiler's cost, not the stage's) stay out of the stage's time;
+    with the calling thread's time on a core and wait for one over the same span (one pread of its schedstat at each
+    end: ~1 µs).
     A stage entered again in the same step (a DAPO refill) adds to its time."""
 
     __slots__ = ("watch", "scopes", "name", "index", "open")
@@ -40,15 +43,21 @@ class StageTimer:
     def __enter__(self):
         inner = self.scopes[self.name]  # looked up now: the step's selection decides it
         entered = inner.__enter__()
+        w0 = self.watch.thread_sched_ns()
         t0 = _perf_ns()
         if self.watch.acc[self.index] < 0:  # first entry this step
             self.watch.first[self.index] = t0
-        self.open.append((inner, t0))
+        self.open.append((inner, t0, w0))
         return entered
 
     def __exit__(self, *exc):
-        inner, t0 = self.open.pop()
+        inner, t0, w0 = self.open.pop()
         self.watch.acc[self.index] += _perf_ns() - t0
+        if w0 is not None:
+            w1 = self.watch.thread_sched_ns()
+            if w1 is not None:
+                self.watch.ran[self.index] += max(0, w1[0] - w0[0])
+                self.watch.waited[self.index] += max(0, w1[1] - w0[1])
         return inner.__exit__(*exc)
 
 
@@ -71,7 +80,11 @@ class Watch:
         self.path = rank_file(run_dir, rank)
         self.acc = [-1] * len(STAGES)
         self.first = [0] * len(STAGES)
+        self.waited = [0] * len(STAGES)  # each stage's wait for a core this step (ns)
+        self.ran = [0] * len(STAGES)  # and its time on one (ns)
+        self._schedstat: dict = {}  # thread -> an open fd of its /proc schedstat (None: not readable here)
         self.t0 = 0
+        self.started_unix_s = math.nan  # the open step's start on the wall clock (the samples' and traces' clock)
         self.load_at_start = None
         self._file = None
 
@@ -80,31 +93,61 @@ class Watch:
         # the 1 back. One list, no per-stage flag to set on the boundary's path.
         self.acc = [-1] * len(STAGES)
         self.first = [0] * len(STAGES)
+        self.waited = [0] * len(STAGES)
+        self.ran = [0] * len(STAGES)
         self.load_at_start = sample(current_thread_times)
+        self.started_unix_s = time.time()
         self.t0 = _perf_ns()
 
-    def end(self) -> tuple[float, list[float], bool]:
+    def thread_sched_ns(self) -> tuple[int, int] | None:
+        """The calling thread's (time on a core, run-queue wait) so far in ns, from its schedstat kept open; None where
+        not readable."""
+        me = threading.get_ident()
+        fd = self._schedstat.get(me, -2)
+        if fd == -2:
+            try:
+                fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            except OSError:
+                fd = None
+            self._schedstat[me] = fd
+        if fd is None:
+            return None
+        try:
+            ran, waited = os.pread(fd, 64, 0).split()[:2]
+            return int(ran), int(waited)
+        except (OSError, ValueError):
+            return None
+
+    def end(self) -> tuple[float, list[float], bool, tuple[float, float, float]]:
         """(step seconds, stage seconds (NaN: did not run) then each stage's first entry in seconds from the
-        step's start, busy) of the open step. Busy: analyze/inputs/busy_machine.py's rule
-        over the thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
+        step's start, then each stage's wait for a core and its time on one in ms, busy, (the step thread's time on a core and its
+        run-queue wait in ms, other processes' share of the host's CPUs)) of the open step, NaN where the kernel
+        does not say. Busy: analyze/inputs/busy_machine.py's rule over the
+        thread that ran the step (its run-queue wait, not the idle helper threads'), the host and the job."""
         step_s = (_perf_ns() - self.t0) / 1e9
         stages = [math.nan if ns < 0 else (ns + 1) / 1e9 for ns in self.acc]
         stages += [math.nan if ns < 0 else (t - self.t0) / 1e9 for ns, t in zip(self.acc, self.first)]
+        stages += [math.nan if ns < 0 else w / 1e6 for ns, w in zip(self.acc, self.waited)]
+        stages += [math.nan if ns < 0 else c / 1e6 for ns, c in zip(self.acc, self.ran)]
         rec = since(self.load_at_start, current_thread_times) if self.load_at_start is not None else {}
         load = machine_load(rec) if rec else None
         # material to this step: a thread that mostly sleeps or waits on a device (a GPU host's) has a large wait
         # share of a small CPU time; the machine explains a step only where the wait is a part of its wall time
         busy = bool(load and load["busy"] and rec["run_wait_ms"] >= STEP_WAIT_SHARE * step_s * 1e3)
-        return step_s, stages, busy
+        waited = (float(rec["cpu_ms"]), float(rec["run_wait_ms"]), load["external_share"]) if load else (math.nan,) * 3
+        return step_s, stages, busy, waited
 
-    def write(self, step: int, flags: int, step_s: float, stages: list[float]) -> None:
+    def write(self, step: int, flags: int, step_s: float, stages: list[float], waited: tuple = (math.nan,) * 3) -> None:
+        """The step's record: its times (`end`'s stages, starts, stage waits and stage times on a core), its start on
+        the wall clock (the open step's) and `waited` (`end`'s time on a core, run-queue wait and others' share)."""
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             header = self.path.parent / COLUMNS_FILE
             if not header.exists():
                 _write_atomic(header, json.dumps(columns()))
             self._file = open(self.path, "ab", buffering=0)  # one write() per step: readers see whole records
-        record = RECORD.pack(step, flags, step_s, *stages)
+        n = len(STAGES)
+        record = RECORD.pack(step, flags, step_s, *stages[: 2 * n], self.started_unix_s, *waited, *stages[2 * n :])
         end = self._file.tell()
         try:
             written = self._file.write(record)
@@ -124,6 +167,10 @@ class Watch:
         if self._file is not None:
             self._file.close()
             self._file = None
+        for fd in self._schedstat.values():
+            if fd is not None:
+                os.close(fd)
+        self._schedstat = {}
 
 
 def _write_atomic(path: Path, text: str) -> None:

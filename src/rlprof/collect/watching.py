@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..analyze.inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP
+from ..analyze.inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
 from .trigger import BACKGROUND_WRITE, BUSY_MACHINE, REQ_COLS, Capture, Exchange, Trigger, encode_request
@@ -193,10 +193,10 @@ class Watching:
         """The step ended: its record, the decision every rank makes alike, the heartbeat and request answers."""
         watch, trig = self._watch, self._trigger
         try:
-            step_s, stages, busy = watch.end()
+            step_s, stages, busy, waited = watch.end()
         except Exception as exc:
             self._watch_fault("time the step", exc)
-            step_s, stages, busy = math.nan, [math.nan] * 2 * len(STAGES), False
+            step_s, stages, busy, waited = math.nan, [math.nan] * 4 * len(STAGES), False, (math.nan,) * 3
         if self._exchange is None:  # a follower: the host decides and keeps the timeline
             self._capture_rows, self._taken = {}, []
             return
@@ -208,15 +208,17 @@ class Watching:
                 self._watch_fault("read a capture request", exc)
         # a window written in the background while the step ran: its cost is in the step's times (not the job's own)
         writing = self._wrote_during_step()
-        unjudged = (BUSY_MACHINE if busy else 0) | (BACKGROUND_WRITE if writing else 0)
+        load = (BUSY_MACHINE if busy else 0) | (BACKGROUND_WRITE if writing else 0)
         try:
-            matrix = self._exchange.gather([step_s, *stages, float(unjudged), *encode_request(req)])
+            matrix = self._exchange.gather([step_s, *stages, float(load), *waited, *encode_request(req)])
             ranks = self._exchange.relay(req.get("ranks") if req else None) if matrix[0, REQ_COLS + 4] else None
             decision = trig.decide(n, matrix, ranks)
         except Exception as exc:
             self._watch_fault("decide", exc, disable=True)
             return
         kept = self._settle_probes(decision.flagged) if self._held else False
+        if decision.contention is not None and self.rank == 0:
+            say_contention(decision.contention, self.said)
         self._record(
             n,
             step_s,
@@ -224,6 +226,8 @@ class Watching:
             busy,
             captured=bool(self._capture_rows) or kept,
             writing=writing,
+            waited=waited,
+            contention=decision.contention is not None and decision.contention["rank"] == self._watch.rank,
             verdict=decision.flags(),
         )
         self.step_captures = [c.trigger for c in self._taken]  # what a tracker logs as the step's capture
@@ -264,7 +268,16 @@ class Watching:
         return bool(busy_then or busy_now or ended_now != ended_then)
 
     def _record(
-        self, n: int, step_s: float, stages: list, busy: bool, captured: bool, writing: bool, verdict: int = 0
+        self,
+        n: int,
+        step_s: float,
+        stages: list,
+        busy: bool,
+        captured: bool,
+        writing: bool,
+        waited,
+        contention: bool,
+        verdict: int = 0,
     ) -> None:
         # profiled: the plan's own window on this rank, or one written in the background while the step ran; either
         # way the profiler's cost is in the step's times
@@ -274,10 +287,11 @@ class Watching:
             | (WARMUP if n <= self._trigger.plan.warmup_steps else 0)
             | (CAPTURED if captured else 0)
             | (PROFILED if fixed or writing else 0)
+            | (CONTENTION if contention else 0)
             | verdict
         )
         try:
-            self._watch.write(n, flags, step_s, stages)
+            self._watch.write(n, flags, step_s, stages, waited)
         except Exception as exc:
             self._watch_fault("write the timeline", exc)
 
@@ -336,3 +350,34 @@ class Watching:
         if any(self.plan.role(r).all_ranks for r in roles):
             return list(range(self.world_size))
         return sorted({i for r in roles for i in self.plan.role(r).ranks} | set(cap.extra_ranks))
+
+
+def say_contention(found: dict, said: set) -> None:
+    """Once a run: the first straggler or slow step the machine's contention explained (the trigger's
+    `Decision.contention`), with its evidence; the later ones are flagged in the timeline (CONTENTION) on the rank
+    named, not said again, never captured."""
+    ev = found["evidence"]
+    others = (
+        f", other processes used {ev['others_share']:.0%} of the host" if ev.get("others_share") is not None else ""
+    )
+    alike = "every rank" if ev["ranks_busy"] == ev["ranks"] else f"{ev['ranks_busy']} of {ev['ranks']} ranks"
+    what = (
+        f"rank {found['rank']} straggled at step {found['step']} ({found['stage']} {found['seconds']:.3f} s against "
+        f"the other ranks' {found['baseline_seconds']:.3f} s)"
+        if found["reason"] == "straggler"
+        else f"step {found['step']} was slow ({found['stage']} {found['seconds']:.3f} s against "
+        f"{found['baseline_seconds']:.3f} s)"
+    )
+    warn_once(
+        "contention",
+        "rlprof: %s on a busy machine (%s busy): waited %.0f ms for a core there (%.0f at the usual share), most on "
+        "rank %d%s; "
+        "contention, not the job: not captured (later such steps are flagged in the timeline)",
+        what,
+        alike,
+        ev["run_wait_ms"],
+        ev["expected_wait_ms"],
+        ev["rank"],
+        others,
+        said=said,
+    )

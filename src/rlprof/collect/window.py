@@ -27,6 +27,7 @@ from ..analyze.inputs.host_stacks_file import stacks_path
 from ..warn_once import warn_once
 from .backends import Backend, Output, WindowSpec
 from .cpu_wait import sample, since
+from .device_record import accelerator, device_record, measure_cpu
 from .host_stacks import HostSampler, cap_for, say_fault
 from .manifest import append_row
 from .preemption import HELD
@@ -253,9 +254,12 @@ class WindowWriter:
     its manifest row appended, its analysis on collection submitted. Nothing here raises into training but a strict
     plan's fault: a write that fails is the window's fault (`Window.fault`)."""
 
-    def __init__(self, run_id: str, roles: tuple[str, ...], where: dict):
+    def __init__(self, run_id: str, roles: tuple[str, ...], where: dict, measure: bool = False):
         self.run_id, self.roles, self.where = run_id, roles, where
         self.written = 0
+        # `measure` (a process that collects): its CPU measured now, at collection start, once per process, where it
+        # computes on no accelerator (collect/device_record.py); every row says the device
+        self.measured_cpu = measure_cpu() if measure and accelerator() is None else None
         self._lock = threading.Lock()
         self._finalizer: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Future, Window, Output, Path | None]] = []
@@ -400,6 +404,7 @@ class WindowWriter:
             "roles": list(self.roles),
             **({"trigger": w.trigger} if w.trigger is not None else {}),
             **({"device_memory": out.device_memory} if out is not None and out.device_memory else {}),
+            **({"device": device} if (device := device_record(self.measured_cpu)) is not None else {}),
             **({"host_stacks": out.host_stacks} if out is not None and out.host_stacks else {}),
             **w.cpu,
             **self.where,

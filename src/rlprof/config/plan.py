@@ -111,8 +111,9 @@ class TriggerPlan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`global_profiler.trigger` (rlprof's extension): watch every step, capture the anomalous one while the job
     runs. `slow`: a stage (or the step) slower than factor x the median of its last `window` watched steps.
     `straggler`: a rank slower than factor x the median of the other ranks at the same step. `request`: armed from
-    outside (`rlprof capture`). Steps 1..warmup_steps, steps the busy-machine rule flags and steps carrying the
-    profiler's own cost (a window open or written in the background) never trigger."""
+    outside (`rlprof capture`). Steps 1..warmup_steps and steps carrying the profiler's own cost (a window open or
+    written in the background) never trigger; a busy machine's steps are judged, its contention named where it
+    explains them (collect/trigger.py)."""
 
     slow: SlowRule | None = None
     straggler: SlowRule | None = None

@@ -5,7 +5,7 @@ They stay here, not in the registry, because they are facts about verl's, MindSp
 the rest of frameworks/ is, and this layer sits below analyze.
 
 A lever is a key of the framework's own config, the value or direction to turn it, and why it acts on the
-cause. Keys are checked against each framework's real config (tests/test_levers.py): verl's generated trainer
+cause. Keys are checked against each framework's real config (tests/test_diagnosis.py): verl's generated trainer
 YAML at 1dda039, MindSpeed-RL's config classes at 05a90d7, rlprof's TrainConfig. A dialect with no entry for
 a cause has no key known to act on it; a finding says so rather than invent one.
 
@@ -13,6 +13,18 @@ a cause has no key known to act on it; a finding says so rather than invent one.
 `value` names the setting the run's own measures give a "raise"/"lower" lever (analyze/diagnosis/savings.py computes it:
 the cap, the size, the workers), so that `rlprof advise --fix` writes a value, not a direction; `also` are keys
 written with it (a token budget beside the switch that uses it), each a literal or a `{setting}`.
+`changes_result`: the lever changes what the run learns, not only how fast (a response cap cuts responses and
+changes their reward); such a lever comes after those that change no result, in every cause and dialect
+(tests/test_plan.py). `effect`: its side effect where it has one (more memory held, an older policy's tokens),
+said with it. `needs`: what the key needs besides the framework's main trainer (verl's fully-async trainer), said
+with it; its key is checked against that trainer's config.
+
+One key is never pulled two ways: across every cause, a key is raised or lowered in one direction and set to one
+value (tests/test_plan.py checks every pair of causes), so that the levers of one run's findings make one
+consistent config.
+
+Over 400 lines because it is data: every cause's levers in three dialects, each with why, its side effect and
+what it needs.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DIALECTS = ("verl", "mindspeed", "rlprof")
+FULLY_ASYNC = "verl's fully-async trainer (verl.experimental.fully_async_policy)"
 
 
 @dataclass(frozen=True)
@@ -30,38 +43,117 @@ class Lever:
     stages: tuple[str, ...] = ()  # empty: every stage the cause is found in
     value: str | None = None  # the setting (analyze/diagnosis/savings.py) a "raise"/"lower" lever is set to by --fix
     also: tuple[tuple[str, str], ...] = ()  # (key, literal or "{setting}") written with it by --fix
+    changes_result: bool = False  # what the run learns changes, not only its speed (ranked after those that do not)
+    effect: str = ""  # its side effect, where it has one
+    needs: str = ""  # what the key needs besides the framework's main trainer
 
     def text(self) -> str:
         turn = f"{self.key}={self.set}" if self.set not in ("raise", "lower") else f"{self.set} {self.key}"
-        return f"{turn} ({self.why})"
+        notes = "".join(f"; {note}" for note in (self.effect, f"needs {self.needs}" if self.needs else "") if note)
+        return f"{turn} ({self.why}{notes})"
 
 
+# side effects said with the levers
+PARTIAL = (
+    "a long response's later tokens are sampled by a newer policy than its first (off-policy by the steps it spans)"
+)
+CAP = "responses longer than the cap are cut and their reward changes: the cap is offered at or above a high "
+CAP += "percentile of the sampled lengths and says what it cuts"
+KV_MORE = "more of the device's memory held by the engine's KV cache"
+TOOL_CUT = "the policy reads the tools' answers cut: what it learns from them changes"
+LARGER = "more memory a micro-batch (its activations grow with its rows)"
 UPDATE = ("actor_update",)
 OLD_LOG_PROB = ("actor_compute_log_prob",)
 REF_LOG_PROB = ("ref_compute_log_prob",)
 VA = "actor_rollout_ref."
 
+# The engine's KV cache cannot hold the samples it runs (vLLM's scheduler: requests wait with the cache full, or are
+# preempted and recomputed): more memory for the cache, the weights sharded to make room, a group's prompt held once.
+KV_MEMORY: dict[str, tuple[Lever, ...]] = {
+    "verl": (
+        Lever(
+            VA + "rollout.gpu_memory_utilization",
+            "raise",
+            "more KV-cache memory: the batch runs at once, none evicted",
+            effect=KV_MORE,
+        ),
+    ),
+    "mindspeed": (
+        Lever(
+            "generate_config.gpu_memory_utilization",
+            "raise",
+            "more KV-cache memory: the batch runs at once, none evicted",
+            effect=KV_MORE,
+        ),
+    ),
+    "rlprof": (
+        Lever(
+            "rollout.kv_cache_memory_bytes",
+            "raise",
+            "more KV-cache memory: the batch runs at once, none evicted (rollout.engine=vllm)",
+            value="kv_cache_memory_bytes",
+            effect=KV_MORE,
+        ),
+    ),
+}
+SHARDED = "more devices per engine (fewer engines), a collective per layer"
+KV_LEVERS: dict[str, tuple[Lever, ...]] = {
+    "verl": KV_MEMORY["verl"]
+    + (
+        Lever(
+            VA + "rollout.tensor_model_parallel_size",
+            "raise",
+            "the weights sharded over more devices leave each more memory for the KV cache",
+            effect=SHARDED,
+        ),
+        Lever(VA + "rollout.enable_prefix_caching", "True", "a group's shared prompt held once in the KV cache"),
+    ),
+    "mindspeed": KV_MEMORY["mindspeed"]
+    + (
+        Lever(
+            "generate_config.infer_tensor_parallel_size",
+            "raise",
+            "the weights sharded over more devices leave each more memory for the KV cache",
+            effect=SHARDED,
+        ),
+        Lever("generate_config.enable_prefix_caching", "true", "a group's shared prompt held once in the KV cache"),
+    ),
+    "rlprof": KV_MEMORY["rlprof"],
+}
+
 LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
     "rollout_tail": {
         "verl": (
+            Lever(
+                "async_training.partial_rollout",
+                "True",
+                "partial rollout: the step goes on with the responses that finished, a long one is carried on",
+                effect=PARTIAL,
+                needs=FULLY_ASYNC,
+            ),
             Lever(
                 "data.max_response_length",
                 "lower",
                 "caps the longest response the batch waits for",
                 value="max_new_tokens",
+                changes_result=True,
+                effect=CAP,
             ),
         ),
         "mindspeed": (
+            Lever(
+                "rl_config.partial_rollout_max_split",
+                "raise",
+                "partial rollout: a long response is continued in the next step instead of held for",
+                effect=PARTIAL,
+            ),
             Lever(
                 "generate_config.sampling_config.max_tokens",
                 "lower",
                 "caps the longest response the batch waits for",
                 value="max_new_tokens",
-            ),
-            Lever(
-                "rl_config.partial_rollout_max_split",
-                "raise",
-                "partial rollout: a long response is continued in the next step instead of held for",
+                changes_result=True,
+                effect=CAP,
             ),
         ),
         "rlprof": (
@@ -70,6 +162,8 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "lower",
                 "caps the longest response the batch waits for",
                 value="max_new_tokens",
+                changes_result=True,
+                effect=CAP,
             ),
         ),
     },
@@ -103,6 +197,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller update passes",
                 UPDATE,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever(
                 VA + "rollout.log_prob_micro_batch_size_per_gpu",
@@ -110,6 +205,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller old-log-prob passes",
                 OLD_LOG_PROB,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever(
                 VA + "ref.log_prob_micro_batch_size_per_gpu",
@@ -117,6 +213,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller reference passes",
                 REF_LOG_PROB,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever(VA + "actor.use_dynamic_bsz", "True", "micro-batches filled to a token budget instead"),
         ),
@@ -127,6 +224,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller update passes",
                 UPDATE,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever(
                 "rl_config.actor_forward_micro_batch_size",
@@ -134,6 +232,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller old-log-prob passes",
                 OLD_LOG_PROB,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever(
                 "rl_config.ref_forward_micro_batch_size",
@@ -141,17 +240,26 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "fewer, fuller reference passes",
                 REF_LOG_PROB,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever("rl_config.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead"),
         ),
         "rlprof": (
-            Lever("actor.micro_batch_size", "raise", "fewer, fuller update passes", UPDATE, value="micro_batch_size"),
+            Lever(
+                "actor.micro_batch_size",
+                "raise",
+                "fewer, fuller update passes",
+                UPDATE,
+                value="micro_batch_size",
+                effect=LARGER,
+            ),
             Lever(
                 "actor.log_prob_micro_batch_size",
                 "raise",
                 "fewer, fuller log-prob passes",
                 OLD_LOG_PROB + REF_LOG_PROB,
                 value="micro_batch_size",
+                effect=LARGER,
             ),
             Lever("actor.use_dynamic_bsz", "true", "micro-batches filled to a token budget instead"),
         ),
@@ -248,7 +356,7 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 "CUDA graphs replay decode kernels without launches",
                 ("rollout_generate",),
             ),
-            Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE),
+            Lever(VA + "actor.ppo_micro_batch_size_per_gpu", "raise", "more work per launch", UPDATE, effect=LARGER),
             Lever(VA + "actor.use_torch_compile", "True", "fused kernels: fewer launches"),
         ),
         "mindspeed": (
@@ -267,38 +375,130 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
                 ("rollout_generate",),
                 also=(("rollout.enforce_eager", "false"),),
             ),
-            Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE),
-            Lever("actor.log_prob_micro_batch_size", "raise", "more work per launch", OLD_LOG_PROB + REF_LOG_PROB),
+            Lever("actor.micro_batch_size", "raise", "more work per launch", UPDATE, effect=LARGER),
+            Lever(
+                "actor.log_prob_micro_batch_size",
+                "raise",
+                "more work per launch",
+                OLD_LOG_PROB + REF_LOG_PROB,
+                effect=LARGER,
+            ),
         ),
     },
     "slow_tools": {
         "verl": (
             Lever(VA + "rollout.multi_turn.max_parallel_calls", "raise", "a turn's tool calls run at once"),
-            Lever(VA + "rollout.multi_turn.max_tool_response_length", "lower", "shorter tool answers to read back"),
+            Lever(
+                VA + "rollout.multi_turn.max_tool_response_length",
+                "lower",
+                "shorter tool answers to read back",
+                changes_result=True,
+                effect=TOOL_CUT,
+            ),
         ),
         "mindspeed": (
             Lever("rl_config.max_parallel_calls", "raise", "a turn's tool calls run at once"),
-            Lever("rl_config.max_tool_response_length", "lower", "shorter tool answers to read back"),
+            Lever(
+                "rl_config.max_tool_response_length",
+                "lower",
+                "shorter tool answers to read back",
+                changes_result=True,
+                effect=TOOL_CUT,
+            ),
         ),
     },
-    "preemption": {
+    # a queue inside the engine and preemption: KV-cache memory, the engine's slots, or the two not told apart
+    "kv_cache": KV_LEVERS,
+    "preemption": KV_LEVERS,  # preemption is the KV cache's: the engine evicts for want of its blocks
+    "engine_queue": KV_MEMORY,  # KV or slots not told apart: more KV memory, which a slot-bound queue cannot worsen
+    "slot_bound": {
         "verl": (
-            Lever(VA + "rollout.gpu_memory_utilization", "raise", "more KV-cache memory: fewer samples evicted"),
-            Lever(VA + "rollout.max_num_seqs", "lower", "fewer samples at once share the KV cache"),
-            Lever(VA + "rollout.enable_prefix_caching", "True", "a group's shared prompt cached once"),
+            Lever(
+                VA + "rollout.max_num_seqs",
+                "raise",
+                "more samples run at once in the engine (its KV cache has room: they wait for a slot)",
+                value="max_num_seqs",
+            ),
+            Lever(
+                VA + "rollout.max_num_batched_tokens",
+                "raise",
+                "more tokens an engine iteration may schedule (a prompt waits for the token budget)",
+            ),
         ),
         "mindspeed": (
-            Lever("generate_config.gpu_memory_utilization", "raise", "more KV-cache memory: fewer samples evicted"),
-            Lever("generate_config.max_num_seqs", "lower", "fewer samples at once share the KV cache"),
+            Lever(
+                "generate_config.max_num_seqs",
+                "raise",
+                "more samples run at once in the engine (its KV cache has room: they wait for a slot)",
+                value="max_num_seqs",
+            ),
+            Lever(
+                "generate_config.max_num_batched_tokens",
+                "raise",
+                "more tokens an engine iteration may schedule (a prompt waits for the token budget)",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "rollout.max_num_seqs",
+                "raise",
+                "more samples run at once in the engine (rollout.engine=vllm; its KV cache has room)",
+                value="max_num_seqs",
+            ),
         ),
     },
-    "queued": {
-        "verl": (
-            Lever(VA + "rollout.agent.num_workers", "raise", "more agent-loop workers send samples at once"),
-            Lever(VA + "rollout.max_num_seqs", "raise", "more samples run at once in the engine"),
-        ),
-        "mindspeed": (Lever("generate_config.max_num_seqs", "raise", "more samples run at once in the engine"),),
+    "queued": {  # before the engine: the samples wait for a worker or replica to send them
+        "verl": (Lever(VA + "rollout.agent.num_workers", "raise", "more agent-loop workers send samples at once"),),
         "rlprof": (Lever("rollout.replicas", "raise", "async rollout: more replicas take requests at once"),),
+    },
+    "dynamic_sampling": {
+        "verl": (
+            Lever(
+                "algorithm.filter_groups.max_inflight_gen_batches",
+                "raise",
+                "v1 trainer: refill prompts dispatched while the first batch generates, not after it",
+            ),
+            Lever(
+                "data.gen_batch_size",
+                "raise",
+                "legacy trainer: more prompts in each generation batch: fewer refill batches needed",
+            ),
+            Lever(
+                "algorithm.filter_groups.max_num_gen_batches",
+                "lower",
+                "legacy trainer: fewer generation batches per step (the batch fills with filtered groups)",
+            ),
+        ),
+        "mindspeed": (
+            Lever(
+                "rl_config.filter_groups_max_batches",
+                "lower",
+                "fewer refill generation batches per step (the batch fills with filtered groups)",
+            ),
+            Lever(
+                "rl_config.filter_groups_train_batch_size",
+                "lower",
+                "fewer informative groups needed per step: fewer refills",
+            ),
+        ),
+        "rlprof": (
+            Lever(
+                "dapo.max_sampling_retries",
+                "0",
+                "no refill pass: the batch keeps the first pass's informative groups and fills with filtered ones",
+            ),
+            Lever("rollout.n", "raise", "more samples per prompt: fewer groups whose rewards are all equal"),
+        ),
+    },
+    "rollout_outside": {
+        "verl": (
+            Lever(
+                VA + "rollout.free_cache_engine",
+                "False",
+                "the engine keeps its weights and KV cache between steps: no sleep after the rollout, no wake-up before "
+                "the next (more memory held)",
+            ),
+        )
     },
     "memory_headroom": {
         "verl": (
@@ -335,9 +535,10 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
             Lever(
                 "rollout.ignore_eos",
                 "true",
-                "rlprof's decode loop stops asking each token whether every row has ended (a host sync a token); "
-                "every response then runs rollout.max_new_tokens long, which changes the experiment",
+                "rlprof's decode loop stops asking each token whether every row has ended (a host sync a token)",
                 ("rollout_generate",),
+                changes_result=True,
+                effect="every response then runs rollout.max_new_tokens long: the responses and their rewards change",
             ),
         )
     },
@@ -375,10 +576,27 @@ def levers_for(cause: str, dialect: str, stage: str | None = None) -> list[Lever
 
 
 def levers(cause: str, stage: str | None = None) -> dict[str, list[dict]]:
-    """{dialect: [{key, set, why, text}]} for a cause found in `stage` (dialects with no lever left out)."""
+    """{dialect: [{key, set, why, text, changes_result, [effect], [needs]}]} for a cause found in `stage` (dialects
+    with no lever left out)."""
     out = {}
     for dialect in DIALECTS:
         found = levers_for(cause, dialect, stage)
         if found:
-            out[dialect] = [{"key": lv.key, "set": lv.set, "why": lv.why, "text": lv.text()} for lv in found]
+            out[dialect] = [lever_record(lv) for lv in found]
     return out
+
+
+def lever_record(lv: Lever) -> dict:
+    """A lever as the document says it."""
+    out = {"key": lv.key, "set": lv.set, "why": lv.why, "text": lv.text(), "changes_result": lv.changes_result}
+    out.update({k: v for k, v in (("effect", lv.effect), ("needs", lv.needs)) if v})
+    return out
+
+
+def pulled_both_ways(entries: list[tuple[str, str]]) -> dict[str, set[str]]:
+    """key -> the ways it is turned, for the keys of (key, set) pairs turned more than one way: raised and lowered,
+    or set to two values (a direction beside a value is one way: --fix writes the value)."""
+    ways: dict[str, set[str]] = {}
+    for key, turn in entries:
+        ways.setdefault(key, set()).add(turn)
+    return {k: v for k, v in ways.items() if {"raise", "lower"} <= v or len(v - {"raise", "lower"}) > 1}

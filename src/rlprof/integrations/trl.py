@@ -236,11 +236,18 @@ def profile(trainer, plan_or_config=None, *, run_id: str | None = None) -> TrlHo
 
 
 def _held(inputs) -> dict:
-    """What a GRPO micro-batch holds (rows, tokens computed, real tokens), from TRL's prompt/completion masks;
-    {} where the inputs are not that shape (another trainer, another TRL version)."""
+    """What a GRPO micro-batch holds (rows, tokens computed, real tokens, the query-key pairs of its real tokens: each
+    row's length squared, summed), from TRL's prompt/completion masks; {} where the inputs are not that shape (another
+    trainer, another TRL version)."""
     try:
         pm, cm = inputs["prompt_mask"], inputs["completion_mask"]
         rows = int(pm.shape[0])
-        return {"seqs": rows, "tokens": rows * int(pm.shape[1] + cm.shape[1]), "real_tokens": int(pm.sum() + cm.sum())}
+        lengths = (pm.sum(1) + cm.sum(1)).tolist()
+        return {
+            "seqs": rows,
+            "tokens": rows * int(pm.shape[1] + cm.shape[1]),
+            "real_tokens": int(sum(lengths)),
+            "query_key_pairs": int(sum(n * n for n in lengths)),
+        }
     except Exception:  # the measure is optional; the training step is not
         return {}

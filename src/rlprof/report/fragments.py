@@ -106,8 +106,9 @@ def _evidence_text(evidence: dict) -> str:
     return "; ".join(parts)
 
 
-def findings_html(found: list[dict]) -> str:
-    """Each finding: its sentence; for a cause, the cause, the evidence and the levers per framework."""
+def findings_html(found: list[dict], plan: dict | None = None) -> str:
+    """Each finding: its sentence; for a cause, the cause, the evidence and the levers per framework (why, its side
+    effect, what it needs); then the plan, the causes' first levers together."""
     if not found:
         return '<div class="ok">no finding above its threshold (see docs/analysis_schema.md)</div>'
     out = []
@@ -127,7 +128,7 @@ def findings_html(found: list[dict]) -> str:
                 )
             rows = "".join(
                 f"<tr><td>{esc(DIALECT_NAMES.get(d, d))}</td><td><code>{esc(lv['key'])}</code></td>"
-                f"<td>{esc(lv['set'])}</td><td>{esc(lv['why'])}</td></tr>"
+                f"<td>{esc(lv['set'])}</td><td>{esc(_lever_why(lv))}</td></tr>"
                 for d, levers in f.get("levers", {}).items()
                 for lv in levers
             )
@@ -139,7 +140,19 @@ def findings_html(found: list[dict]) -> str:
             f'<div class="finding{" cause-finding" if f.get("cause") else ""}" data-kind="{esc(f["kind"])}">'
             f"{body}</div>"
         )
+    if plan and plan.get("causes"):
+        from ..analyze.diagnosis.plan import plan_text
+
+        out.append(
+            f'<div class="finding plan" data-total-ms="{plan["total_ms"]:.3f}">{esc(plan_text(plan))} '
+            "(one config: <code>rlprof advise RUN --fix --plan</code>)</div>"
+        )
     return "".join(out)
+
+
+def _lever_why(lv: dict) -> str:
+    """Why a lever acts, its side effect and what it needs, where it has them."""
+    return "; ".join([lv["why"], *(x for x in (lv.get("effect"), lv.get("needs") and f"needs {lv['needs']}") if x)])
 
 
 def next_step_html(doc: dict, run_dir: Path | None, budget: int = 2_000_000) -> str:

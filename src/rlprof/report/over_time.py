@@ -199,6 +199,26 @@ def flagged_lines(timeline: dict) -> list[str]:
         out.append(
             f"straggler: rank {s['rank']} in {s['stage']} at {s['steps']} steps from step {s['first_step']} "
             f"(x{s['median_ratio']:.2f} the other ranks' median)"
+            + (
+                f"; cause: contention, it waited {s['run_wait_ms']:.0f} ms a step for a core there, "
+                f"{s['expected_wait_ms']:.0f} at the other ranks' share{_others(s)}"
+                if s.get("cause") == "contention"
+                else ""
+            )
+        )
+    for c in timeline.get("contention", []):
+        who = "every rank alike (the whole machine)" if c["every_rank"] else f"rank {c['ranks'][0]}"
+        steps = c["steps"]
+        listed = ", ".join(map(str, steps[:8])) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
+        wait = (
+            f": {c['run_wait_ms']:.0f} ms a step waiting for a core there ({c['expected_wait_ms']:.0f} at the usual "
+            f"share){_others(c)}"
+            if c.get("run_wait_ms") is not None
+            else ""
+        )
+        out.append(
+            f"contention: step(s) {listed} slow by {c['excess_seconds']:.3f} s (median) in "
+            f"{', '.join(c['stages'])} on a busy machine, {who}{wait}: the machine's load, not the job's"
         )
     for s in timeline.get("level_shifts", []):
         out.append(
@@ -233,6 +253,11 @@ def flagged_lines(timeline: dict) -> list[str]:
             )
         )
     return out
+
+
+def _others(record: dict) -> str:
+    share = record.get("others_share")
+    return f", other processes used {share:.0%} of the host" if share is not None else ""
 
 
 def summary_line(timeline: dict) -> str:

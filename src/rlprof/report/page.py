@@ -11,6 +11,7 @@ from pathlib import Path
 from ..analyze.window.breakdown import order_key
 from . import charts, fragments
 from .charts import esc
+from .speed_of_light import speed_of_light_section
 from .host_stacks import has_idle_frames, idle_frames_html, idle_icicle
 
 STYLE = """
@@ -111,7 +112,10 @@ def build_page(
         + (f"; lost: {', '.join(lost)} (see the warnings)" if lost else ""),
     )
     page.section(
-        "findings", "Findings", fragments.findings_html(doc.get("findings", [])), fragments.next_step_html(doc, run_dir)
+        "findings",
+        "Findings",
+        fragments.findings_html(doc.get("findings", []), doc.get("plan")),
+        fragments.next_step_html(doc, run_dir),
     )
     if doc.get("warnings"):
         page.section(
@@ -137,6 +141,10 @@ def build_page(
             samples_table_html(doc),
             empty="" if lanes else "no sample carries its start and end",
         )
+    if doc.get("rollout_account"):  # the rollout stage split: generation and the rest (report/samples.py)
+        from .samples import account_html
+
+        page.section("rollout_account", "The rollout stage, accounted for", account_html(doc))
     page.section(
         "timeline",
         "Stage timeline per rank",
@@ -166,6 +174,7 @@ def build_page(
         figure=charts.breakdown(doc),
         empty="no stage windows",
     )
+    speed_of_light_section(page, doc)  # the roofline (report/speed_of_light.py)
     if has_idle_frames(doc):  # the host's stacks were sampled: idle by frame (report/host_stacks.py)
         page.section("idle_frames", "Idle, by the host's frames", idle_frames_html(doc), figure=idle_icicle(doc))
     page.section(

@@ -322,3 +322,38 @@ def samples_table_html(doc: dict) -> str:
 def _q(s: dict, name: str, q: str):
     v = (s.get(name) or {}).get(q)
     return round(v, 1) if isinstance(v, float) else v
+
+
+def account_line(a: dict) -> str:
+    """One watched step's rollout stage split (analyze/over_time/rollout_account.py), in words."""
+    line = (
+        f"step {a['step']}: the rollout stage {a['stage_ms']:.1f} ms = its {a['samples']} samples' generation "
+        f"{a['generation_ms']:.1f} ms"
+        + (f" over {a['passes']} passes" if a["passes"] > 1 else "")
+        + f" + {a['outside_ms']:.1f} outside ({a['outside_share']:.0%})"
+    )
+    if "before_ms" in a:
+        before = (
+            f"{a['before_ms']:.1f} ms before the first sample"
+            if a["before_ms"] >= 0
+            else f"generation began {-a['before_ms']:.1f} ms before the stage (the prompts sent before it)"
+        )
+        line += (
+            f": {before}, {a['after_ms']:.1f} after the last ({a['handover_ms']:.1f} waiting for the batch's "
+            f"handover, {a['release_ms']:.1f} after it: the replicas put to sleep"
+            + (", the rollout profiler stopped and its trace written" if a["profiled"] else "")
+            + ")"
+        )
+    if a.get("refill_ms") is not None:
+        line += f"; DAPO's refills added {a['refill_ms']:.1f} ms" + (
+            f" ({a['refill_samples']} samples after {a['refills']} refill(s))" if a.get("refills") else ""
+        )
+    if a.get("filtered_groups"):
+        line += f", the filter dropped {a['filtered_groups']} groups"
+    return line + ("; profiled" if a["profiled"] and "before_ms" not in a else "")
+
+
+def account_html(doc: dict) -> str:
+    from .charts import esc
+
+    return "<ul>" + "".join(f"<li>{esc(account_line(a))}</li>" for a in doc.get("rollout_account", [])) + "</ul>"

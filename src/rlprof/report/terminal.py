@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..analyze.diagnosis.sentences import share_words
 from ..analyze.window.breakdown import BUCKETS
 from ..vocab import window_label
 from .shape import (
@@ -19,6 +20,7 @@ from .shape import (
     writer_words,
     writers_differ,
 )
+from .speed_of_light import speed_of_light_lines
 
 
 def _console(width: int = 120) -> Console:
@@ -34,6 +36,8 @@ MEASURE_WORDS = {
     "weight_sync_share": "weight sync share of step",
     "launch_bound": "launch-bound",
     "memory_use": "memory use / capacity",
+    "refill_share": "dynamic sampling's refills",
+    "outside_share": "rollout outside generation",
 }
 
 
@@ -52,7 +56,9 @@ def measures_line(measures: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def print_findings(console: Console, found: list[dict], limit: int = 6, measures: list[dict] | None = None) -> None:
+def print_findings(
+    console: Console, found: list[dict], limit: int = 6, measures: list[dict] | None = None, plan: dict | None = None
+) -> None:
     if measures:
         console.print(
             f"[bold]RL measures[/] (largest per measure; formulas in docs/analysis_schema.md): "
@@ -86,6 +92,10 @@ def print_findings(console: Console, found: list[dict], limit: int = 6, measures
                     )
     if len(found) > limit:
         console.print(f"  ... and {len(found) - limit} more in analysis.json (findings)")
+    if plan and plan.get("causes"):
+        from ..analyze.diagnosis.plan import plan_text
+
+        console.print(f"  {plan_text(plan)}", highlight=False, soft_wrap=True, markup=False)
 
 
 def _short_saving(f: dict) -> str:
@@ -93,13 +103,19 @@ def _short_saving(f: dict) -> str:
     s = f["saving"]
     if s["status"] != "predicted":
         return f"not predictable from this data: {s['why']}"
-    share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
+    share = share_words(s)
     setting = ", ".join(
         f"{k} {v if not isinstance(v, dict) else next(iter(v.values()))}" for k, v in s["setting"].items()
     )
+    cut = (
+        f", cutting {s['responses_cut_count']} responses ({s['responses_cut']:.0%}) and {s['tokens_cut']} tokens "
+        f"({s['tokens_cut_share']:.0%})"
+        if "tokens_cut" in s
+        else ""
+    )
     return (
         f"{s['saving_ms']:.1f} ms per step{share}"
-        + (f" with {setting}" if setting else "")
+        + (f" with {setting}{cut}" if setting else "")
         + f" [{s['dialect']}'s first lever; assumes: {s['assumption'].split('; ')[0]}]"
     )
 
@@ -179,15 +195,29 @@ def sample_lines(doc: dict) -> list[str]:
     return out
 
 
+def account_lines(doc: dict) -> list[str]:
+    """The rollout stage split per watched step, where the host timed it and recorded its samples."""
+    from .samples import account_line
+
+    account = doc.get("rollout_account") or []
+    return (
+        ["rollout stage accounted for (rollout_account):"] + ["  " + account_line(a) for a in account]
+        if account
+        else []
+    )
+
+
 def print_analysis(doc: dict, max_rows: int = 40) -> None:
     console = _console()
-    print_findings(console, doc.get("findings", []), measures=doc.get("measures"))
+    print_findings(console, doc.get("findings", []), measures=doc.get("measures"), plan=doc.get("plan"))
     if doc.get("timeline"):
         from .over_time import print_over_time
 
         print_over_time(console, doc)
-    for line in memory_lines(doc) + sample_lines(doc):
+    for line in speed_of_light_lines(doc) + memory_lines(doc) + sample_lines(doc) + account_lines(doc):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if not doc["rows"] and not doc["inputs"]:  # a run directory of the watch's timeline and samples only
+        return
     if not doc["rows"] and all(i.get("kind") == "memory_snapshot" for i in doc["inputs"]):
         console.print("no time windows: these inputs are memory snapshots (torch_memory records allocations, not time)")
         return
@@ -399,8 +429,9 @@ def print_fix(result: dict) -> None:
         return
     from ..analyze.diagnosis.sentences import saving_text
 
+    what = f"plan: {', '.join(fx['causes'])}" if fx["cause"] == "plan" else f"cause: {fx['cause']}"
     console.print(
-        f"cause: {fx['cause']} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
+        f"{what} ({', '.join(str(x) for x in fx['stages'])}): {fx['finding']}",
         highlight=False,
         soft_wrap=True,
         markup=False,

@@ -30,9 +30,16 @@ def trim(batch: Rollout) -> Rollout:
 
 
 def unit_args(mb: Rollout) -> dict:
-    """What a micro-batch holds, for its unit range: rows, tokens computed (rows x width), real tokens."""
+    """What a micro-batch holds, for its unit range: rows, tokens computed (rows x width), real tokens, and the
+    query-key pairs its attention scores on real tokens (each row's real length squared, summed)."""
     rows, width = mb.input_ids.shape
-    return {"seqs": rows, "tokens": rows * width, "real_tokens": int(mb.attention_mask.sum())}
+    lengths = mb.attention_mask.sum(1).tolist()
+    return {
+        "seqs": rows,
+        "tokens": rows * width,
+        "real_tokens": int(sum(lengths)),
+        "query_key_pairs": int(sum(n * n for n in lengths)),
+    }
 
 
 def plan_micro_batches(batch: Rollout, idx: torch.Tensor, size: int, dynamic: bool, max_tokens: int) -> list:

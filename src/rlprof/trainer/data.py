@@ -9,13 +9,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ..frameworks.hf_models import CHAR_ALPHABET, CHAR_SPECIALS
+
 
 class CharTokenizer:
     """Digits, '+', '=' and three special tokens. Small on purpose: the policy is tiny."""
 
-    specials = ("<pad>", "<bos>", "<eos>")
+    specials = CHAR_SPECIALS
 
-    def __init__(self, alphabet: str = "0123456789+="):
+    def __init__(self, alphabet: str = CHAR_ALPHABET):
         self.vocab = list(self.specials) + list(alphabet)
         self.ids = {t: i for i, t in enumerate(self.vocab)}
         self.pad_id, self.bos_id, self.eos_id = 0, 1, 2

@@ -45,6 +45,7 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
     import torch.distributed as dist
 
     from ..collect.foreign_logs import foreign_log_filter
+    from ..frameworks.hf_models import model_record
     from .threads import choose_threads
     from .train import run_training, write_run_config
     from .summary import print_summary, ProgressPrinter
@@ -78,13 +79,17 @@ def main(config: str | None, overrides: list[str], quiet: bool = False) -> int:
         metrics_path = trainer.metrics_path  # written step by step in the trainer's own output directory
         run_dirs = sorted({trainer.prof.run_dir(r.role) for r in plan.roles if r.enabled})
         lr = {"lr": trainer.lr, "from": trainer.lr_from, "warmup_steps": cfg.actor.lr_warmup_steps}
-        write_run_config(cfg, [metrics_path.parent], threads={"threads": threads, "why": why}, lr=lr)
-        beside_traces(cfg, history, run_dirs, {"threads": threads, "why": why}, lr)
+        # the model in Hugging Face's terms: what the analysis counts each pass's work with (trainer_config.json)
+        model = model_record(trainer.actor.config.to_dict(), "rlprof's trainer", dtype="float32")
+        write_run_config(cfg, [metrics_path.parent], threads={"threads": threads, "why": why}, lr=lr, model=model)
+        beside_traces(cfg, history, run_dirs, {"threads": threads, "why": why}, lr, model)
         print_summary(cfg, history, metrics_path, run_dirs, time.perf_counter() - started, quiet=quiet)
     return 0
 
 
-def beside_traces(cfg: TrainConfig, history: list[dict], run_dirs: list[Path], threads: dict, lr: dict) -> None:
+def beside_traces(
+    cfg: TrainConfig, history: list[dict], run_dirs: list[Path], threads: dict, lr: dict, model: dict | None = None
+) -> None:
     """The run's settings and metrics beside its traces (the unprofiled timings predictions scale to): on the
     profile's disk, so a full disk or a vanished directory there is one line, never the training's failure."""
     from .train import write_metrics, write_run_config
@@ -93,7 +98,7 @@ def beside_traces(cfg: TrainConfig, history: list[dict], run_dirs: list[Path], t
         if not run_dir.is_dir():
             continue
         try:
-            write_run_config(cfg, [run_dir], threads=threads, lr=lr)
+            write_run_config(cfg, [run_dir], threads=threads, lr=lr, model=model)
             write_metrics(history, run_dir)
         except OSError as exc:
             for name in ("trainer_config.json", "metrics.jsonl"):  # nothing half written left behind

@@ -70,6 +70,35 @@ def kv_cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
+def decode_work(t: int, lengths: list[int], done: list[bool], width: int, use_cache: bool) -> dict:
+    """What decode step `t` computes, for its unit range: `seqs` rows, `active` rows still generating, `tokens`
+    computed (padding and finished rows included), and of the real work (the active rows' own tokens): `real_tokens`,
+    the prefill's rows and tokens, `context_tokens` (the tokens each real row attends to, summed: the KV cache read)
+    and `query_key_pairs` (tokens computed x tokens attended to, summed). Step 0, and every step without the KV cache,
+    computes each row's whole sequence so far; a cached step one token per row."""
+    real = [n + t for n, d in zip(lengths, done) if not d]  # each active row's length once this step has run
+    whole = not use_cache or t == 0
+    out = {"active": len(real), "seqs": len(lengths), "tokens": len(lengths) * (width if whole else 1)}
+    if whole:
+        tokens = sum(real)
+        return {
+            **out,
+            "real_tokens": tokens,
+            "prefill_seqs": len(real),
+            "prefill_tokens": tokens,
+            "context_tokens": tokens,
+            "query_key_pairs": sum(n * n for n in real),
+        }
+    return {
+        **out,
+        "real_tokens": len(real),
+        "prefill_seqs": 0,
+        "prefill_tokens": 0,
+        "context_tokens": sum(real),
+        "query_key_pairs": sum(real),
+    }
+
+
 def generate(
     model,
     prompt_ids: torch.Tensor,
@@ -108,10 +137,11 @@ def generate(
     steps = max(max_new_tokens, hold_tokens) if hold_eos and hold_tokens else max_new_tokens
     held = torch.zeros(batch, dtype=torch.bool, device=device)
     held[hold_eos or []] = True
+    lengths = prompt_mask.sum(1).tolist()
     for t in range(steps):
         if t == max_new_tokens:  # past the budget only the held rows generate
             finished = finished | ~held
-        with decode_step(active=batch - int(finished.sum()), seqs=batch):
+        with decode_step(**decode_work(t, lengths, finished.tolist(), seqs.shape[1], use_cache)):
             if use_cache:
                 step_ids = seqs if cache is None else seqs[:, -1:]
                 pos = positions(attn) if cache is None else positions(attn)[:, -1:]

@@ -6,13 +6,15 @@ rlprof's engine (rollout.py, sync or in an async replica) keeps, where asked, th
 perf counter after each decode step; a row that generated n tokens (EOS included, as the response mask counts
 them) was active in decode steps 0..n-1 of its pass, numbered as the `rlprof:decode_step:K` ranges of a window:
 its `end_us` is the end of step n-1, its `prefill_ms` step 0 (the prompt's forward pass, which gives the first
-token) and its `decode_ms` steps 1..n-1. An async replica's sample waited `queue_ms` from the driver's submission to
+token) and its `decode_ms` steps 1..n-1. With DAPO's dynamic sampling each record says its prompt's group in the
+pass and whether the filter dropped that group (its rewards all equal). An async replica's sample waited `queue_ms` from the driver's submission to
 the replica's start. `reward_ms` is its own scoring call (trainer/reward.py). vLLM's samples are vLLM's own
 (collect/vllm_samples.py), to which the trainer adds the sample's index in the batch, its turn and its reward time.
 """
 
 from __future__ import annotations
 
+from ..analyze.inputs.samples_file import is_engine_record
 from ..collect.engine import replica_profiles
 from ..collect.samples import SampleWriter, record
 
@@ -48,8 +50,11 @@ class TrainerSamples:
             hold = [long.sample - first]
         return self.passes, first, hold
 
-    def end_pass(self, step: int, rollout_pass: int, first: int, rollout, timing: list | None, reward_ns) -> None:
-        """The pass is generated and scored: its records written where the step records them (`timing` not None)."""
+    def end_pass(
+        self, step: int, rollout_pass: int, first: int, rollout, timing: list | None, reward_ns, filtered=None
+    ) -> None:
+        """The pass is generated and scored: its records written where the step records them (`timing` not None);
+        `filtered` (DAPO's dynamic sampling): per group of the pass, whether the filter dropped it."""
         rows = rollout.prompt_ids.shape[0]
         self.passes += 1
         self.count += rows
@@ -90,6 +95,11 @@ class TrainerSamples:
                 step=step,
                 **common,
             )
+        if filtered is not None:  # each row's group: rollout.n consecutive rows per prompt
+            per_group = rows // max(len(filtered), 1)
+            for r in records:
+                group = (r["sample"] - first) // per_group
+                r["group"], r["group_filtered"] = group, bool(filtered[group])
         if self._writer is None:
             source = "vllm" if self.kind == "vllm" else "rlprof"
             self._writer = SampleWriter(self.prof.watch_dir, source, rank=self.rank, said=self.prof.said)
@@ -157,9 +167,13 @@ def vllm_records(
     rank: int,
 ) -> list[dict]:
     """vLLM's records of one pass (collect/vllm_samples.py), each given its row's index in the batch (`order`:
-    request id -> row), its turn, its reward time, the pass and the trainer's rank."""
-    out = []
+    request id -> row), its turn, its reward time, the pass and the trainer's rank; the engine's record of the pass
+    after them, given the pass and the rank."""
+    out, engine = [], []
     for r in records:
+        if is_engine_record(r):  # the engine's scheduler over the pass (collect/vllm_samples.py)
+            engine.append(dict(r, rank=rank, rollout_pass=rollout_pass))
+            continue
         row = order.get(r.get("request_id"))
         if row is None:
             continue  # a request of another caller of the engine
@@ -167,4 +181,4 @@ def vllm_records(
         if reward_ns is not None:
             r["reward_ms"] = reward_ns[row] / 1e6
         out.append(r)
-    return sorted(out, key=lambda r: r["sample"])
+    return sorted(out, key=lambda r: r["sample"]) + engine

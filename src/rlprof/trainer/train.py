@@ -236,7 +236,9 @@ class Trainer:
                 scores = scores + overlong_penalty(
                     lengths, cfg.rollout.max_new_tokens, cfg.dapo.overlong_buffer, cfg.dapo.overlong_penalty
                 )
-        self.samples.end_pass(step, rollout_pass, first, rollout, timing, reward_ns)
+        dynamic = cfg.trainer.algorithm == "dapo" and cfg.dapo.dynamic_sampling
+        filtered = (~informative_groups(scores, cfg.rollout.n)).tolist() if dynamic and timing is not None else None
+        self.samples.end_pass(step, rollout_pass, first, rollout, timing, reward_ns, filtered)
         return rollout, rewards, scores
 
     def train_step(self, step: int) -> dict:
@@ -399,10 +401,10 @@ def write_metrics(history: list[dict], out_dir: Path) -> Path:
     return path
 
 
-def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None, lr: dict | None = None) -> None:
-    """The settings a diagnosis needs beside the traces (is the KL term on, what does it weigh, how many threads
-    ran and why, the learning rate the actor used and where it came from), as `trainer_config.json` in each run
-    directory that exists: the whole config and what it implies."""
+def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None, lr: dict | None = None, model=None) -> None:
+    """The settings a diagnosis needs beside the traces (the KL term on and its weight, the threads and why, the actor's
+    learning rate and its source, the model in Hugging Face's terms), as `trainer_config.json` in each run directory
+    that exists: the whole config and what it implies."""
     import dataclasses
 
     text = json.dumps(
@@ -413,6 +415,7 @@ def write_run_config(cfg: TrainConfig, dirs, threads: dict | None = None, lr: di
             "kl_coef": cfg.kl_coef(),
             "threads": threads,
             "lr": lr,
+            "model": model,
         },
         indent=1,
     )

@@ -44,8 +44,9 @@ class VllmRollout:
             seed=cfg.trainer.seed,
             max_model_len=cfg.model.max_position_embeddings,
             enforce_eager=cfg.rollout.enforce_eager,
-            kv_cache_memory_bytes=64 << 20,
+            kv_cache_memory_bytes=cfg.rollout.kv_cache_memory_bytes,
             disable_log_stats=self.samples is None,
+            **({"max_num_seqs": cfg.rollout.max_num_seqs} if cfg.rollout.max_num_seqs is not None else {}),
         )
         (self.session,) = self.llm.collective_rpc(attach_host, args=(profiler,))
 

@@ -1,6 +1,8 @@
 """A cause found in several stages, said once: the per-stage findings of one cause grouped into one finding (its
 stages inside it, `evidence.stages`), their savings combined, and the per-stage findings read back out of a document's
-finding (what `rlprof advise --fix` and a captured window's verdict take stage by stage)."""
+finding (what `rlprof advise --fix` and a captured window's verdict take stage by stage). Symptoms of one root, said
+once: a cause whose record names a root (causes.py, `root`) found beside that root is said inside the root's finding
+(`evidence.symptoms`), whose levers act on both."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import replace
 
 from .causes import CAUSES
 from .finding import Finding
+from .prediction import share_of
 
 
 def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[Finding, dict | None]]:
@@ -46,6 +49,34 @@ def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[
     return out
 
 
+def one_per_root(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding, dict | None]]:
+    """Each finding whose cause names a root (Cause.roots) that was found too goes inside the (first such) root's
+    finding (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with the root's
+    levers and its saving (the root's lever removes the symptom with it)."""
+    found = {f.kind for f, _ in pairs}
+    inside: dict[str, list[dict]] = defaultdict(list)
+    out = []
+    for f, saving in pairs:
+        root = next((r for r in CAUSES[f.kind].roots if r in found), None) if f.kind in CAUSES else None
+        if root is not None:
+            inside[root].append(
+                {
+                    "kind": f.kind,
+                    "role": f.role,
+                    "stage": f.stage,
+                    "impact_ms": f.impact_ms,
+                    "saving_ms": (saving or {}).get("saving_ms"),
+                    "evidence": f.evidence,
+                }
+            )
+        else:
+            out.append((f, saving))
+    return [
+        (replace(f, evidence={**f.evidence, "symptoms": inside[f.kind]}), saving) if inside.get(f.kind) else (f, saving)
+        for f, saving in out
+    ]
+
+
 def summed_saving(savings: list[dict | None]) -> dict | None:
     """The saving of a cause found in several stages: each stage's first lever turned, what each stage saves the most
     any of them saves there (one lever can act on several stages: rlprof's kept gathers do on every forward stage,
@@ -63,9 +94,12 @@ def summed_saving(savings: list[dict | None]) -> dict | None:
             mine = out["setting"].get(key)
             merged = {**mine, **value} if isinstance(mine, dict) and isinstance(value, dict) else None
             out["setting"][key] = merged if merged is not None else (value if mine is None else mine)
+    basis = {"basis": out.get("basis", "window"), "step_ms": out.get("step_ms") or 0.0}
+    total = sum(out["by_stage_ms"].values())
+    if basis["basis"] != "window" and 0 < basis["step_ms"] < total:  # the stages' parts at most the step together
+        out["by_stage_ms"] = {k: v * basis["step_ms"] / total for k, v in out["by_stage_ms"].items()}
     out["saving_ms"] = sum(out["by_stage_ms"].values())
-    basis = out.get("step_ms")
-    out["saving_share"] = out["saving_ms"] / basis if basis else None
+    out["saving_share"] = share_of(out["saving_ms"], basis)
     out["assumption"] = " / ".join(dict.fromkeys(s["assumption"] for s in done))
     left = [s for s in savings if not (s and s.get("status") == "predicted")]
     if left:

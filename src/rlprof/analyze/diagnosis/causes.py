@@ -16,7 +16,8 @@ beside the others in analyze/diagnosis/savings.py where its saving can be predic
 tests/test_causes.py. A cause judged on a measure of analyze/diagnosis/measures.py needs nothing else: `judge` says when it
 fires and its impact, and findings loop over the records.
 
-Over 400 lines because it is the registry: one record per cause, each with all its parts.
+Over 400 lines because it is the registry: one record per cause, each with its judge, sentence and formula named,
+beside the few helpers their sentences share.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ...frameworks.levers import LEVERS
-from . import savings
+from . import sample_savings, savings
 from .finding import Finding
 from .prediction import PredictionContext, not_predictable
 
@@ -52,12 +53,19 @@ THRESHOLDS = {
     "tool_share": 0.30,  # the slowest samples' time in tool calls, at least this share of theirs
     "preempted_share": 0.05,  # samples the engine preempted (and recomputed), at least this share
     "queue_share": 0.20,  # samples' time queued before their generation began, at least this share of their time
+    "refill_share": 0.25,  # the rollout's generation time spent in DAPO's refill passes, at least this share
+    "outside_share": 0.30,  # the rollout stage's time outside its samples' generation, at least this share
+    # a queue inside the engine is held by its KV cache (by its slots) where at least this share of the iterations
+    # that left requests waiting had the cache full or preempted (had max_num_seqs running, and nothing preempted)
+    "engine_bound_share": 0.50,
+    "cap_percentile": 0.95,  # a response cap is offered at or above this percentile of the sampled response lengths
     "host_share": 0.10,  # the stage thread's time in one host-side cause (a sync, a transfer, a wait, the collector)
 }
 
 # A template is a str.format string over the finding's fields (its evidence, what only its sentence uses, role,
 # stage, rank, `where`), or a function of those fields where the sentence has parts that come and go.
 Template = str | Callable[[dict], str]
+ENGINE_QUEUES = ("kv_cache", "slot_bound", "engine_queue")  # a queue inside the engine, wherever it is held
 Formula = Callable[[PredictionContext, Finding, str], dict]
 
 
@@ -84,6 +92,10 @@ class Cause:
     # measure-based causes: the finding's impact where the measure record fires, else None (findings loop over
     # these); the others are found by a function of analyze/diagnosis/findings.py named in FOUND_BY there
     judge: Callable[[dict, Judging], float | None] | None = None
+    # the causes this one can be a symptom of: where one of them is found too, this one is said inside that root's
+    # finding, whose levers act on both (preemption inside a queue held by the KV cache; samples finishing in waves
+    # behind a queue in the engine look like a long tail)
+    roots: tuple[str, ...] = ()
 
     @property
     def levers(self) -> dict:
@@ -115,10 +127,81 @@ def where(role, stage) -> str:
     return f"{role}/{stage}" if stage else "the profiled window"
 
 
+def queue_bound(m: dict, t: dict) -> str:
+    """The cause of a queue of samples, by where it is held: `queued` before the engine (rlprof's async replicas), or
+    inside it `kv_cache` (at least engine_bound_share of the iterations that left requests waiting had the cache full
+    or preempted), `slot_bound` (as many had max_num_seqs running, and nothing was preempted), else `engine_queue`
+    (its scheduler's stats not recorded, or neither bound held)."""
+    if not m.get("in_engine", True):
+        return "queued"
+    waiting = m.get("waiting_iterations")
+    if not waiting:
+        return "engine_queue"
+    if m["kv_full_iterations"] >= t["engine_bound_share"] * waiting:
+        return "kv_cache"
+    if m["slots_full_iterations"] >= t["engine_bound_share"] * waiting and not m.get("preempted"):
+        return "slot_bound"
+    return "engine_queue"
+
+
+def _queued(m: dict, j: Judging, cause: str) -> float | None:
+    """A queue past its threshold whose cause (queue_bound) is `cause`: each step's longest wait."""
+    fires = m["value"] >= j.t["queue_share"] and j.large(m) and queue_bound(m, j.t) == cause
+    return m["longest_queue_ms"] if fires else None
+
+
+def _queue_cause(name: str, title: str, label: str, tail: Callable[[dict], str], saving: Formula | str) -> Cause:
+    """A queue of samples past queue_share, held where `name` says (queue_bound), said `label: samples wait ...` and
+    then `tail`."""
+    return Cause(
+        name,
+        title,
+        measure="queue_share",
+        threshold="queue_share",
+        impact="each step's longest wait in the queue",
+        sentence=lambda x: (
+            f"{label}: samples wait {x['value']:.0%} of their time before their generation starts ({x['queue_ms']:.1f} "
+            f"ms a sample; the longest wait {x['longest_queue_ms']:.1f} ms per step)" + tail(x)
+        ),
+        saving=saving,
+        judge=lambda m, j: _queued(m, j, name),
+    )
+
+
 def _memory_sentence(x: dict) -> str:
     return (
         f"memory headroom: the peak is {x['value']:.0%} of the device's memory ({x['peak_bytes'] / 2**30:.1f}"
         f" of {x['capacity_bytes'] / 2**30:.1f} GiB) in {x['file']}: larger micro-batches fit"
+    )
+
+
+def _outside_sentence(x: dict) -> str:
+    parts = [
+        f"{x[k]:.1f} ms {what}"
+        for k, what in (
+            ("handover_ms", "after the last sample before the batch was handed over (the replay buffer's poll)"),
+            ("release_ms", "after the handover (the replicas put to sleep)"),
+        )
+        if x.get(k) is not None
+    ]
+    return (
+        f"rollout outside generation: {x['value']:.0%} of the rollout stage is not its samples' generation "
+        f"({x['outside_ms']:.1f} of {x['stage_ms']:.1f} ms per step, mean over {x['steps']} unprofiled step(s); "
+        f"generation {x['generation_ms']:.1f} ms)" + (": " + "; ".join(parts) if parts else "")
+    )
+
+
+def _refill_sentence(x: dict) -> str:
+    passes = "; ".join(
+        f"pass {p['pass']} {p['groups']} groups, {p['dropped']} dropped"
+        if p["groups"]
+        else f"{'the first batch' if p['pass'] == 0 else 'the refills'} {p['samples']} samples"
+        for p in x["passes"]
+    ) + (f"; the filter dropped {x['filtered_groups']} groups" if x.get("filtered_groups") else "")
+    return (
+        f"dynamic sampling: {x['value']:.0%} of the rollout's generation time regenerates filtered groups "
+        f"({x['refill_ms']:.1f} of {x['rollout_ms']:.1f} ms per step in refill passes, {x['refilled_steps']} of "
+        f"{x['steps']} step(s) refilled; {passes}, summed over the steps)"
     )
 
 
@@ -154,6 +237,7 @@ CAUSES: dict[str, Cause] = {
                 f"{x['mean_active_share']:.0%} of rows active on average)"
             ),
             saving=savings.rollout_tail,
+            roots=ENGINE_QUEUES,
             judge=lambda m, j: (
                 m["tail_ms"]
                 if m["value"] >= j.t["tail_share"] and j.large(m) and m["tail_ms"] >= j.t["min_ms"]
@@ -257,7 +341,7 @@ CAUSES: dict[str, Cause] = {
             impact="the tool time of each step's slowest sample",
             sentence="slow tools: each step's slowest sample spends {value:.0%} of its time in tool calls "
             "({tool_ms:.1f} of {slowest_ms:.1f} ms, mean over {steps} step(s)): the batch waits for it",
-            saving=savings.slow_tools,
+            saving=sample_savings.slow_tools,
             judge=lambda m, j: m["tool_ms"] if m["value"] >= j.t["tool_share"] and j.large(m) else None,
         ),
         Cause(
@@ -269,20 +353,77 @@ CAUSES: dict[str, Cause] = {
             sentence="preemption: the engine preempted {value:.0%} of the samples ({preempted} of {samples}, "
             "{preemptions} preemptions); the slowest preempted sample took {excess_ms:.1f} ms more than the median, "
             "per step",
-            saving="the recomputation a preemption costs is not in the samples' records (the engine counts "
-            "preemptions, not their time): rlprof cannot say what more KV-cache memory would save",
+            saving=sample_savings.kv_cache,
             judge=lambda m, j: m["excess_ms"] if m["value"] >= j.t["preempted_share"] and j.large(m) else None,
+            roots=("kv_cache",),
+        ),
+        _queue_cause(
+            "kv_cache",
+            "KV-cache bound: the engine's KV cache cannot hold the samples it runs, so they wait and are preempted",
+            "KV-cache bound",
+            lambda x: (
+                f" while the engine's KV cache was full ({x['kv_full_iterations']} of the {x['waiting_iterations']} "
+                f"iterations that left requests waiting; {x['preempted']} requests preempted; at most {x['max_running']} ran"
+                + (f" of max_num_seqs {x['max_num_seqs']}" if x.get("max_num_seqs") else "")
+                + (f"; its cache holds {x['kv_cache_tokens']} tokens" if x.get("kv_cache_tokens") else "")
+                + ")"
+            ),
+            sample_savings.kv_cache,
+        ),
+        _queue_cause(
+            "slot_bound",
+            "slot-bound engine: samples wait for one of its max_num_seqs slots while its KV cache has room",
+            "slot-bound",
+            lambda x: (
+                f" while max_num_seqs ({x['max_num_seqs']}) requests ran ({x['slots_full_iterations']} of the "
+                f"{x['waiting_iterations']} iterations that left requests waiting; its KV cache at most "
+                f"{x['peak_kv_usage']:.0%} full, nothing preempted)"
+            ),
+            sample_savings.slot_bound,
+        ),
+        _queue_cause(
+            "engine_queue",
+            "a queue inside the engine whose bound the data cannot tell: its KV cache or its slots (max_num_seqs)",
+            "queued",
+            lambda x: (
+                ": the data cannot tell whether the engine's KV cache or its slots (max_num_seqs) held them"
+                + (
+                    f" ({x['kv_full_iterations']} of {x['waiting_iterations']} waiting iterations with the cache full, "
+                    f"{x['slots_full_iterations']} with every slot taken)"
+                    if x.get("waiting_iterations")
+                    else " (vLLM's scheduler stats were not recorded: disable_log_stats=False records them)"
+                )
+                + "; only more KV-cache memory is given, which neither bound makes worse"
+            ),
+            "the data cannot tell whether the KV cache or the engine's slots hold the queue, so what either lever "
+            "saves is not known",
+        ),
+        _queue_cause(
+            "queued",
+            "a queue before the engine: samples wait for an agent worker or rollout replica to send them",
+            "queued",
+            lambda x: " (before the engine: for a worker or replica to take them)",
+            sample_savings.queued,
         ),
         Cause(
-            "queued",
-            "a queue before generation: samples wait for a free engine slot or agent worker before they start",
-            measure="queue_share",
-            threshold="queue_share",
-            impact="each step's longest wait in the queue",
-            sentence="queued: samples wait {value:.0%} of their time before their generation starts ({queue_ms:.1f} ms "
-            "a sample; the longest wait {longest_queue_ms:.1f} ms per step)",
-            saving=savings.queued,
-            judge=lambda m, j: m["longest_queue_ms"] if m["value"] >= j.t["queue_share"] and j.large(m) else None,
+            "dynamic_sampling",
+            "dynamic sampling's refills: the rollout regenerates the groups the filter dropped (rewards all equal)",
+            measure="refill_share",
+            threshold="refill_share",
+            impact="the refill passes' generation time per step",
+            sentence=_refill_sentence,
+            saving=savings.dynamic_sampling,
+            judge=lambda m, j: m["refill_ms"] if m["value"] >= j.t["refill_share"] and j.large(m) else None,
+        ),
+        Cause(
+            "rollout_outside",
+            "the rollout stage waits outside generation: no sample is being generated for much of it",
+            measure="outside_share",
+            threshold="outside_share",
+            impact="the rollout stage's time outside its samples' generation per step",
+            sentence=_outside_sentence,
+            saving=savings.rollout_outside,
+            judge=lambda m, j: m["outside_ms"] if m["value"] >= j.t["outside_share"] and j.large(m) else None,
         ),
         Cause(
             "host_sync",

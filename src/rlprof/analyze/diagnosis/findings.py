@@ -15,7 +15,8 @@ one is enough).
 The functions here compute Finding values (analyze/diagnosis/finding.py); their sentences are made by analyze/diagnosis/sentences.py
 when the document's findings are assembled (diagnose).
 
-Over 400 lines because it is one job: every kind of finding looked for over one document, and their ranking.
+Over 400 lines because it finds every kind of finding (the causes judged on measures, the stage buckets, idle,
+variance, repeating units, busy windows) beside the one ranking they share.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ...frameworks.levers import levers
 from ..window.breakdown import order_key
 from ..window.idle_frames import idle_said
 from ..inputs.busy_machine import EXTERNAL_SHARE, WAIT_SHARE, machine_load
-from .cause_groups import one_per_cause
+from .cause_groups import one_per_cause, one_per_root
 from .causes import CAUSES, ORDER, THRESHOLDS, UNIT_WORDS, Judging, predict
 from .finding import Finding
 from .measures import measures
@@ -109,7 +110,7 @@ def ranked_findings(doc: dict) -> tuple[list[dict], list[tuple[Finding, dict | N
     found = find(doc, means, found_measures)
     ctx = PredictionContext({**doc, "measures": found_measures}, means, step_total, THRESHOLDS)
     pairs = [(f, _saving(ctx, f) if actionable(f) else None) for f in found]
-    return found_measures, sorted(one_per_cause(pairs, _rank), key=lambda pair: _rank(*pair))
+    return found_measures, sorted(one_per_root(one_per_cause(pairs, _rank)), key=lambda pair: _rank(*pair))
 
 
 def actionable(f: Finding) -> bool:
@@ -177,7 +178,8 @@ def _name(path: str) -> str:
 
 
 def _without(doc: dict, files: set[str]) -> dict:
-    """The document without the rows of these files (stage rows made from their units included)."""
+    """The document without the rows of these files (stage rows made from their units included), and without the
+    samples of the steps only they recorded (a busy step's samples are as slowed as its windows)."""
     made_from = {
         (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) for r in doc["rows"] if r.get("file") in files
     }
@@ -187,7 +189,12 @@ def _without(doc: dict, files: set[str]) -> dict:
         if r.get("file") not in files
         and not (r.get("file") is None and (r.get("step"), r.get("role"), r.get("stage"), r.get("rank")) in made_from)
     ]
-    return {**doc, "rows": keep}
+    out = {**doc, "rows": keep}
+    gone = {step for step, *_ in made_from} - {r.get("step") for r in keep}
+    if gone and doc.get("samples"):
+        out["samples"] = [r for r in doc["samples"] if r["step"] not in gone]
+        out["sample_steps"] = [s for s in doc.get("sample_steps", []) if s["step"] not in gone]
+    return out
 
 
 def find(doc: dict, means: dict, found_measures: list[dict]) -> list[Finding]:
@@ -278,15 +285,18 @@ def _measured_causes(found_measures: list[dict], means: dict, step_total: float)
         lambda m: step_total <= 0 or _stage_ms(means, m["stage"]) >= THRESHOLDS["stage_share"] * step_total,
         lambda stage: _stage_ms(means, stage),
     )
-    by_measure = {c.measure: c for c in CAUSES.values() if c.judge is not None}
+    by_measure: dict[str, list] = defaultdict(list)  # a measure may be judged by several causes (a queue: where held)
+    for c in CAUSES.values():
+        if c.judge is not None:
+            by_measure[c.measure].append(c)
     out = []
     for m in found_measures:
-        cause = by_measure.get(m["measure"])
-        if cause is None or m["status"] != "measured" or m["value"] is None:
+        if m["status"] != "measured" or m["value"] is None:
             continue
-        impact = cause.judge(m, judging)
-        if impact is not None:
-            out.append(Finding(cause.name, impact, m, m["role"], m["stage"], m.get("rank")))
+        for cause in by_measure.get(m["measure"], ()):
+            impact = cause.judge(m, judging)
+            if impact is not None:
+                out.append(Finding(cause.name, impact, m, m["role"], m["stage"], m.get("rank")))
     return out
 
 

@@ -12,14 +12,20 @@ Units carry what they hold in their range names (rlprof's trainer, TRL integrati
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
+
+from ..inputs.busy_machine import machine_load
 
 from .samples import sample_measures
 
 TAIL_ACTIVE = 0.5  # a decode step with fewer than this share of its rows still generating is in the tail
 MIN_FIT_UNITS = 6  # units needed to fit wall = fixed + per_token x tokens
 MIN_TOKEN_SPREAD = 1.2  # and their token counts must differ at least this much (max / min)
+MIN_TOKEN_COUNTS = 3  # and take at least this many distinct values (two points make any line)
+SLOWED = 3.0  # a unit this many robust deviations (1.4826 x MAD) above the first fit was slowed by something else
+MAX_FIT_SCATTER = 0.25  # the units left scatter about the fit by at most this share of their mean time (RMS)
 
 
 def _record(measure: str, role, stage, value, status: str = "measured", **inputs) -> dict:
@@ -104,7 +110,9 @@ def padding(doc: dict) -> list[dict]:
 
 def fixed_cost(doc: dict) -> list[dict]:
     """The part of micro-batch time that does not grow with tokens: fit wall_ms = fixed + per_token x tokens
-    over the stage's micro-batches (least squares); value = units x fixed / sum(wall). A large value with many
+    over the stage's micro-batches (least squares over the units the load did not move: fit_fixed_cost); value =
+    fixed / the mean wall of the units fitted. A fit with a negative part beyond its noise, too few different token
+    counts or too scattered is not measurable, with its numbers, and nothing uses it. A large value with many
     units per pass: micro-batches too small to amortise their launches and Python. `units_per_pass` counts the
     micro-batches that could merge: those of one pass, or of one mini-batch where the stage has mini-batches
     (an optimizer step bounds how far micro-batches can grow)."""
@@ -131,7 +139,7 @@ def fixed_cost(doc: dict) -> list[dict]:
             continue
         x = np.array([u["tokens"] for u in held], float)
         y = np.array([u["wall_ms"] for u in held], float)
-        if x.max() < MIN_TOKEN_SPREAD * x.min():
+        if x.max() < MIN_TOKEN_SPREAD * x.min() or len(np.unique(x)) < MIN_TOKEN_COUNTS:
             out.append(
                 _record(
                     "fixed_cost",
@@ -140,28 +148,112 @@ def fixed_cost(doc: dict) -> list[dict]:
                     None,
                     "not measurable",
                     units_per_pass=per_pass,
-                    why="the micro-batches all hold about the same tokens: the fixed part cannot be "
-                    "told from the per-token part",
+                    token_counts=int(len(np.unique(x))),
+                    why=f"the micro-batches hold too few different token counts (fewer than {MIN_TOKEN_COUNTS}, or "
+                    f"within {MIN_TOKEN_SPREAD:g}x of each other): the fixed part cannot be told from the per-token part",
                 )
             )
             continue
-        per_token, fixed = np.polyfit(x, y, 1)
-        fixed = float(np.clip(fixed, 0.0, y.min()))
-        share = len(held) * fixed / float(y.sum())
+        fit = fit_fixed_cost(x, y, busy=_mostly_busy(doc, held))
+        numbers = dict(
+            units_per_pass=per_pass,
+            token_counts=int(len(np.unique(x))),
+            fixed_ms=fit.fixed,
+            per_token_us=fit.per_token * 1e3,
+            fit_scatter=fit.scatter,
+            micro_batches=int(fit.kept.sum()),
+            fit=fit.how,
+        )
+        if fit.broken:
+            out.append(_record("fixed_cost", role, stage, None, "not measurable", why=fit.broken, **numbers))
+            continue
+        share = fit.fixed / float(y[fit.kept].mean())  # of the units fitted
         out.append(
             _record(
                 "fixed_cost",
                 role,
                 stage,
                 share,
-                fixed_ms=fixed,
-                per_token_us=float(per_token) * 1e3,
-                units_per_pass=per_pass,
                 mean_seqs=float(np.mean([u.get("seqs") or 0 for u in held])),
-                fixed_ms_per_pass=fixed * per_pass,
+                fixed_ms_per_pass=fit.fixed * per_pass,
+                **numbers,
             )
         )
     return out
+
+
+class Fit(NamedTuple):
+    per_token: float  # ms a token
+    fixed: float  # ms a micro-batch
+    kept: np.ndarray  # the units fitted
+    scatter: float  # their RMS distance from the line over their mean time
+    how: str  # `least_squares`, or `quickest` (a busy machine's window: the units the load moved least)
+    broken: str  # why it is not a cost ('' where it is)
+
+
+def fit_fixed_cost(x: np.ndarray, y: np.ndarray, busy: bool = False) -> Fit:
+    """wall = fixed + per_token x tokens by least squares over the units the load did not move (load adds time and
+    never takes it away): on a quiet machine every unit but those SLOWED robust deviations above a first fit (a
+    neighbour's burst, a collective's wait); on a busy machine's window the quickest ones, the fit taken again over
+    the units on or below it while MIN_FIT_UNITS with MIN_TOKEN_COUNTS token counts remain (up to 3 times). A part
+    below 0 within twice its standard error is 0 (the line fitted again without it); beyond, the fit is no cost
+    (`broken`), as is one whose units scatter more than MAX_FIT_SCATTER about it."""
+    kept = np.ones(len(x), bool)
+    per_token, fixed = np.polyfit(x, y, 1)
+    if busy:
+        for _ in range(3):
+            lower = kept & (y <= fixed + per_token * x)
+            if lower.sum() < MIN_FIT_UNITS or len(np.unique(x[lower])) < MIN_TOKEN_COUNTS:
+                break
+            kept = lower
+            per_token, fixed = np.polyfit(x[kept], y[kept], 1)
+    else:
+        residual = y - (fixed + per_token * x)
+        spread = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))
+        slowed = residual > np.median(residual) + SLOWED * spread if spread > 0 else ~kept
+        if (~slowed).sum() >= MIN_FIT_UNITS and len(np.unique(x[~slowed])) >= MIN_TOKEN_COUNTS and slowed.any():
+            kept = ~slowed
+            per_token, fixed = np.polyfit(x[kept], y[kept], 1)
+    per_token, fixed, broken = _physical(x[kept], y[kept], float(per_token), float(fixed))
+    line = fixed + per_token * x[kept]
+    scatter = float(np.sqrt(np.mean((y[kept] - line) ** 2)) / np.mean(y[kept]))
+    if not broken and scatter > MAX_FIT_SCATTER:
+        broken = (
+            f"the micro-batches scatter {scatter:.0%} of their mean time about the fit (more than "
+            f"{MAX_FIT_SCATTER:.0%}): too noisy to split into a fixed and a per-token part"
+        )
+    return Fit(per_token, fixed, kept, scatter, "quickest" if busy else "least_squares", broken)
+
+
+def _physical(x: np.ndarray, y: np.ndarray, per_token: float, fixed: float) -> tuple[float, float, str]:
+    """The fit with no negative part: a part below 0 within twice its standard error (noise about a cost of 0) is 0,
+    the other fitted again alone; one beyond it breaks physics, said with the fit's numbers."""
+    n = len(x)
+    residual = y - (fixed + per_token * x)
+    sigma = float(np.sqrt(np.sum(residual**2) / max(1, n - 2)))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    se_slope = sigma / np.sqrt(sxx) if sxx > 0 else float("inf")
+    se_fixed = sigma * float(np.sqrt(1 / n + x.mean() ** 2 / sxx)) if sxx > 0 else float("inf")
+    if (per_token < -2 * se_slope) or (fixed < -2 * se_fixed):
+        return (
+            per_token,
+            fixed,
+            (
+                f"the fit gives {fixed:.2f} ms fixed + {per_token * 1e3:.1f} us per token: a negative cost beyond its "
+                "noise, so the micro-batches' times do not split into a fixed and a per-token part"
+            ),
+        )
+    if per_token < 0:
+        return 0.0, float(y.mean()), ""
+    if fixed < 0:
+        return float(np.sum(x * y) / np.sum(x * x)), 0.0, ""
+    return per_token, fixed, ""
+
+
+def _mostly_busy(doc: dict, units: list[dict]) -> bool:
+    """Whether most of these units were recorded in a window on a busy machine (inputs/busy_machine.py's rule)."""
+    busy = {str(i["path"]).rsplit("/", 1)[-1] for i in doc.get("inputs", []) if (machine_load(i) or {}).get("busy")}
+    return 2 * sum(u.get("file") in busy for u in units) > len(units)
 
 
 def stage_share(doc: dict, means: dict, stage: str, measure: str) -> list[dict]:

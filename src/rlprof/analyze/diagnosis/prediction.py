@@ -1,8 +1,14 @@
-"""What the savings formulas (analyze/diagnosis/savings.py) predict from: one document's stage means, staged step, the run's
-own config and unprofiled steps (PredictionContext), the rows' response lengths, the micro-batch cost model, and
-how a prediction is said (`predicted`, `not_predictable`).
+"""What the savings formulas (analyze/diagnosis/savings.py) predict from: one document's stage means, the real step
+(PredictionContext.basis), the run's own config and unprofiled steps, the rows' response lengths, the micro-batch cost
+model, and how a prediction is said and bounded (`predicted`, `not_predictable`).
 
 What the predictions rest on, besides the stage and unit times:
+- the step a saving is a share of (`basis`, said in every saving): the run's own unprofiled steps (the trainer's
+  metrics.jsonl), else the watch's steps (its timeline), else the profiled step's stages, the rollout's time taken
+  from its samples where its window holds only some of its decode steps; where only such a window is known, no
+  share is given (a window of a few units is not the step);
+- a saving is bounded by what it saves from: each stage's part at least 0 and at most the stage's time, their sum at
+  most the step;
 - the rows' response lengths, from the decode steps (`active`: rows still generating at each step, so the rows
   of length >= k+1 are those active at step k); prompts of about equal length (their mean, from the log-prob
   pass's real tokens less the response tokens);
@@ -15,10 +21,23 @@ What the predictions rest on, besides the stage and unit times:
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 from ...frameworks.levers import DIALECTS
 from .measures import _passes, _units_by_stage
+from .speed_of_light import sol_per_step, within_speed_of_light
+
+ROLLOUT = "rollout_generate"
+MARGIN = 0.5  # a setting computed from the run aims the cause's measure at this share of its threshold
+# what a saving's share is of (Saving.basis), best first
+BASES = {
+    "unprofiled_steps": "the run's unprofiled steps (its own step timing)",
+    "watched_steps": "the watch's steps (its timeline)",
+    "profiled_step": "the profiled step's stages",
+    "profiled_step_and_samples": "the profiled step's stages, the rollout's time from its samples",
+    "window": "a window holding some of a stage's units only: the step is not known, no share of it is given",
+}
 
 
 def predicted(
@@ -32,30 +51,68 @@ def predicted(
     """A prediction from what each stage saves in the profiled step (`parts`), as ms per step and share of the step.
     `scaled`: the parts are operators' time, inflated by the profiler's own cost per operator, and are scaled stage
     by stage to the run's unprofiled steps where the run left them; a difference between ranks that run the same
-    operators holds none of that cost and is taken as it is."""
+    operators holds none of that cost and is taken as it is. Each part is then bounded by what it saves from
+    (`bounded`)."""
     by_stage = {stage: float(ms * (ctx.scale(stage) if scaled else 1.0)) for stage, ms in parts.items()}
-    saving = sum(by_stage.values())
-    basis = ctx.step_basis()
+    basis = ctx.basis()
     words = (
         ctx.basis_words()
         if scaled
         else (
             "not scaled to the unprofiled steps: the ranks run the same operators, so the profiler's own cost per "
-            f"operator is in each rank's time alike and not in the difference (share of the {basis:.1f} ms step: "
-            + ("the unprofiled steps' median)" if ctx.unprofiled().get("step_ms") else "the profiled step)")
+            "operator is in each rank's time alike and not in the difference"
         )
     )
+    by_stage, held = bounded(ctx, by_stage)
+    if held:
+        words += "; " + held
+    stage_ms = {stage: ctx.stage_ms(stage) * (ctx.scale(stage) if scaled else 1.0) for stage in by_stage}
+    by_stage, cut = within_speed_of_light(by_stage, stage_ms, ctx.speed_of_light)  # no stage below its limit
+    if cut:
+        detail["speed_of_light_ms"] = cut
+        assumption += f"; cut where it would bring {', '.join(cut)} below its speed-of-light time"
+    saving = sum(by_stage.values())
     return {
         "status": "predicted",
         "saving_ms": float(saving),
-        "saving_share": saving / basis if basis > 0 else None,
+        "saving_share": share_of(saving, basis),
         "assumption": assumption + "; " + words,
         "setting": setting or {},
         "by_stage_ms": by_stage,
         "profiled_ms": {k: float(v) for k, v in parts.items()},
-        "step_ms": basis,
+        "step_ms": basis["step_ms"],
+        "basis": basis["basis"],
         **detail,
     }
+
+
+def all_of(ctx: PredictionContext, f, field: str, assumption: str) -> dict:
+    """A saving that is all of one number of the finding's evidence, in its stage (an upper bound, said)."""
+    return predicted(ctx, {f.stage: f.evidence[field]}, assumption)
+
+
+def share_of(saving: float, basis: dict) -> float | None:
+    """A saving's share of the step: none where only a window is known."""
+    return saving / basis["step_ms"] if basis["basis"] != "window" and basis["step_ms"] > 0 else None
+
+
+def bounded(ctx: PredictionContext, by_stage: dict[str, float]) -> tuple[dict[str, float], str]:
+    """Each stage's part between 0 and the stage's time per step (ctx.stage_bound), their sum at most the step (the
+    parts scaled down alike where they pass it); and what was held back, in words ('' where nothing was)."""
+    out, held = {}, []
+    for stage, ms in by_stage.items():
+        top = ctx.stage_bound(stage)
+        part = min(max(ms, 0.0), top) if top is not None else max(ms, 0.0)
+        if abs(part - ms) > 1e-9:
+            what = "below 0: none" if ms < 0 else f"over the stage's {top:.1f} ms"
+            held.append(f"{stage or 'the window'} {ms:.1f} ms ({what})")
+        out[stage] = part
+    basis = ctx.basis()
+    total = sum(out.values())
+    if basis["basis"] != "window" and 0 < basis["step_ms"] < total:
+        held.append(f"the parts' {total:.1f} ms over the {basis['step_ms']:.1f} ms step: scaled down to it")
+        out = {k: v * basis["step_ms"] / total for k, v in out.items()}
+    return out, ("bounded by what it saves from: " + ", ".join(held)) if held else ""
 
 
 def not_predictable(why: str, setting: dict | None = None) -> dict:
@@ -64,7 +121,7 @@ def not_predictable(why: str, setting: dict | None = None) -> dict:
 
 class PredictionContext:
     """What the predictions read from one analysis document: stage means, the staged step, the run's own config,
-    the units per stage and the rows' lengths per (step, rank)."""
+    the units per stage and the rows' lengths per (step, rank), the real step and each stage's time in it."""
 
     def __init__(self, doc: dict, means: dict, step_ms: float, thresholds: dict):
         self.doc, self.means, self.step_ms, self.t = doc, means, step_ms, thresholds
@@ -74,31 +131,82 @@ class PredictionContext:
         self.measures = {(m["measure"], m.get("stage")): m for m in doc.get("measures", [])}
         self.lengths = response_lengths(doc)
         self.dialect = dialect_of(doc)
+        self.speed_of_light = sol_per_step(doc)  # stage -> its speed-of-light time per step, where known
+        self.span = rollout_span(doc)
+        self.units_only = partial_stages(doc)  # stages whose window holds some of their units only
+        # and of them, those whose time is not known otherwise (the rollout's is, from its samples)
+        self.partial = self.units_only - ({ROLLOUT} if self.span else set())
+        self._unprofiled = (((doc.get("run_config") or {}).get("unprofiled")) or {}) or watched(doc)
+        self._basis: dict | None = None
 
     def stage_ms(self, stage) -> float:
         return sum(v["wall_ms"] for k, v in self.means.items() if k[1] == stage)
 
     def unprofiled(self) -> dict:
-        return ((self.doc.get("run_config") or {}).get("unprofiled")) or {}
+        """The run's steps outside the profiled ones: its own step timing (run_config.unprofiled), else the watch's."""
+        return self._unprofiled
 
     def scale(self, stage) -> float:
         """The stage's median time in the run's unprofiled steps over its time in the profiled one (1 where the run
-        left no step metrics)."""
+        left no step metrics, and for a stage whose window holds only some of its units: no ratio to the whole)."""
         u = self.unprofiled().get("stage_ms") or {}
         profiled = self.stage_ms(stage)
+        if stage in self.partial or (stage == ROLLOUT and self.span and self.span > profiled):
+            return 1.0  # no ratio of a whole stage to a window of some of its units
         return u[stage] / profiled if u.get(stage) and profiled > 0 else 1.0
 
-    def step_basis(self) -> float:
-        return self.unprofiled().get("step_ms") or self.step_ms
+    def stage_time(self, stage) -> float:
+        """The stage's time in the profiled step: its mean over ranks and steps, the rollout's from its samples where
+        they span more (its window holds some of its decode steps)."""
+        ms = self.stage_ms(stage)
+        return max(ms, self.span) if stage == ROLLOUT and self.span else ms
 
-    def basis_words(self) -> str:
+    def stage_bound(self, stage) -> float | None:
+        """The most a saving can take from a stage per step, in the basis' terms: its unprofiled median where the run
+        left one, else its time in the profiled step; None for a stage no row holds (nothing to bound by)."""
+        u = (self.unprofiled().get("stage_ms") or {}).get(stage)
+        mine = self.stage_time(stage)
+        if u and stage not in self.partial:
+            return max(u, mine * self.scale(stage))
+        return mine if mine > 0 else None
+
+    def basis(self) -> dict:
+        """{basis, step_ms, words}: the real step a saving is a share of (BASES, best first)."""
+        if self._basis is None:
+            self._basis = self._find_basis()
+        return self._basis
+
+    def _find_basis(self) -> dict:
         u = self.unprofiled()
         if u.get("step_ms"):
-            return (
-                f"scaled stage by stage to the run's unprofiled steps {u['steps']} (median step "
-                f"{u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} ms of stages)"
-            )
-        return f"times of the profiled step ({self.step_ms:.1f} ms of stages; the profiler's own cost included)"
+            name = "watched_steps" if u.get("source") == WATCH else "unprofiled_steps"
+            steps = u.get("steps") or []
+            return {
+                "basis": name,
+                "step_ms": float(u["step_ms"]),
+                "words": f"{BASES[name]} {steps} (median step {u['step_ms']:.1f} ms; the profiled step {self.step_ms:.1f} "
+                "ms of stages)",
+            }
+        staged = [k[1] for k in self.means if k[1] is not None]
+        total = sum(self.stage_time(s) for s in staged)
+        if staged and not (self.partial & set(staged)) and total > 0:
+            name = "profiled_step_and_samples" if self.stage_time(ROLLOUT) > self.stage_ms(ROLLOUT) else "profiled_step"
+            return {
+                "basis": name,
+                "step_ms": total,
+                "words": f"{BASES[name]} ({total:.1f} ms; the profiler's own cost included)",
+            }
+        window = self.step_ms or sum(v["wall_ms"] for v in self.means.values())
+        return {"basis": "window", "step_ms": window, "words": f"{BASES['window']} (the window: {window:.1f} ms)"}
+
+    def step_basis(self) -> float:
+        return self.basis()["step_ms"]
+
+    def basis_words(self) -> str:
+        b = self.basis()
+        if b["basis"] in ("unprofiled_steps", "watched_steps"):
+            return "scaled stage by stage to " + b["words"]
+        return "times of " + b["words"]
 
     def stage_mean(self, stage, bucket: str) -> float:
         return sum(v[bucket] for k, v in self.means.items() if k[1] == stage)
@@ -158,6 +266,54 @@ def response_lengths(doc: dict) -> dict[tuple, list[int]]:
         lengths += _lengths_of(run, seqs)
         out[key] = sorted(lengths)
     return out
+
+
+WATCH = "the watch's timeline"
+
+
+def watched(doc: dict) -> dict:
+    """The watch's steps as the run's unprofiled ones: the median over its judged steps (not profiled, captured,
+    warming up or busy) of the job's step and stage times, in ms; {} where the run kept no timeline."""
+    tl = doc.get("timeline") or {}
+    per = tl.get("per_step") or {}
+    if "step" not in per:
+        return {}
+    left_out = set(tl.get("profiled_steps", [])) | set(tl.get("captured_steps", [])) | set(tl.get("warmup_steps", []))
+    quiet = left_out | set(tl.get("busy_steps", []))
+    steps = tl.get("steps", [])
+    keep = [i for i, s in enumerate(steps) if s not in quiet] or [i for i, s in enumerate(steps) if s not in left_out]
+
+    def median(name):
+        values = [per[name]["max"][i] for i in keep if per[name]["max"][i] is not None]
+        return statistics.median(values) * 1e3 if values else None
+
+    step = median("step")
+    if step is None:
+        return {}
+    stages = {name: median(name) for name in per if name != "step"}
+    return {
+        "source": WATCH,
+        "steps": [steps[i] for i in keep],
+        "step_ms": step,
+        "stage_ms": {k: v for k, v in stages.items() if v},
+    }
+
+
+def partial_stages(doc: dict) -> set:
+    """Stages whose every row was made from its units (a window holding some of the stage's decode steps or
+    micro-batches, not the stage whole)."""
+    whole: dict = {}
+    for r in doc["rows"]:
+        if r.get("unit") is None and r.get("stage") is not None:
+            whole[r["stage"]] = whole.get(r["stage"], False) or not r.get("units_only")
+    return {s for s, w in whole.items() if not w}
+
+
+def rollout_span(doc: dict) -> float | None:
+    """The rollout's time per step from its samples (first start to last end of each generation pass, summed over a
+    step's passes; mean over steps), where the host recorded them."""
+    spans = [s["span_ms"] for s in doc.get("sample_steps") or [] if s.get("span_ms")]
+    return sum(spans) / len(spans) if spans else None
 
 
 def _lengths_of(active: list[int], seqs) -> list[int]:

@@ -4,7 +4,10 @@ tokens they generated (p50/p90/p99/max), the share of its rollout the batch spen
 still running (the tail), its slowest samples, its phases summed and its preemptions.
 
 A step's rollout lasts as long as its slowest sample: the tail is where the batch waits for a few. Each generation
-pass of a step (DAPO's refills: `rollout_pass`) is one batch; a step's tail and span are its passes' sums.
+pass of a step (DAPO's refills: `rollout_pass`) is one batch; a step's tail and span are its passes' sums. Where a vLLM
+engine recorded what its scheduler said over the step (inputs/samples_file.py, ENGINE_FIELDS), the step holds it
+(`engine`: its engines' counts summed, their limits): what tells a queue held by the KV cache from one held by the
+engine's slots.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..inputs.samples_file import INSIDE_FROM, PHASE_PLACES, PHASES
+from ..inputs.samples_file import ENGINE_FIELDS
 
 TAIL_RUNNING = 0.5  # fewer than this share of a pass's samples still running: the batch is in its tail
 SLOWEST = 3  # the slowest samples a step names
@@ -31,6 +35,8 @@ TABLE_FIELDS = (
     *PHASES,
     "preemptions",
     "rollout_pass",
+    "group",
+    "group_filtered",
     "first_decode_step",
     "last_decode_step",
     "request_id",
@@ -139,8 +145,32 @@ def tail_of(timed: list[dict]) -> tuple[float, float]:
     return (edges[-1][0] - edges[0][0]) / 1e3, tail / 1e3
 
 
-def step_summaries(samples: list[dict]) -> list[dict]:
-    """Per step: its samples' distribution, its tail, its slowest samples, its phases summed and its preemptions."""
+ENGINE_MAX = ("max_running", "max_waiting", "peak_kv_usage")  # the most over the step; the other counts: summed
+ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "block_size")
+
+
+def engine_summaries(records: list[dict]) -> dict:
+    """step -> what its engines' schedulers said over it (inputs/samples_file.py, ENGINE_FIELDS): counts summed over
+    its engines and passes, the most of each maximum, the limits (the first engine's)."""
+    out: dict = {}
+    for r in records:
+        mine = out.setdefault(r["step"], {})
+        for k in ENGINE_FIELDS:
+            if k not in r or k == "rollout_pass":
+                continue
+            if k in ENGINE_LIMITS:
+                mine.setdefault(k, r[k])
+            elif k in ENGINE_MAX:
+                mine[k] = max(mine.get(k, r[k]), r[k])
+            else:
+                mine[k] = mine.get(k, 0) + r[k]
+    return out
+
+
+def step_summaries(samples: list[dict], engine: list[dict] = ()) -> list[dict]:
+    """Per step: its samples' distribution, its tail, its slowest samples, its phases summed and its preemptions,
+    and what its engines' schedulers said (`engine`) where they recorded it."""
+    engines = engine_summaries(list(engine))
     by_step: dict = defaultdict(list)
     for r in samples:
         by_step[r["step"]].append(r)
@@ -177,6 +207,8 @@ def step_summaries(samples: list[dict]) -> list[dict]:
         if any("preemptions" in r for r in rows):
             summary["preemptions"] = sum(r.get("preemptions", 0) for r in rows)
             summary["preempted_samples"] = sum(1 for r in rows if r.get("preemptions", 0) > 0)
+        if step in engines:
+            summary["engine"] = engines[step]
         out.append(summary)
     return out
 
@@ -229,6 +261,12 @@ def sample_measures(doc: dict) -> list[dict]:
                 steps=len(slow),
             )
         )
+    refills = _refills(samples) or _refills_of(doc.get("rollout_account") or [])
+    if refills:
+        out.append(_record("refill_share", **refills))
+    outside = _outside(doc.get("rollout_account") or [])
+    if outside:
+        out.append(_record("outside_share", **outside))
     known = [r for r in samples if "preemptions" in r]
     if known:
         hit = [r for r in known if r["preemptions"] > 0]
@@ -255,8 +293,28 @@ def sample_measures(doc: dict) -> list[dict]:
                 queue_ms=queue / len(waited),
                 longest_queue_ms=sum(longest.values()) / len(longest),
                 steps=len(longest),
+                **queue_where(waited, steps),
             )
         )
+    return out
+
+
+def queue_where(waited: list[dict], steps: list[dict]) -> dict:
+    """Where the samples waited: `in_engine` (vLLM's queued time: in its scheduler's waiting queue) or not (rlprof's
+    async replicas: from the driver's submission to a replica's start), and, inside an engine, what its scheduler
+    said over the steps they waited in (their engines' counts summed: the iterations that left requests waiting, of
+    them those with the KV cache full or with max_num_seqs running, the requests preempted, and the limits)."""
+    in_engine = all(r.get("source") == "vllm" for r in waited)
+    out: dict = {"in_engine": in_engine}
+    said = [s["engine"] for s in steps if s.get("engine") and s["step"] in {r["step"] for r in waited}]
+    if in_engine and said:
+        for k in ("iterations", "waiting_iterations", "kv_full_iterations", "slots_full_iterations", "preempted"):
+            out[k] = sum(e.get(k, 0) for e in said)
+        for k in ENGINE_MAX:
+            out[k] = max(e.get(k, 0) for e in said)
+        for k in ENGINE_LIMITS:
+            if any(k in e for e in said):
+                out[k] = next(e[k] for e in said if k in e)
     return out
 
 
@@ -268,3 +326,85 @@ def _preempted_excess(hit: list[dict], steps: list[dict]) -> float:
         if duration_ms(r) is not None and r["step"] in median:
             worst[r["step"]] = max(worst.get(r["step"], 0.0), duration_ms(r) - median[r["step"]])
     return sum(worst.values()) / len(worst) if worst else 0.0
+
+
+def _refills(samples: list[dict]) -> dict | None:
+    """DAPO's dynamic sampling, from the passes its host numbered (`rollout_pass`): the share of the rollout's
+    generation time its refill passes took (each pass's span, first start to last end, summed per step), the refill
+    time per step, and per pass the groups it generated and those the filter dropped (`group_filtered`, where the
+    host says it), summed over the steps; None where no step refilled."""
+    by_step: dict = defaultdict(lambda: defaultdict(list))
+    for r in samples:
+        if duration_ms(r) is not None and "rollout_pass" in r:
+            by_step[r["step"]][r["rollout_pass"]].append(r)
+    refilled = {step: passes for step, passes in by_step.items() if len(passes) > 1}
+    if not refilled:
+        return None
+    total = refill = 0.0
+    per_pass: dict = defaultdict(lambda: {"samples": 0, "groups": 0, "dropped": 0})
+    for passes in by_step.values():
+        for k, rows in passes.items():
+            span = (max(r["end_us"] for r in rows) - min(r["start_us"] for r in rows)) / 1e3
+            total += span
+            refill += span if k > 0 else 0.0
+            p = per_pass[k]
+            p["samples"] += len(rows)
+            grouped = {r["group"]: r.get("group_filtered") for r in rows if "group" in r}
+            p["groups"] += len(grouped)
+            p["dropped"] += sum(1 for dropped in grouped.values() if dropped)
+    steps = len(by_step)
+    return {
+        "value": refill / total if total > 0 else 0.0,
+        "refill_ms": refill / steps,
+        "rollout_ms": total / steps,
+        "steps": steps,
+        "refilled_steps": len(refilled),
+        "passes": [{"pass": k, **per_pass[k]} for k in sorted(per_pass)],
+    }
+
+
+def _outside(account: list[dict]) -> dict | None:
+    """The rollout stage's time outside its samples' generation, over the watched steps no window profiled (the
+    profiler's start and stop are in the others'): its share of the stage, per step, and the parts the host names
+    (medians); None where no such step was accounted for."""
+    steps = [a for a in account if not a["profiled"] and a["stage_ms"] > 0]
+    if not steps:
+        return None
+    stage, outside = sum(a["stage_ms"] for a in steps), sum(a["outside_ms"] for a in steps)
+    out = {
+        "value": outside / stage,
+        "outside_ms": outside / len(steps),
+        "stage_ms": stage / len(steps),
+        "generation_ms": sum(a["generation_ms"] for a in steps) / len(steps),
+        "steps": len(steps),
+    }
+    for part in ("handover_ms", "release_ms"):
+        known = [a[part] for a in steps if part in a]
+        if known:
+            out[part] = float(np.median(known))
+    return out
+
+
+def _refills_of(account: list[dict]) -> dict | None:
+    """DAPO's dynamic sampling where the host's passes overlap (verl's v1 replay buffer dispatches refills while the
+    first batch runs): the generation time its refills added after the first batch had ended, over the generation
+    time (rollout_account.py), per step; the filter's dropped groups summed. None where no step refilled."""
+    steps = [a for a in account if a["generation_ms"] > 0]
+    refilled = [a for a in steps if a.get("refills")]
+    if not refilled:
+        return None
+    refill, total = sum(a.get("refill_ms", 0.0) for a in steps), sum(a["generation_ms"] for a in steps)
+    samples = sum(a["samples"] for a in steps)
+    again = sum(a.get("refill_samples", 0) for a in steps)
+    return {
+        "value": refill / total,
+        "refill_ms": refill / len(steps),
+        "rollout_ms": total / len(steps),
+        "steps": len(steps),
+        "refilled_steps": len(refilled),
+        "passes": [
+            {"pass": 0, "samples": samples - again, "groups": 0, "dropped": 0},
+            {"pass": 1, "samples": again, "groups": 0, "dropped": 0},
+        ],
+        "filtered_groups": sum(a.get("filtered_groups", 0) for a in steps),
+    }

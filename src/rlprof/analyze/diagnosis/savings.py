@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+
 from ...frameworks.levers import levers_for
 from .finding import Finding
 from .measures import TAIL_ACTIVE, _units_by_stage
-from .samples import duration_ms, tail_of
+from .sample_savings import capped_at_percentile, cut_by, engine_iterations, partial_rollout, tail_from_samples
 from .prediction import (
+    MARGIN,
+    all_of,
     Cost,
     PredictionContext,
     dynamic_groups,
@@ -34,7 +37,6 @@ from .prediction import (
     stratified,
 )
 
-MARGIN = 0.5  # a setting computed from the run aims the cause's measure at this share of its threshold
 # stages where the actor's FSDP-sharded weights are gathered for a forward
 ACTOR_FORWARD_STAGES = ("rollout_generate", "actor_compute_log_prob", "actor_update")
 
@@ -110,95 +112,69 @@ def slow_rank(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
 
 
 def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
-    """Cap responses at C tokens, the longest cap whose tail stays at MARGIN of the threshold: saving = the decode
-    steps past C + the per-token time of the response tokens past C in the log-prob and update passes."""
-    if f.evidence.get("basis") == "samples":
-        return _tail_from_samples(ctx, f)
+    """The dialect's first lever: partial rollout where it has one (it changes no response), else a cap on the
+    responses at C tokens: the longest cap whose tail stays at MARGIN of the threshold, but never below the
+    cap_percentile of the sampled lengths (a cap cuts responses and changes their reward: a few, said, not a third of
+    the batch); saving = the decode steps past C + the per-token time of the response tokens past C in the log-prob
+    and update passes."""
+    first = levers_for("rollout_tail", dialect, f.stage)
+    if first and first[0].value != "max_new_tokens":
+        return partial_rollout(ctx, f)
+    if f.evidence.get("basis") == "samples" or engine_iterations(ctx):
+        return tail_from_samples(ctx, f)
     passes = _decode_passes(ctx.doc)
     if not passes:
         return not_predictable("the decode steps do not say how many rows were active")
     limit = MARGIN * ctx.t["tail_share"]
-    cap = min(_tail_cap(p, limit) for p in passes)
+    tail_cap = min(_tail_cap(p, limit) for p in passes)
+    lengths = [L for v in ctx.lengths.values() for L in v]
+    cap, floor_words = capped_at_percentile(ctx, tail_cap, list(ctx.lengths.values()))
     removed = sum(sum(u["wall_ms"] for u in p[cap:]) for p in passes) / len(passes)
-    cut = sum(p[cap]["active"] / p[cap]["seqs"] for p in passes if cap < len(p)) / len(passes)
     downstream, words = _shorter_responses(ctx, cap)
+    cut = cut_by(lengths, cap)
     return predicted(
         ctx,
         {"rollout_generate": removed, **downstream},
         (
             f"a decode step costs the same with finished rows as with active ones (the engine computes the batch), so a "
             f"cap of {cap} tokens removes the decode steps past it ({removed:.1f} of {_decode_ms(passes):.1f} ms in the "
-            f"profiled step); {words}; {cut:.0%} of this run's responses are longer than {cap} and are cut (their reward "
-            "changes)"
+            f"profiled step){floor_words}; {words}; {cut['words']}"
         ),
         {"max_new_tokens": cap},
-        responses_cut=cut,
+        **cut["detail"],
     )
 
 
-def slow_tools(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
-    """tool_ms of each step's slowest sample: its tool calls no longer hold the batch (an upper bound: the sample
-    still generates, and the next slowest may take its place)."""
+def rollout_outside(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """release_ms: verl's first lever keeps the engine awake between steps (free_cache_engine=False): what the stage
+    spends after the batch is handed over, putting the replicas to sleep, is saved (their wake-up before the next
+    step too, outside this stage: not counted, a lower bound). Not predictable where the host does not say it."""
+    release = f.evidence.get("release_ms")
+    if release is None:
+        return not_predictable(
+            "the rollout's host does not say what its stage does after its samples (verl's driver does, with "
+            "global_profiler.trigger): rlprof cannot tell the engine's sleep from the rest"
+        )
     return predicted(
         ctx,
-        {f.stage: f.evidence["tool_ms"]},
-        "each step's slowest sample no longer waits on its tools (calls made in parallel, answers cut shorter): all of "
-        "its tool time saved, an upper bound (the next slowest sample may then hold the batch)",
+        {f.stage: release},
+        "the engine kept awake between steps: the stage's time after the batch is handed over (its replicas put to "
+        "sleep) saved; their wake-up before the next step, outside this stage, not counted (a lower bound); more memory "
+        "held by the engine",
     )
 
 
-def queued(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
-    """longest_queue_ms: with enough engine slots or agent workers, no sample waits to start (an upper bound: the
-    longest-waiting sample may not be the one the step ends with)."""
+def dynamic_sampling(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
+    """refill_ms: with no refill pass (rlprof: dapo.max_sampling_retries=0; MindSpeed-RL: its filter_groups_max_batches
+    at 1; verl: the refills dispatched beside the first batch, max_inflight_gen_batches raised, where their generation
+    overlaps it) the refill passes' generation time is saved; the batch then keeps the first pass's informative groups
+    and fills up with filtered ones (zero advantage): it changes what the step trains on."""
     return predicted(
         ctx,
-        {f.stage: f.evidence["longest_queue_ms"]},
-        "no sample waits for a free slot or worker before its generation: each step's longest wait saved, an upper "
-        "bound (the sample that waited longest may not be the one the step ends with)",
-    )
-
-
-def _tail_from_samples(ctx: PredictionContext, f: Finding) -> dict:
-    """The rollout's tail from its samples: cap responses at C tokens, the longest cap whose tail (samples.tail_of)
-    stays at MARGIN of the threshold; each sample keeps its own time per token, so a capped sample ends after C of
-    its tokens; saving = each batch's span less its span capped (mean per step)."""
-    batches: dict = defaultdict(list)
-    for r in ctx.doc.get("samples", []):
-        if r.get("response_tokens") and duration_ms(r) is not None:
-            batches[(r["step"], r.get("rollout_pass", 0), r.get("replica"))].append(r)
-    if not batches:
-        return not_predictable("the samples do not say how many tokens they generated")
-
-    def capped(batch, cap):
-        return [
-            {**r, "end_us": r["start_us"] + (r["end_us"] - r["start_us"]) * min(1.0, cap / r["response_tokens"])}
-            for r in batch
-        ]
-
-    limit = MARGIN * ctx.t["tail_share"]
-    longest = max(r["response_tokens"] for b in batches.values() for r in b)
-    cap = longest
-    for c in range(longest, 0, -1):
-        spans = [tail_of(capped(b, c)) for b in batches.values()]
-        cap = c
-        if sum(t for _, t in spans) <= limit * sum(s for s, _ in spans):
-            break
-    steps = len({k[0] for k in batches})
-    before = sum(tail_of(b)[0] for b in batches.values())
-    after = sum(tail_of(capped(b, cap))[0] for b in batches.values())
-    rows = [r for b in batches.values() for r in b]
-    cut = sum(r["response_tokens"] > cap for r in rows) / len(rows)
-    return predicted(
-        ctx,
-        {f.stage: (before - after) / steps},
-        (
-            f"responses capped at {cap} tokens, each sample keeping its own time per token (from its start and end): the "
-            f"batch ends when its longest capped sample does ({(before - after) / steps:.1f} of {before / steps:.1f} ms "
-            f"per step); the log-prob and update passes would compute shorter rows too, not counted: a lower bound; "
-            f"{cut:.0%} of the samples are longer than {cap} and are cut (their reward changes)"
-        ),
-        {"max_new_tokens": cap},
-        responses_cut=cut,
+        {f.stage: f.evidence["refill_ms"]},
+        "the refill passes' generation time saved (no pass after the first, or refills overlapping it); the batch then "
+        "trains on the first pass's informative groups and filtered ones filling it (zero advantage): it changes the "
+        "experiment",
     )
 
 
@@ -352,9 +328,12 @@ def small_units(ctx: PredictionContext, stages: list[str], sizes: list[int] | No
         return not_predictable("no micro-batch of these stages says how many rows and tokens it holds")
     m0 = max(1, int(round(min(c.seqs_now for c in costs.values()))))
     limit = min(_size_limit(c) for c in costs.values())
-    candidates = sizes or [m for m in _sizes(m0, limit) if all(_fits(c, m) for c in costs.values())]
+    most, memory = _memory_limit(ctx, list(costs), m0)
+    candidates = sizes or [
+        m for m in _sizes(m0, limit) if all(_fits(c, m) for c in costs.values()) and (most is None or m <= most)
+    ]
     if not candidates:
-        return not_predictable(f"no micro-batch size larger than {m0} divides the mini-batch")
+        return not_predictable(f"no micro-batch size larger than {m0} divides the mini-batch and fits ({memory})")
 
     def parts(m):
         return {s: _fixed_size_time(c, m0, rows) - _fixed_size_time(c, m, rows) for s, c in costs.items()}
@@ -373,11 +352,31 @@ def small_units(ctx: PredictionContext, stages: list[str], sizes: list[int] | No
     return predicted(
         ctx,
         best,
-        (
-            f"micro-batches of {m} rows instead of {m0}: {words}; each padded to its longest row ({pad}); memory not "
-            "checked (the largest is the mini-batch)"
-        ),
+        (f"micro-batches of {m} rows instead of {m0}: {words}; each padded to its longest row ({pad}); {memory}"),
         {"micro_batch_size": {s: m for s in costs}},
+    )
+
+
+MEMORY_LIMIT = 0.9  # a larger micro-batch keeps the stage's peak memory under this share of the device's
+
+
+def _memory_limit(ctx: PredictionContext, stages: list[str], m0: int) -> tuple[int | None, str]:
+    """The largest micro-batch whose peak memory stays under MEMORY_LIMIT of the device's, where the stages' peak and
+    the device's capacity were recorded: the peak taken to grow with the rows (an upper bound: the weights and
+    optimizer state do not); else None, said."""
+    held = [
+        m
+        for m in ctx.doc.get("measures", [])
+        if m["measure"] == "memory_use" and m["status"] == "measured" and m.get("stage") in stages
+    ]
+    if not held:
+        return None, "memory not checked (no peak against the device's capacity recorded for these stages)"
+    m = max(held, key=lambda m: m["value"])
+    most = max(m0, int(m0 * MEMORY_LIMIT * m["capacity_bytes"] / m["peak_bytes"]))
+    return most, (
+        f"memory: the peak {m['peak_bytes'] / 2**30:.2f} of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['stage']}) at "
+        f"{m0} rows, taken to grow with the rows (the weights do not: an upper bound), stays under "
+        f"{MEMORY_LIMIT:.0%} of the device's up to {most} rows"
     )
 
 
@@ -436,14 +435,11 @@ def weight_sync(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     added = steps * per_forward
     return predicted(
         ctx,
-        {
-            f.stage: sync,
-            "rollout_generate": -added * ctx.scale("actor_compute_log_prob") / ctx.scale("rollout_generate"),
-        },
+        {f.stage: sync - added * ctx.scale("actor_compute_log_prob") / ctx.scale(f.stage)},
         (
             f"the rollout reads the actor's shards: no full copy ({sync:.1f} ms in the profiled step), and each of its "
             f"{steps:.0f} decode steps gathers the shards as one micro-batch of the log-prob pass does ({per_forward:.2f} ms "
-            f"exposed, {added:.1f} ms in all)"
+            f"exposed, {added:.1f} ms in all, taken from the sync's saving: the rollout takes them on)"
         ),
     )
 
@@ -515,9 +511,10 @@ def _gather_share(doc: dict, stage: str) -> float:
 
 def launch_bound(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     """launch_bound_ms: the device gaps the host had not yet launched into, all recovered (an upper bound)."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["launch_bound_ms"]},
+        f,
+        "launch_bound_ms",
         "the device's launch-bound gaps are all filled (CUDA graphs, fused kernels, larger micro-batches): "
         "an upper bound",
     )

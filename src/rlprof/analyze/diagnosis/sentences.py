@@ -8,6 +8,7 @@ from __future__ import annotations
 from ...frameworks.levers import levers
 from .causes import CAUSES, template, where
 from .finding import Finding
+from .prediction import BASES
 
 
 def sentence(f: Finding) -> str:
@@ -23,6 +24,10 @@ def sentence(f: Finding) -> str:
     }
     form = template(f.kind)
     text = form(fields) if callable(form) else form.format(**fields)
+    for symptom in f.evidence.get("symptoms", []) if f.kind in CAUSES else []:  # one root, its symptoms inside it
+        text += "; with it, " + sentence(
+            Finding(symptom["kind"], symptom["impact_ms"], symptom["evidence"], symptom["role"], symptom["stage"])
+        )
     others = f.evidence.get("stages", [])[1:] if f.kind in CAUSES else []
     if others:  # a cause found in several stages (findings.one_per_cause): the first stage's sentence, then the rest
         text += "; also in " + ", ".join(
@@ -83,8 +88,17 @@ def saving_text(s: dict) -> str:
     """A predicted saving in one sentence (or why it is not predictable)."""
     if s["status"] != "predicted":
         return f"saving not predictable from this data: {s['why']}"
-    share = f" ({s['saving_share']:.0%} of the step)" if s.get("saving_share") is not None else ""
-    return f"predicted saving {s['saving_ms']:.1f} ms per step{share}: {s['assumption']}"
+    return f"predicted saving {s['saving_ms']:.1f} ms per step{share_words(s)}: {s['assumption']}"
+
+
+def share_words(s: dict) -> str:
+    """A saving's share of the step with the step it is a share of (its basis), in a few words."""
+    basis = s.get("basis")
+    if s.get("saving_share") is not None:
+        return f" ({s['saving_share']:.0%} of the {s['step_ms']:.1f} ms step: {BASES.get(basis, 'the step')})"
+    if basis == "window":
+        return " (no share given: only a window of some units is known, not the step)"
+    return ""
 
 
 # ---- a captured window's cause (analyze/diagnosis/capture_cause.py) -----------------------------------------------------------

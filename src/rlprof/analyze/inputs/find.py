@@ -11,6 +11,7 @@ from ...errors import AnalyzeError
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pickle")
 RUN_CONFIG = "trainer_config.json"  # the reference trainer's settings beside its traces (not a trace)
+MODEL_FILE = "model.json"  # a run's model record beside its traces (not a trace: inputs/model_config.py reads it)
 
 
 def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
@@ -40,7 +41,7 @@ def find_inputs(path: str | Path) -> list[tuple[Path, dict]]:
         and p.name.endswith(TRACE_SUFFIXES)
         and not p.name.endswith((".summary.json", "analysis.json"))
         and not any(a in p.parents for a in ascend)
-        and p.name not in ("trace_view.json", RUN_CONFIG)
+        and p.name not in ("trace_view.json", RUN_CONFIG, MODEL_FILE)
     )
     if not ascend and not files and is_ascend(path):
         return [(path, {})]

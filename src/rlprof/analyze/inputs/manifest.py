@@ -5,7 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 
-META_KEYS = ("step", "steps", "role", "stage", "rank", "replica", "window", "status", "bytes", "device_memory")
+META_KEYS = (
+    "step",
+    "steps",
+    "role",
+    "stage",
+    "rank",
+    "replica",
+    "window",
+    "status",
+    "bytes",
+    "device_memory",
+    "device",
+    "model",
+)
 LOAD_KEYS = ("cpu_ms", "run_wait_ms", "span_ms", "host_busy_ms", "job_cpu_ms", "host_cpus")  # the machine's load
 
 

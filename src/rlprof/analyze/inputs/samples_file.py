@@ -10,6 +10,11 @@ null (`FIELDS`). The clock of `start_us` / `end_us`: the writing host's wall clo
 epoch (`time.time_ns() // 1000`), the clock of the manifest's `start_ns` / `end_ns`; the analysis maps them onto each
 trace's clock as it maps the windows. Durations (`*_ms`) are milliseconds of the host's own measure.
 
+Beside its samples, a vLLM engine writes one record per step of what its scheduler said after each iteration of
+that step (`ENGINE_FIELDS`: vLLM's SchedulerStats, the KV cache's usage and the requests running and waiting, with the
+engine's limits): what tells a queue bound by KV-cache memory from one bound by the engine's slots. Such a record has
+`iterations` and no `sample` (`is_engine_record`); older readers pass over it.
+
 A process killed mid-write leaves a cut last line: `read_samples` reads every whole line (a cut line up to the cut,
 as a manifest's, analyze/inputs/salvage.py), so a crash loses at most the records in flight."""
 
@@ -47,6 +52,11 @@ FIELDS: dict[str, tuple[type, str]] = {
     "preemptions": (int, "times the engine preempted it"),
     "source": (str, "the host that wrote it: " + ", ".join(SOURCES)),
     "rollout_pass": (int, "rlprof's trainer: the step's generation pass (0; DAPO's refills 1, 2, ...)"),
+    "group": (int, "rlprof's trainer: its prompt's group in its pass (the prompt's rollout.n samples share it)"),
+    "group_filtered": (
+        bool,
+        "rlprof's trainer with DAPO's dynamic sampling: its group's rewards were all equal, so the filter dropped it",
+    ),
     "first_decode_step": (int, "rlprof's trainer: its first decode step, numbered as the rlprof:decode_step:K ranges"),
     "last_decode_step": (int, "rlprof's trainer: the decode step that produced its last token"),
     "request_id": (str, "vLLM: the request's id"),
@@ -72,6 +82,31 @@ PHASE_PLACES: dict[str, dict[str, str]] = {
 # verl's scoring ends with the record, its start is before the agent loop's own preparation; rlprof's phases fill
 # the record exactly.
 INSIDE_FROM = {"vllm": "start", "rlprof": "start", "verl": "end"}
+# An iteration that left requests waiting is counted as held by the KV cache where the cache was at least this full
+# after it, or it preempted a request (vLLM preempts only for want of KV-cache blocks); as held by the engine's slots
+# where as many requests ran as max_num_seqs allows. The collector counts with this rule, the analysis reads the counts.
+KV_FULL = 0.9
+
+# name -> (type, meaning) of a vLLM engine's record of one step (collect/vllm_samples.py), besides step, source and
+# rank or replica. Every count is over the engine's iterations of the step; limits where this vLLM says them.
+ENGINE_FIELDS: dict[str, tuple[type, str]] = {
+    "iterations": (int, "engine iterations of the step that reported scheduler stats"),
+    "waiting_iterations": (int, "of them, those after which requests were still waiting to start"),
+    "kv_full_iterations": (
+        int,
+        f"of the waiting ones, those with the KV cache at least {KV_FULL:.0%} full or a request preempted",
+    ),
+    "slots_full_iterations": (int, "of the waiting ones, those with max_num_seqs requests running"),
+    "max_running": (int, "the most requests running after an iteration"),
+    "max_waiting": (int, "the most requests waiting after an iteration"),
+    "peak_kv_usage": (float, "the KV cache's fullest after an iteration (0-1, vLLM's kv_cache_usage)"),
+    "preempted": (int, "requests preempted over the step (vLLM's num_preempted_reqs, summed)"),
+    "max_num_seqs": (int, "the engine's max_num_seqs (requests it runs at once, at most)"),
+    "max_num_batched_tokens": (int, "the engine's max_num_batched_tokens (tokens an iteration computes, at most)"),
+    "kv_cache_tokens": (int, "tokens the KV cache holds (vLLM's num_gpu_blocks x block_size)"),
+    "block_size": (int, "tokens per KV-cache block"),
+    "rollout_pass": (int, "rlprof's trainer: the step's generation pass"),
+}
 
 
 def file_name(source: str, *, rank: int | None = None, replica: int | None = None, worker: int | None = None) -> str:
@@ -103,15 +138,30 @@ def read_samples(run_dir: Path) -> list[dict]:
     """Every sample record under a run directory (`sample_files`), file by file in the order written. A line cut by a
     crash is read up to the cut; a line that is no record (no step, sample or source) is left out. [] where the run
     recorded none (nothing was watched or profiled, or its host records no samples)."""
-    out = []
+    return read_rollout_records(run_dir)[0]
+
+
+def read_rollout_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(the sample records, the engines' per-step records) under a run directory, in one pass over its files."""
+    samples, engine = [], []
     for path in sample_files(run_dir):
         try:
             rows = read_manifest(path)[0]
         except OSError:
             continue
-        out += [r for r in rows if is_record(r)]
-    return out
+        samples += [r for r in rows if is_record(r)]
+        engine += [r for r in rows if is_engine_record(r)]
+    return samples, engine
 
 
 def is_record(row: dict) -> bool:
     return isinstance(row.get("step"), int) and isinstance(row.get("sample"), int) and row.get("source") in SOURCES
+
+
+def is_engine_record(row: dict) -> bool:
+    return (
+        isinstance(row.get("step"), int)
+        and isinstance(row.get("iterations"), int)
+        and "sample" not in row
+        and row.get("source") in SOURCES
+    )

@@ -89,8 +89,7 @@ def explain_rollout(timeline: dict, sample_steps: list[dict]) -> None:
     by_step = {s["step"]: _workload(s) for s in sample_steps}
     if not by_step:
         return
-    flagged = set(timeline["busy_steps"]) | set(timeline["warmup_steps"]) | set(timeline["captured_steps"])
-    flagged |= set(timeline.get("profiled_steps", []))
+    flagged = steps_not_the_jobs(timeline)
     judged = [s for s in timeline["steps"] if s not in flagged and s in by_step]
     slowest = {s["step"]: s.get("slowest", []) for s in sample_steps}
     for spike in (e for e in timeline["spikes"] if e["stage"] == STAGE and e["step"] in by_step):
@@ -124,8 +123,7 @@ def captured_samples(doc: dict, cap: dict) -> dict | None:
     if cap["step"] not in steps and seen not in steps:
         return None
     timeline = doc.get("timeline") or {}
-    flagged = set(timeline.get("busy_steps", [])) | set(timeline.get("warmup_steps", []))
-    flagged |= set(timeline.get("captured_steps", [])) | set(timeline.get("profiled_steps", []))
+    flagged = steps_not_the_jobs(timeline)
     at = seen if seen in steps else cap["step"]
     before = [_workload(steps[s]) for s in sorted(steps) if s < at and s not in flagged][-WINDOW:]
     kept = sorted(
@@ -167,3 +165,12 @@ def _step_samples(doc: dict, summary: dict, rank, before: list[dict], kept: list
     if why:
         out["why"] = why
     return out
+
+
+def steps_not_the_jobs(timeline: dict) -> set:
+    """The steps whose times are not the job's own, left out of a baseline: the warm-up, the captured and profiled
+    steps (the profiler's cost is in them), those contention slowed (the trigger's flag, the run over time's records);
+    a busy step whose time contention did not explain is the job's."""
+    out = set(timeline.get("warmup_steps", [])) | set(timeline.get("captured_steps", []))
+    out |= set(timeline.get("profiled_steps", [])) | set(timeline.get("contention_steps", []))
+    return out | {s for c in timeline.get("contention", []) for s in c["steps"]}

@@ -25,16 +25,16 @@ import numpy as np
 from ..diagnosis.samples import quantiles, step_summaries
 from ..inputs.samples_file import is_record, sample_files
 from ..inputs.timeline_file import (
-    BUSY,
     CAPTURED,
     COLUMNS_FILE,
-    DTYPE,
+    CONTENTION,
     JUDGED,
     PROFILED,
     STRAGGLER,
     SLOW,
     TIMELINE_DIR,
     WARMUP,
+    record_dtype,
     stage_names,
     timeline_ranks,
 )
@@ -42,7 +42,7 @@ from ..inputs.timeline_file import (
 PREFIX = "rlprof/"
 QUANTILES = ("p50", "p90", "p99", "max")
 REASONS = ("slow", "straggler", "request", "baseline")
-NOT_JUDGED = {"warmup": WARMUP, "busy": BUSY, "profiled": PROFILED, "captured": CAPTURED}
+NOT_JUDGED = {"warmup": WARMUP, "profiled": PROFILED, "captured": CAPTURED}  # a busy step is judged
 
 # every key, with what it holds (docs/verl.md's table says the same)
 KEYS: dict[str, str] = {
@@ -57,8 +57,9 @@ KEYS: dict[str, str] = {
     "rlprof/rollout/preempted_samples": "samples preempted at least once (where the host reports it)",
     "rlprof/rollout/queue_ms/<q>": "a sample's wait before its generation began, at <q> (p50, max; where known)",
     "rlprof/trigger/judged": "1 where the trigger judged the step against its baseline, 0 where it did not",
-    "rlprof/trigger/not_judged/<why>": "1 for each reason a step was not judged: warmup, busy, profiled, captured",
-    "rlprof/trigger/found/<reason>": "1 where the trigger found the step slow or a rank straggling (judged steps)",
+    "rlprof/trigger/not_judged/<why>": "1 for each reason a step was not judged: warmup, profiled, captured",
+    "rlprof/trigger/found/<reason>": "1 where the trigger found the step slow or a rank straggling (judged steps), or "
+    "contention: slow for the machine's load (the ranks' waits for a core explained it: said, not captured)",
     "rlprof/capture/<reason>": "1 at a step captured for <reason> (slow, straggler, request, baseline)",
     "rlprof/capture/seen_step": "the step the trigger saw, whose slowness armed this capture",
     "rlprof/capture/stage/<stage>": "1: the stage the trigger saw slow (`step`: the whole step)",
@@ -117,6 +118,7 @@ def verdict_measures(flags: int, recorded: bool) -> dict[str, float]:
     if judged:
         out[f"{PREFIX}trigger/found/slow"] = float(bool(flags & SLOW))
         out[f"{PREFIX}trigger/found/straggler"] = float(bool(flags & STRAGGLER))
+        out[f"{PREFIX}trigger/found/contention"] = float(bool(flags & CONTENTION))
     else:
         out |= {f"{PREFIX}trigger/not_judged/{why}": 1.0 for why, bit in NOT_JUDGED.items() if flags & bit}
     return out
@@ -192,15 +194,16 @@ class RunReader:
 
     def _new_records(self, path: Path) -> np.ndarray:
         start = self.offsets.get(path, 0)
+        layout = record_dtype(path.parent)  # a version 1 timeline's records hold the fields read here too
         try:
             size = path.stat().st_size
         except OSError:
-            return np.zeros(0, DTYPE)
-        count = (size - start) // DTYPE.itemsize
+            return np.zeros(0, layout)
+        count = (size - start) // layout.itemsize
         if count <= 0:
-            return np.zeros(0, DTYPE)
-        records = np.fromfile(path, dtype=DTYPE, count=count, offset=start)
-        self.offsets[path] = start + len(records) * DTYPE.itemsize
+            return np.zeros(0, layout)
+        records = np.fromfile(path, dtype=layout, count=count, offset=start)
+        self.offsets[path] = start + len(records) * layout.itemsize
         return records
 
     def _new_lines(self, path: Path) -> list[dict]:

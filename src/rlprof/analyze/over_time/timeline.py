@@ -15,9 +15,18 @@ spikes, drift and stragglers flagged by one documented rule each (docs/analysis_
   steps or more and at STRAGGLER_SHARE of the steps after the warm-up (busy ones included: a busy neighbour slows
   ranks at random; the same rank in the same stage step after step is the job's own). At a step where ranks straggle in several stages, only the stage that ran first counts:
   the other ranks wait for the straggler at their next collective and look slow there.
+- contention: a spike contention explains (analyze/inputs/busy_machine.py: the busy ranks' waits for a core in the
+  stage beyond the wait their time on a core there would have had at their usual share -- each rank's median over
+  the judged steps contention did not slow -- summed, half the excess or more) is the machine's, not the job's: said
+  with its evidence (the ranks' wait there, the wait expected at their usual share, other processes' share of the
+  host) as contention, not as a spike; so is one the live trigger found so (the step's CONTENTION flag). Contention
+  alike on every rank is one record for the run; a straggler whose wait in the stage beyond the one expected at the
+  other ranks' share explains its excess at half of its steps or more carries the same cause and evidence.
 Judged steps: after the warm-up steps the job flagged, not captured or profiled by the plan's own steps on any rank
-(the profiler's cost is in their times), and not busy on any rank (analyze/inputs/busy_machine.py's rule, applied by
-the watch at each step). Memory: one float32 per (stage, rank, step), read rank by rank.
+(the profiler's cost is in their times), busy ones included. The baselines and the levels leave out the steps
+contention slowed (the live trigger's, and those whose waits for a core explain their excess over the level before
+them): a neighbour's load neither starts nor holds a level. Memory: one float32 per (stage, rank, step), read rank
+by rank.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP, read_rank, stage_names, timeline_ranks
+from ..inputs.busy_machine import CONTENTION_SHARE
+from ..inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP, timeline_ranks
+from .contention import contention_evidence, contention_records, rank_evidence, straggler_contention
+from .watched import Loaded
 
 SPIKE_FACTOR = 2.0
 DRIFT_FACTOR = 1.3
@@ -48,43 +60,8 @@ RULES = {
     "straggler_share": STRAGGLER_SHARE,
     "min_seconds": MIN_SECONDS,
     "window": WINDOW,
+    "contention_share": CONTENTION_SHARE,
 }
-
-
-def _load(run_dir: Path):
-    """(steps, flags OR-ed over ranks, step_s [ranks x steps], {stage: [ranks x steps]}, {stage: mean first entry
-    in the step over ranks [steps]}, ranks). Two passes over the files, one rank's records in memory at a time:
-    the first finds the steps and the stages that ran, the second fills the tables."""
-    files = timeline_ranks(run_dir)
-    names = stage_names(run_dir)
-    steps = np.zeros(0, np.uint32)
-    present = np.zeros(len(names), bool)
-    for _, path in files:
-        r = read_rank(path)
-        if len(r):
-            steps = np.union1d(steps, r["step"]) if not np.array_equal(steps, r["step"]) else steps
-            present |= ~np.isnan(r["stage_s"]).all(axis=0)
-    kept = [i for i in range(len(names)) if present[i]]
-    shape = (len(files), len(steps))
-    step_s = np.full(shape, np.nan, np.float32)
-    stages = {names[i]: np.full(shape, np.nan, np.float32) for i in kept}
-    flags = np.zeros(len(steps), np.uint32)
-    start_sum = np.zeros((len(names), len(steps)))
-    start_n = np.zeros((len(names), len(steps)))
-    for k, (_, path) in enumerate(files):
-        r = read_rank(path)
-        at = np.searchsorted(steps, r["step"])
-        step_s[k, at] = r["step_s"]
-        np.bitwise_or.at(flags, at, r["flags"])
-        for i in kept:
-            stages[names[i]][k, at] = r["stage_s"][:, i]
-            start = r["stage_start_s"][:, i]
-            ok = ~np.isnan(start)
-            start_sum[i, at[ok]] += start[ok]
-            start_n[i, at[ok]] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        starts = {names[i]: np.where(start_n[i] > 0, start_sum[i] / start_n[i], np.inf) for i in kept}
-    return steps, flags, step_s, stages, starts, [rank for rank, _ in files]
 
 
 def _median0(a: np.ndarray) -> np.ndarray:
@@ -200,10 +177,10 @@ def timeline_only(path) -> bool:
 def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) -> dict | None:
     """The run-over-time section of the analysis document; None when the run has no timeline."""
     run_dir = Path(run_dir)
-    steps, flags, step_s, stages, starts, ranks = _load(run_dir)
+    t = Loaded(run_dir)
+    steps, flags, step_s, stages, starts, ranks = t.steps, t.flags, t.step_s, t.stages, t.starts, t.ranks
     if not len(steps):
         return None
-    judged = (flags & (BUSY | WARMUP)) == 0
     out = {
         "rules": RULES,
         "ranks": ranks,
@@ -212,27 +189,39 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         "warmup_steps": [int(s) for s in steps[(flags & WARMUP) != 0]],
         "captured_steps": [int(s) for s in steps[(flags & CAPTURED) != 0]],
         "profiled_steps": [int(s) for s in steps[(flags & PROFILED) != 0]],
+        "contention_steps": [int(s) for s in steps[(flags & CONTENTION) != 0]],
         "per_step": {},
         "spikes": [],
         "level_shifts": [],
         "drift": [],
         "stragglers": [],
+        "contention": [],
         "captures": list(captures or []),
     }
     # the profiler's own cost is in these times: neither judged nor baseline
     profiled = (flags & (CAPTURED | PROFILED)) != 0
-    judged &= ~profiled
+    judged = ((flags & WARMUP) == 0) & ~profiled  # busy steps included
+    own = judged & ((flags & CONTENTION) == 0)  # the live trigger's contention steps: no baseline, no level
     columns = {"step": step_s, **stages}
+    usual = t.usual_shares(own)
     times_of = columns.__getitem__
-    compared = ((flags & WARMUP) == 0) & ~profiled  # the steps ranks are compared at
-    least = max(STRAGGLER_STEPS, STRAGGLER_SHARE * int(compared.sum()))
+    least = max(STRAGGLER_STEPS, STRAGGLER_SHARE * int(judged.sum()))
     straggling: dict = {}
+    contended: list[dict] = []
     for name, times in columns.items():
         with np.errstate(all="ignore"):
             job = np.fmax.reduce(times, axis=0)
             median = _median0(times)
         out["per_step"][name] = {"max": _round(job), "median": _round(median)}
-        series = np.where(judged, job, np.nan)
+        # a step slowed by contention (its waits for a core explain the excess over the level before it) neither
+        # starts nor holds a level: taken out, and the levels found again without it
+        first_base = _carried(_levels(np.where(own, job, np.nan))[0])
+        explained = np.zeros(len(steps), bool)
+        with np.errstate(invalid="ignore"):
+            over = own & (job > DRIFT_FACTOR * first_base) & (job - first_base >= MIN_SECONDS)
+        for i in np.flatnonzero(over):
+            explained[i] = contention_evidence(t, name, i, usual[name], float(job[i] - first_base[i])) is not None
+        series = np.where(own & ~explained, job, np.nan)
         base, shifts = _levels(series)
         for i, before, after, seen in shifts:
             out["level_shifts"].append(
@@ -246,21 +235,28 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
                     "rank": ranks[int(np.nanargmax(times[:, i]))],
                 }
             )
+        base = _carried(base)  # a contended step's baseline: the steps' before it
         with np.errstate(invalid="ignore"):
             hit = judged & (job > SPIKE_FACTOR * base) & (job - base >= MIN_SECONDS)
         for i, *_ in shifts:  # the shift's first step is the change, not a spike
             hit[i] = False
         for i in np.flatnonzero(hit):
             col = times[:, i]
-            out["spikes"].append(
-                {
-                    "step": int(steps[i]),
-                    "stage": name,
-                    "seconds": float(job[i]),
-                    "baseline_seconds": float(base[i]),
-                    "rank": ranks[int(np.nanargmax(col))],
-                }
-            )
+            k = int(np.nanargmax(col))
+            spike = {
+                "step": int(steps[i]),
+                "stage": name,
+                "seconds": float(job[i]),
+                "baseline_seconds": float(base[i]),
+                "rank": ranks[k],
+            }
+            evidence = contention_evidence(t, name, i, usual[name], float(job[i] - base[i]))
+            if evidence is None and flags[i] & CONTENTION:  # the live trigger found the wait explained it
+                evidence = rank_evidence(t, name, i, usual[name])
+            if evidence is not None:
+                contended.append({**spike, **evidence})
+            else:
+                out["spikes"].append(spike)
         values = series[shifts[-1][0] if shifts else 0 :]
         values = values[~np.isnan(values)]  # the level the stage ended on
         if len(values) >= 8:
@@ -278,7 +274,7 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
         if name != "step" and len(ranks) >= 2:
             others = times[::-1] if len(ranks) == 2 else median[None, :]  # 2 ranks: each rank's other rank
             with np.errstate(invalid="ignore"):
-                slow = (times > STRAGGLER_FACTOR * others) & (times - others >= MIN_SECONDS) & compared[None, :]
+                slow = (times > STRAGGLER_FACTOR * others) & (times - others >= MIN_SECONDS) & judged[None, :]
             if slow.any():
                 straggling[name] = (slow, others)
     # at each step, only the first stage (by when it ran) in which a rank straggles: later ones are the wait for it
@@ -292,15 +288,28 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             counts = slow.sum(axis=1)
             for k in np.flatnonzero(counts >= least):
                 at = np.flatnonzero(slow[k])
-                ratio = times_of(name)[k, at] / np.broadcast_to(others, slow.shape)[k, at]
-                out["stragglers"].append(
-                    {
-                        "rank": ranks[int(k)],
-                        "stage": name,
-                        "steps": int(counts[k]),
-                        "first_step": int(steps[at[0]]),
-                        "median_ratio": float(np.median(ratio)),
-                    }
-                )
+                mine = times_of(name)[k, at]
+                theirs = np.broadcast_to(others, slow.shape)[k, at]
+                straggler = {
+                    "rank": ranks[int(k)],
+                    "stage": name,
+                    "steps": int(counts[k]),
+                    "first_step": int(steps[at[0]]),
+                    "median_ratio": float(np.median(mine / theirs)),
+                }
+                straggler.update(straggler_contention(t, name, int(k), at, mine - theirs))
+                out["stragglers"].append(straggler)
     out["stragglers"].sort(key=lambda s: (-s["steps"], s["rank"]))
+    out["contention"] = contention_records(contended, ranks)
+    return out
+
+
+def _carried(base: np.ndarray) -> np.ndarray:
+    """A baseline for every step: the last known one carried forward over the steps that had none (busy ones)."""
+    out = base.copy()
+    known = np.flatnonzero(~np.isnan(out))
+    if len(known):
+        at = np.searchsorted(known, np.arange(len(out)), side="right") - 1
+        ok = at >= 0
+        out[ok] = out[known[at[ok]]]
     return out

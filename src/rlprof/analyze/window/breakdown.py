@@ -357,8 +357,19 @@ def window_rows(
     return rows
 
 
-UNIT_ARGS = ("seqs", "tokens", "real_tokens", "active", "prefill_seqs", "prefill_tokens")  # what a unit range may
-# say it holds (integers); the prefill pair: an inference engine's rows and tokens still in their prompt's prefill
+# What a unit range may say it holds (integers); the prefill pair: an inference engine's rows and tokens still in their
+# prompt's prefill; `context_tokens` (the tokens the real rows attend to, summed: the KV cache a decode step reads) and
+# `query_key_pairs` (tokens computed x tokens attended to, summed over the real rows): the work of its attention.
+UNIT_ARGS = (
+    "seqs",
+    "tokens",
+    "real_tokens",
+    "active",
+    "prefill_seqs",
+    "prefill_tokens",
+    "context_tokens",
+    "query_key_pairs",
+)
 
 
 def unit_label(label: str) -> tuple[int | str, dict[str, int]]:

@@ -14,6 +14,7 @@ from .breakdown import Breakdown, OverlapBreakdown, framework_ranges, stage_of_e
 from .idle_frames import attribute_idle
 from ..inputs.host_stacks_file import read_host_stacks
 from ..tables.schema import SCHEMA_VERSION
+from ..inputs.hardware import hardware_record
 from ..inputs.manifest import LOAD_KEYS
 from .ops import (
     LaunchGaps,
@@ -98,8 +99,10 @@ def analyze_file(
             "tool": info.get("tool"),
             "step": info.get("step"),
             **{k: info.get(k) for k in LOAD_KEYS},
+            "hardware": hardware_record(info.get("device"), trace.meta.deviceProperties),
         },
         "warnings": trace.warnings,
+        "model": info.get("model"),  # the model its collector recorded (an engine's), where one did
         "rows": rows,
         "ops": _tagged(top_ops(trace.table, top, groups, by_shape), tag, windows),
         "collectives": _tagged(collectives(trace.table, device, groups), tag, windows),
@@ -262,6 +265,7 @@ def analyze_ascend(path: Path, meta: dict, top: int | None = 50) -> dict:
             "rank": info.get("rank"),
             "partial": trace.partial,
             "bytes_read": 0,
+            "hardware": hardware_record(meta.get("device")),
         },
         "warnings": trace.warnings,
         "rows": rows,

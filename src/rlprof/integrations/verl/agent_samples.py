@@ -124,10 +124,11 @@ class Recorder:
         if not watched and not steps:
             return None
         save_path = select("global_profiler.save_path") or "outputs/profile"
-        return cls(os.path.abspath(save_path), watched, steps)
+        return cls(os.path.abspath(save_path), watched, steps, select("actor_rollout_ref.model.path"))
 
-    def __init__(self, save_path: str, watched: bool, steps: set):
+    def __init__(self, save_path: str, watched: bool, steps: set, model_path: str | None = None):
         self.save_path, self.watched, self.steps = save_path, watched, steps
+        self.model_path = model_path  # the checkpoint verl loads (actor_rollout_ref.model.path)
         self.counts: dict[int, int] = {}
         self.worker: int | None = None
         self._writer = None
@@ -145,6 +146,7 @@ class Recorder:
             self.worker = _worker_index()
             run_id = os.environ.get(ENV_RUN_ID) or _job_run_id()
             self._writer = SampleWriter(os.path.join(self.save_path, run_id), "verl", worker=self.worker)
+            _record_model(os.path.join(self.save_path, run_id), self.model_path)
         sample = self.counts.get(step, 0)
         self.counts[step] = sample + 1
         metrics = output.metrics
@@ -171,6 +173,23 @@ class Recorder:
                 )
             ]
         )
+
+
+def _record_model(run_dir: str, model_path: str | None) -> None:
+    """The model verl trains, from the checkpoint's config.json its config names, beside the run's samples (the
+    analysis's speed of light counts each pass's work with it); nothing where it cannot be read."""
+    import json
+
+    from ...analyze.inputs.model_config import write_model_file
+    from ...frameworks.hf_models import model_record
+
+    try:
+        with open(os.path.join(str(model_path), "config.json")) as f:
+            record = model_record(json.load(f), f"verl's actor_rollout_ref.model.path: {model_path}")
+        if record is not None:
+            write_model_file(run_dir, record)
+    except (OSError, ValueError, TypeError):
+        return
 
 
 def _worker_index() -> int:

@@ -113,9 +113,20 @@ def _engine_args(micro_batch) -> dict:
         lengths = ids.offsets().diff().tolist()
     else:
         lengths = micro_batch["attention_mask"].sum(-1).tolist()
+    return _held(lengths, tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True))
+
+
+def _held(lengths: list[int], packed: bool, width: int | None = None) -> dict:
+    """Rows, tokens the model computes (the real ones where packed, else rows x the padded width), real tokens, and
+    the query-key pairs attention scores on the real tokens (each row's length squared, summed)."""
     seqs, real = len(lengths), int(sum(lengths))
-    packed = tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True)
-    return {"seqs": seqs, "tokens": real if packed else seqs * int(max(lengths, default=0)), "real_tokens": real}
+    width = int(max(lengths, default=0)) if width is None else width
+    return {
+        "seqs": seqs,
+        "tokens": real if packed else seqs * width,
+        "real_tokens": real,
+        "query_key_pairs": int(sum(n * n for n in lengths)),
+    }
 
 
 def _patch_dp() -> str | None:
@@ -169,6 +180,4 @@ def _dp_boundary(original):
 
 def _dp_args(micro_batch, packed: bool) -> dict:
     mask = micro_batch["attention_mask"]
-    seqs, width = int(mask.shape[0]), int(mask.shape[-1])
-    real = int(mask.sum())
-    return {"seqs": seqs, "tokens": real if packed else seqs * width, "real_tokens": real}
+    return _held(mask.sum(-1).tolist(), packed, int(mask.shape[-1]))

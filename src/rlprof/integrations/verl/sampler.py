@@ -15,6 +15,7 @@ import weakref
 from pathlib import Path
 
 from ...collect.backends import WindowSpec, backend_class
+from ...collect.device_record import accelerator, device_record, measure_cpu
 from ...collect.preemption import HELD, finish_on_signal
 from ...collect.lost import LostWindows
 from ...collect.scopes import unit_range_name
@@ -122,6 +123,7 @@ class MicroBatchSampler:
         self.step_n: int | None = None
         self.windows: weakref.WeakSet = weakref.WeakSet()
         self.lost = LostWindows()  # the stage windows lost to faults, said without flooding verl's log
+        self.cpu = measure_cpu() if accelerator() is None else None  # the device a CPU worker has, measured once
         finish_on_signal(self)  # SIGTERM / SIGINT in verl's worker: its open windows finished, verl's handler chained
 
     @classmethod
@@ -385,6 +387,7 @@ class SampledStage:
             "framework": "verl",
             "collected_by": facts.PLUGIN_MODULE,
             "sampled": {"unit": facts.PLUGIN_UNIT, "kept": self.kept},
+            **({"device": device} if (device := device_record(sampler.cpu)) is not None else {}),
         }  # a window of units, not one unit
         truncated = self.window.finalize(out, dest, meta)
         print(

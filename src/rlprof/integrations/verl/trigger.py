@@ -303,6 +303,10 @@ class DriverTrigger:
         self.writing: dict[int, list[str]] = {}  # captured step -> its files seen still being written
         self._last_boundary = 0  # the last step that ended
         self.closed = False
+        self.passes: list[
+            dict
+        ] = []  # this step's rollout passes: verl's gen timer, around the replay buffer's sampling
+        _watch_sampling(trainer, self.passes)
         if not self.enabled:
             _say(
                 "nothing-enabled",
@@ -343,6 +347,7 @@ class DriverTrigger:
                 flush=True,
             )
         self.timing = None
+        self.passes.clear()
         self.watch.begin(n)
         self.open_step = n
 
@@ -361,15 +366,16 @@ class DriverTrigger:
     def _step_ended(self, n: int, decide: bool = True, requests: bool = True) -> None:
         import numpy as np
 
-        from ...collect.trigger import encode_request
+        from ...collect.trigger import BUSY_MACHINE, encode_request
         from ...collect.watch import read_request
+        from ...collect.watching import say_contention
         from ...frameworks import verl as facts
-        from ...analyze.inputs.timeline_file import BUSY, CAPTURED, PROFILED, WARMUP
+        from ...analyze.inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP
         from ...vocab import STAGES
 
         self.open_step = None
         self._last_boundary = n
-        own_s, _, busy = self.watch.end()
+        own_s, _, busy, waited = self.watch.end()
         timing = dict(self.timing or {})
         step_s = float(timing.get("step", own_s))
         stages = [math.nan] * len(STAGES)
@@ -378,26 +384,48 @@ class DriverTrigger:
             if stage in STAGES and isinstance(seconds, (int, float)):
                 i = STAGES.index(stage)
                 stages[i] = (0.0 if math.isnan(stages[i]) else stages[i]) + float(seconds)
-        starts = [math.nan] * len(STAGES)  # verl's timers do not say when each stage began
+        starts = [math.nan] * len(STAGES)  # verl's timers do not say when each stage began; its gen timer's, watched
+        if self.passes:
+            starts[STAGES.index("rollout_generate")] = self.passes[0]["start_unix_s"] - self.watch.started_unix_s
+        nowait = [math.nan] * 2 * len(STAGES)  # the driver's own waits say nothing of its workers'
         asked = decide and requests and self.trigger.plan.request  # the last step: nothing follows to capture
         req = read_request(self.run_dir, self.requests_seen) if asked else None
         armed = refused = ()
         verdict = 0
+        contention = None
         if decide:
-            row = [step_s, *stages, *starts, float(busy), *encode_request(req)]
+            row = [step_s, *stages, *starts, *nowait, float(BUSY_MACHINE if busy else 0), *waited, *encode_request(req)]
             decision = self.trigger.decide(n, np.asarray([row], dtype=np.float64), (req or {}).get("ranks"))
             armed, refused, verdict = decision.armed, decision.refused, decision.flags()
+            contention = decision.contention
+            if contention is not None:
+                say_contention(contention, _said)
         flags = (
             (BUSY if busy else 0)
             | (WARMUP if n <= self.trigger.plan.warmup_steps else 0)
             | (CAPTURED if n in self.taken else 0)
             | (PROFILED if n in self.steps else 0)
+            | (CONTENTION if contention is not None else 0)
             | verdict
         )
-        self.watch.write(n, flags, step_s, stages + starts)
+        self.watch.write(n, flags, step_s, stages + starts + nowait, waited)
+        self._write_passes(n, profiled=bool(flags & (CAPTURED | PROFILED)))
         self._index_files()
         self._answer(n, armed, refused)
         self._heartbeat(step=n, step_seconds=step_s)
+
+    def _write_passes(self, n: int, profiled: bool) -> None:
+        """The step's rollout passes on the wall clock, to `timeline/rollout.jsonl` (analyze/inputs/timeline_file.py)."""
+        import json
+
+        from ...analyze.inputs.timeline_file import rollout_file
+
+        done = [p for p in self.passes if "end_unix_s" in p]
+        if not done:
+            return
+        with open(rollout_file(self.run_dir), "a") as f:
+            for k, p in enumerate(done):
+                f.write(json.dumps({"step": n, "pass": k, **p, "profiled": profiled}) + "\n")
 
     # ---- what was captured ---------------------------------------------------------------------------------
     def _index_files(self, settled_s: float = 0.5) -> None:
@@ -535,6 +563,55 @@ class DriverTrigger:
 
 
 _WHOLE_STEP = "verl profiles whole steps: every role its profiler enables, on the ranks it selects"
+
+
+def _watch_sampling(trainer, passes: list) -> None:
+    """verl's gen timer holds on_sample_begin, the replay buffer's sampling (which waits for the agent loop's samples,
+    generated and scored) and on_sample_end (the replicas put to sleep; the rollout profiler stopped on a profiled
+    step): the trainer's two hooks wrapped on this instance note when each began and ended, one pass per call. With
+    DAPO's dynamic sampling, the replay buffer's refills (its `refill_fn`, the trainer's _add_prompts_to_generate:
+    when, how many prompts) and the groups its filter dropped (`_evict_terminal_groups`' DAPO count) are noted in the
+    pass too. A trainer without these is left as it is (what it lacks stays unknown)."""
+    begin, end = getattr(trainer, "on_sample_begin", None), getattr(trainer, "on_sample_end", None)
+    if not (callable(begin) and callable(end)):
+        return
+    buffer = getattr(trainer, "replay_buffer", None)
+    refill, evict = getattr(buffer, "refill_fn", None), getattr(buffer, "_evict_terminal_groups", None)
+    if callable(refill) and callable(evict):
+
+        @functools.wraps(refill)
+        def refill_fn(prompts, *args, **kwargs):
+            if passes:
+                passes[-1].setdefault("refills", []).append([time.time(), int(prompts)])
+            return refill(prompts, *args, **kwargs)
+
+        @functools.wraps(evict)
+        def evict_terminal_groups(*args, **kwargs):
+            out = evict(*args, **kwargs)
+            try:
+                if passes and out[2]:  # (evicted uids, stale count, DAPO-filtered count, metrics)
+                    passes[-1]["filtered_groups"] = passes[-1].get("filtered_groups", 0) + int(out[2])
+            except (TypeError, IndexError, ValueError):
+                pass
+            return out
+
+        buffer.refill_fn, buffer._evict_terminal_groups = refill_fn, evict_terminal_groups
+
+    @functools.wraps(begin)
+    def on_sample_begin(*args, **kwargs):
+        passes.append({"start_unix_s": time.time()})
+        return begin(*args, **kwargs)
+
+    @functools.wraps(end)
+    def on_sample_end(*args, **kwargs):
+        now = passes[-1] if passes else {}
+        now["sampled_unix_s"] = time.time()
+        try:
+            return end(*args, **kwargs)
+        finally:
+            now["end_unix_s"] = time.time()
+
+    trainer.on_sample_begin, trainer.on_sample_end = on_sample_begin, on_sample_end
 
 
 def _meta_of(path: Path, root: Path, file_meta) -> dict:

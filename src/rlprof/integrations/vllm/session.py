@@ -9,7 +9,7 @@ import re
 
 from ...collect import Profiler
 from ...collect.engine import RlprofEngineProfiler
-from ...collect.vllm_worker import Iterations
+from ...collect.vllm_worker import Iterations, engine_model
 from ...warn_once import warn_once
 
 STEP_IN_PREFIX = re.compile(r"step(\d+)")  # a start_profile prefix naming its step
@@ -54,6 +54,7 @@ class EngineSession(Iterations):
                 "engine_tp_rank": rank % tp,
                 "engine_pp_rank": rank // tp,
                 "pid": os.getpid(),
+                "model": engine_model(config),
             },
         )
         self.engine = RlprofEngineProfiler(self.profiler)
