@@ -306,11 +306,12 @@ def _tail_of_samples():
     )
 
 
-def _host(cause, stage, role):
-    """A stage whose thread spent 40 of its 100 ms in one host-side cause, at one call site (the host's stacks)."""
+def _host(cause, stage, role, update_ms=100.0):
+    """A stage whose thread spent 40 of its 100 ms in one host-side cause, at one call site (the host's stacks), beside
+    an update of `update_ms`."""
     site = {"function": "score", "file": "app/verify.py", "line": 12, "library": "user code", "ms": 40.0}
     return lambda: window_doc(
-        [window_row(stage, role, 100.0, host_time={cause: site}), window_row("actor_update", "actor", 100.0)]
+        [window_row(stage, role, 100.0, host_time={cause: site}), window_row("actor_update", "actor", update_ms)]
     )
 
 
@@ -335,7 +336,8 @@ FIRING = {
     "engine_queue": _engine_queue,
     "host_sync": _host("host_sync", "rollout_generate", "rollout"),
     "data_transfer": _host("data_transfer", "actor_compute_log_prob", "actor"),
-    "host_wait": _host("host_wait", "reward_compute", "reward"),
+    # a reward of 14% of the step: large enough to judge, too small to hold the step (slow_reward, its root there)
+    "host_wait": _host("host_wait", "reward_compute", "reward", update_ms=600.0),
     "garbage_collection": _host("garbage_collection", "actor_update", "actor"),
 }
 

@@ -59,6 +59,32 @@ def test_levers_that_change_no_result_come_before_those_that_do_and_say_their_si
     assert levers_for("rollout_tail", "mindspeed")[0].key == "rl_config.partial_rollout_max_split"
 
 
+# ---- one root, one finding: the host waiting on a slow reward --------------------------------------------------------
+def _waiting(stage: str, role: str) -> list[dict]:
+    """A 100 ms reward beside a 100 ms update (the reward holds half the step), and a stage whose thread waited 40 ms
+    at one call site (the host's stacks)."""
+    site = {"function": "score", "file": "app/verify.py", "line": 12, "library": "user code", "ms": 40.0}
+    rows = [window_row("reward_compute", "reward", 100.0), window_row("actor_update", "actor", 100.0)]
+    rows.append(window_row(stage, role, 100.0, host_time={"host_wait": site}))
+    return rows
+
+
+def test_the_host_waiting_on_a_slow_reward_is_said_inside_the_reward_finding():
+    """The reward stage's thread waiting (host_wait) where the reward itself holds the step (slow_reward) is one root:
+    one finding with the reward's levers, the wait inside it; the same wait in another stage is its own finding."""
+    rows = _waiting("reward_compute", "reward")
+    del rows[0]  # the waiting stage is the reward itself
+    _, found = diagnose(window_doc(rows))
+    causes = [f for f in found if f["kind"] in CAUSES]
+    assert [f["kind"] for f in causes] == ["slow_reward"], [f["kind"] for f in causes]
+    (symptom,) = causes[0]["evidence"]["symptoms"]
+    assert symptom["kind"] == "host_wait" and symptom["stage"] == "reward_compute"
+    assert causes[0]["levers"]["verl"][0]["key"] == "reward.num_workers"
+    _, found = diagnose(window_doc(_waiting("actor_compute_log_prob", "actor")))
+    by_kind = {f["kind"]: f for f in found}
+    assert {"host_wait", "slow_reward"} <= set(by_kind) and "symptoms" not in by_kind["slow_reward"]["evidence"]
+
+
 # ---- one root, one finding: the engine's queue told by its scheduler ------------------------------------------------
 def _keys(found: dict, dialect: str) -> list[tuple[str, str]]:
     return [(lv["key"], lv["set"]) for lv in found["levers"].get(dialect, [])]

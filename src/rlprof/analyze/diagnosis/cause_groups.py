@@ -50,14 +50,15 @@ def one_per_cause(pairs: list[tuple[Finding, dict | None]], rank) -> list[tuple[
 
 
 def one_per_root(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding, dict | None]]:
-    """Each finding whose cause names a root (Cause.roots) that was found too goes inside the (first such) root's
-    finding (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with the root's
-    levers and its saving (the root's lever removes the symptom with it)."""
-    found = {f.kind for f, _ in pairs}
+    """Each finding whose cause names a root (Cause.roots) that was found in its stage too goes inside the (first such)
+    root's finding (`evidence.symptoms`: its kind, where, impact, saving and evidence): one root, one finding, with
+    the root's levers and its saving (the root's lever removes the symptom with it)."""
+    found = {(f.kind, stage) for f, _ in pairs for stage in _stages(f)}
     inside: dict[str, list[dict]] = defaultdict(list)
     out = []
     for f, saving in pairs:
-        root = next((r for r in CAUSES[f.kind].roots if r in found), None) if f.kind in CAUSES else None
+        roots = CAUSES[f.kind].roots if f.kind in CAUSES else ()
+        root = next((r for r in roots if (r, f.stage) in found), None)
         if root is not None:
             inside[root].append(
                 {
@@ -75,6 +76,11 @@ def one_per_root(pairs: list[tuple[Finding, dict | None]]) -> list[tuple[Finding
         (replace(f, evidence={**f.evidence, "symptoms": inside[f.kind]}), saving) if inside.get(f.kind) else (f, saving)
         for f, saving in out
     ]
+
+
+def _stages(f: Finding) -> list:
+    """The stages a finding is about: its own, and those of a cause found in several (one_per_cause)."""
+    return [f.stage] + [s.get("stage") for s in f.evidence.get("stages", ())]
 
 
 def summed_saving(savings: list[dict | None]) -> dict | None:

@@ -94,7 +94,8 @@ class Cause:
     judge: Callable[[dict, Judging], float | None] | None = None
     # the causes this one can be a symptom of: where one of them is found too, this one is said inside that root's
     # finding, whose levers act on both (preemption inside a queue held by the KV cache; samples finishing in waves
-    # behind a queue in the engine look like a long tail)
+    # behind a queue in the engine look like a long tail; the host waiting in a stage whose reward or tools are slow):
+    # a root counts only where it was found in the symptom's stage
     roots: tuple[str, ...] = ()
 
     @property
@@ -467,6 +468,7 @@ CAUSES: dict[str, Cause] = {
             ),
             saving=HOST_SAVING,
             judge=_host_judge,
+            roots=("slow_reward", "slow_tools"),  # a slow verifier or tool is what the host waits on
         ),
         Cause(
             "garbage_collection",

@@ -17,6 +17,9 @@ What the predictions rest on, besides the stage and unit times:
   micro-batches (their fixed cost is unknown);
 - rows in random order of length (fixed-size micro-batches are random subsets: the expected longest row of m
   rows drawn from the batch sets their width).
+
+Over 400 lines because it is one context: every number a saving's formula reads from a document, and the rules that
+bound and word every prediction, kept together so that no formula reads the step or a stage's time its own way.
 """
 
 from __future__ import annotations
