@@ -23,6 +23,7 @@ from rlprof.analyze.result import REFERENCE_ORDER, Analysis, Finding, Row, schem
 from rlprof.errors import AnalyzeError
 
 RUNS = sorted(p.name for p in (DATA / "runs").iterdir() if p.is_dir())
+RECORDED_SINCE = ("busy_micro_batches",)  # runs recorded after the older rlprof's documents were written
 TRACES = sorted(p.name for p in (DATA / "real").glob("*.json.gz")) + ["ascend"]
 OUTPUTS = [*FRAMEWORK_OUTPUTS, "samples/long_sample"]  # and rlprof's trainer with its samples and timeline
 
@@ -75,7 +76,7 @@ def test_the_documents_recorded_before_the_types_decode_exactly():
     """analysis_before_launch_attribution.json.gz: documents written by an older rlprof (419fa31), schema 1 (saved
     with sorted keys)."""
     before = json.load(gzip.open(DATA / "runs" / "analysis_before_launch_attribution.json.gz"))
-    assert sorted(before) == RUNS
+    assert sorted(before) == [r for r in RUNS if r not in RECORDED_SINCE]
     for doc in before.values():
         assert_typed_exactly(doc, same_order=False)
 

@@ -390,8 +390,9 @@ def test_each_samples_phases_fill_its_life_in_the_order_it_lived_them(documents,
         assert close(placed[-1][2], r["end_us"], abs_ms=2e-3) and placed[0][1] <= r["start_us"]
         order = [p for p, *_ in placed if p != UNTIMED]
         assert order == sorted(order, key=PHASES.index)
-        scale = {round((b - a) / 1e3 / r[p], 6) for p, a, b in placed if p != UNTIMED and r[p] > 0}
-        assert len(scale) <= 1 and all(0 < x <= 1 for x in scale)
+        # one factor, to the records' rounding
+        scale = [(b - a) / 1e3 / r[p] for p, a, b in placed if p != UNTIMED and r[p] > 0]
+        assert not scale or (max(scale) - min(scale) <= 1e-4 and 0 < min(scale) and max(scale) <= 1 + 1e-4), scale
         assert {p for p, *_ in spans if p != UNTIMED} == {p for p in PHASES if p in r}
 
 

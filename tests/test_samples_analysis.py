@@ -212,8 +212,8 @@ def lane_segments(figure: dict) -> dict[tuple[str, str], tuple[float, float]]:
 
 
 def test_the_trainers_lanes_cut_each_sample_into_the_phases_it_records(browser, tmp_path):
-    """rlprof's trainer (tests/data/samples/long_sample, recorded by it): the report shows step 11, where the run
-    over time saw rollout_generate go to its new level, and the profiled step 12 whose window kept its decode steps
+    """rlprof's trainer (tests/data/samples/long_sample, recorded by it): the report shows step 8, where the run
+    over time saw rollout_generate go to its new level (a busy step, judged: the samples say the longer response), and the profiled step 12 whose window kept its decode steps
     (shaded), each titled with why; in Chromium each lane is its sample's prefill from its start, then its decode
     to its end, as long as the sample recorded them, and its reward after (its length: the trainer scores the batch
     later); sample 1 (24 tokens against 4) outlined as the slowest; the queue and tools said to be unrecorded."""
@@ -224,13 +224,13 @@ def test_the_trainers_lanes_cut_each_sample_into_the_phases_it_records(browser, 
     out.write_text(build_page(doc, "long_sample"))
     page, seen = open_page(browser, out)
     charts = [drawn(page, "chart-samples"), drawn(page, "chart-samples-1")]
-    assert charts[0]["title"].startswith("Step 11: rollout_generate went to a new level at this step")
+    assert charts[0]["title"].startswith("Step 8: rollout_generate went to a new level at this step")
     assert charts[1]["title"].startswith("Step 12: the profiled step whose rollout lasted longest")
     assert (charts[0]["shapes"], charts[1]["shapes"]) == (0, 1)  # only step 12's decode steps were kept
     notes = page.locator("#samples p.note").all_inner_texts()
     said = "rlprof's trainer does not record tool calls; rlprof's trainer's records here hold no queue"
     assert len(notes) == 2 and all(said in n for n in notes)
-    for step, chart in zip((11, 12), charts):
+    for step, chart in zip((8, 12), charts):
         mine = [s for s in doc["samples"] if s["step"] == step]
         t0 = min(s["start_us"] for s in mine)
         bars = lane_segments(chart)

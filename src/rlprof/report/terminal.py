@@ -1,5 +1,8 @@
 """The terminal renderer: every document rlprof computes (analysis, cluster, compare, advice) as rich tables,
-the answer first. The HTML renderer is page.py / fragments.py; CSV and DuckDB are analyze/export.py."""
+the answer first. The HTML renderer is page.py / fragments.py; CSV and DuckDB are analyze/export.py.
+
+Over 400 lines because it is one renderer for every document, as page.py is for HTML: the terminal's words for a
+document stay beside each other, so a number is said one way in all of them."""
 
 from __future__ import annotations
 
