@@ -14,7 +14,7 @@ import numpy as np
 
 from .finding import Finding
 from .measures import _units_by_stage
-from .prediction import MARGIN, ROLLOUT, PredictionContext, all_of, not_predictable, predicted
+from .prediction import MARGIN, ROLLOUT, Cost, PredictionContext, all_of, not_predictable, predicted
 from .samples import duration_ms, tail_of
 
 
@@ -268,17 +268,44 @@ def tail_from_samples(ctx: PredictionContext, f: Finding) -> dict:
     before = sum(tail_of(b)[0] for b in batches.values())
     after = sum(tail_of(capped(b, cap))[0] for b in batches.values())
     cut = cut_by([r["response_tokens"] for b in batches.values() for r in b], cap)
+    prompts = [r["prompt_tokens"] for b in batches.values() for r in b if r.get("prompt_tokens") is not None]
+    downstream, words = shorter_responses(ctx, cap, statistics.fmean(prompts) if prompts else None)
     return predicted(
         ctx,
-        {f.stage: (before - after) / steps},
+        {f.stage: (before - after) / steps, **downstream},
         (
             f"responses capped at {cap} tokens, each sample keeping its own time per token (from its start and end): the "
             f"batch ends when its longest capped sample does ({(before - after) / steps:.1f} of {before / steps:.1f} ms "
-            f"per step){floor_words}; the log-prob and update passes would compute shorter rows too, not counted: a "
-            f"lower bound; {cut['words']}"
+            f"per step){floor_words}; {words}; {cut['words']}"
         ),
         {"max_new_tokens": cap},
         **cut["detail"],
+    )
+
+
+def shorter_responses(ctx: PredictionContext, cap: int, width: float | None) -> tuple[dict[str, float], str]:
+    """The per-token time of the response columns past `cap` in every micro-batch pass: a micro-batch is padded to
+    its longest row, so its width less the prompt's (`width`: the mean prompt, from the log-prob pass's real tokens
+    or the samples' prompt tokens) is its longest response, and a cap cuts its columns past `cap`."""
+    if width is None:
+        return {}, (
+            "the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
+            "not known here): a lower bound"
+        )
+    parts, how = {}, []
+    for stage in ctx.micro_stages():
+        cost = Cost(ctx, stage)
+        saved = 0.0
+        for u in cost.units:
+            resp = max(0.0, u["tokens"] / u["seqs"] - width) if u.get("seqs") else 0.0
+            saved += cost.per_token * u["seqs"] * max(0.0, resp - cap) / cost.passes
+        parts[stage] = saved
+        how.append(f"{stage} {saved:.1f} ms ({cost.words()})")
+    if not parts:
+        return {}, "no micro-batch says its rows and tokens: the log-prob and update passes not counted (a lower bound)"
+    return parts, (
+        f"the log-prob and update passes then compute at most {cap} response tokens a row, the columns past "
+        f"it saved at their per-token time: {'; '.join(how)}"
     )
 
 

@@ -23,7 +23,14 @@ from collections import defaultdict
 from ...frameworks.levers import levers_for
 from .finding import Finding
 from .measures import TAIL_ACTIVE, _units_by_stage
-from .sample_savings import capped_at_percentile, cut_by, engine_iterations, partial_rollout, tail_from_samples
+from .sample_savings import (
+    capped_at_percentile,
+    cut_by,
+    engine_iterations,
+    partial_rollout,
+    shorter_responses,
+    tail_from_samples,
+)
 from .prediction import (
     MARGIN,
     all_of,
@@ -130,7 +137,8 @@ def rollout_tail(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     lengths = [L for v in ctx.lengths.values() for L in v]
     cap, floor_words = capped_at_percentile(ctx, tail_cap, list(ctx.lengths.values()))
     removed = sum(sum(u["wall_ms"] for u in p[cap:]) for p in passes) / len(passes)
-    downstream, words = _shorter_responses(ctx, cap)
+    rows = rows_of(ctx)
+    downstream, words = shorter_responses(ctx, cap, rows[1] if rows else None)
     cut = cut_by(lengths, cap)
     return predicted(
         ctx,
@@ -155,9 +163,10 @@ def rollout_outside(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
             "the rollout's host does not say what its stage does after its samples (verl's driver does, with "
             "global_profiler.trigger): rlprof cannot tell the engine's sleep from the rest"
         )
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: release},
+        f,
+        "release_ms",
         "the engine kept awake between steps: the stage's time after the batch is handed over (its replicas put to "
         "sleep) saved; their wake-up before the next step, outside this stage, not counted (a lower bound); more memory "
         "held by the engine",
@@ -169,9 +178,10 @@ def dynamic_sampling(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
     at 1; verl: the refills dispatched beside the first batch, max_inflight_gen_batches raised, where their generation
     overlaps it) the refill passes' generation time is saved; the batch then keeps the first pass's informative groups
     and fills up with filtered ones (zero advantage): it changes what the step trains on."""
-    return predicted(
+    return all_of(
         ctx,
-        {f.stage: f.evidence["refill_ms"]},
+        f,
+        "refill_ms",
         "the refill passes' generation time saved (no pass after the first, or refills overlapping it); the batch then "
         "trains on the first pass's informative groups and filtered ones filling it (zero advantage): it changes the "
         "experiment",
@@ -202,31 +212,6 @@ def _tail_cap(steps: list[dict], limit: float) -> int:
         if total > 0 and tail / total <= limit:
             best = k + 1
     return best
-
-
-def _shorter_responses(ctx: PredictionContext, cap: int) -> tuple[dict[str, float], str]:
-    """The per-token time of the response columns past `cap` in every micro-batch pass (each micro-batch's width
-    less the prompt's is its longest response)."""
-    rows = rows_of(ctx)
-    if rows is None:
-        return {}, (
-            "the log-prob and update passes would compute shorter rows too, not counted (the prompt width is "
-            "not known here): a lower bound"
-        )
-    _, width = rows
-    parts, how = {}, []
-    for stage in ctx.micro_stages():
-        cost = Cost(ctx, stage)
-        saved = 0.0
-        for u in cost.units:
-            resp = max(0.0, u["tokens"] / u["seqs"] - width) if u.get("seqs") else 0.0
-            saved += cost.per_token * u["seqs"] * max(0.0, resp - cap) / cost.passes
-        parts[stage] = saved
-        how.append(f"{stage} {saved:.1f} ms ({cost.words()})")
-    return parts, (
-        f"the log-prob and update passes then compute at most {cap} response tokens a row, the columns past "
-        f"it saved at their per-token time: {'; '.join(how)}"
-    )
 
 
 def padding(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
