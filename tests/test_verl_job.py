@@ -41,14 +41,19 @@ SEED_002 = [  # actor and rollout, ranks [0]; the rollout's ranks are replica ra
     f"{A}.enable=True",
     f"{A}.all_ranks=False",
     f"{A}.ranks=[0]",
-    f"{A}.tool_config.torch.contents=[cpu]",
     f"{R}.enable=True",
     f"{R}.all_ranks=False",
     f"{R}.ranks=[0]",
 ]
+# discrete: verl's default contents ([]: what the machine has), so rlprof's host sampler is on in the kept windows.
+# e2e: the actor's trace is the whole step, contents [cpu] (a listed content without `stack`: the sampler off); a
+# rollout server profiles in discrete mode only (verl's vllm_async_server), so the e2e block names it
 DISCRETE = [f"{A}.tool_config.torch.discrete=True", f"{R}.tool_config.torch.discrete=True"]
-E2E = [f"{A}.tool_config.torch.discrete=False", f"{R}.tool_config.torch.discrete=True"]  # a rollout server profiles
-# in discrete mode only (verl's vllm_async_server), so the e2e block names it; the actor's trace is the whole step
+E2E = [
+    f"{A}.tool_config.torch.discrete=False",
+    f"{A}.tool_config.torch.contents=[cpu]",
+    f"{R}.tool_config.torch.discrete=True",
+]
 # The micro-batch sampling's two config lines (the unit; the schedule's counts): keep micro-batch 1 of each call
 TWO_LINES = [
     f"+{A}.tool_config.torch.schedule.unit=micro_batch",
@@ -459,6 +464,26 @@ def test_the_actor_updates_mfu_is_verls_own_logged_mfu_given_verls_peak(discrete
     assert hw["kind"] == "cpu" and hw["source"].startswith("measured") and hw["verl_peak_flops"] == 448e9
     verl_mfu = logged(result["log_text"], 2, "perf/mfu/actor")
     assert update["mfu_verl"] == pytest.approx(verl_mfu, rel=0.10), (update["mfu_verl"], verl_mfu)
+
+
+def test_idle_in_main_ppos_log_prob_and_update_windows_is_charged_to_verls_own_frames(discrete_run):
+    """main_ppo at verl 0.9.1 with the two lines: the host's stacks sampled in each kept micro-batch window inside
+    verl's worker; each training stage's idle is charged to frames of verl's own code, at least 90% of it, the rest
+    said as other frames, the rest or unattributed, adding up to the idle."""
+    result, _, save = discrete_run
+    finished_two_steps(result)
+    doc = analyze(save)
+    for stage in sorted(TRAIN_STAGES):
+        rows = [r for r in doc["rows"] if r["unit"] is None and r["stage"] == stage]
+        assert len(rows) == 2 and all("idle_frames" in r for r in rows), stage  # steps 1 and 2
+        idle = sum(r["idle_ms"] for r in rows)
+        verl = sum(f["ms"] for r in rows for f in r["idle_frames"] if f["library"] == "verl")
+        assert idle > 0 and verl >= 0.9 * idle, (stage, verl, idle, [r["idle_frames"][:3] for r in rows])
+        assert all(f["file"].startswith("verl/") for r in rows for f in r["idle_frames"] if f["library"] == "verl")
+        said = sum(
+            sum(f["ms"] for f in r["idle_frames"]) + r["idle_frames_rest_ms"] + r["idle_unattributed_ms"] for r in rows
+        )
+        assert said == pytest.approx(idle, abs=1e-3)
 
 
 def test_trainer_and_rollout_windows_never_overlap_on_the_colocated_device(discrete_run):
