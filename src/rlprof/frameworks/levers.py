@@ -59,6 +59,7 @@ PARTIAL = (
 )
 CAP = "responses longer than the cap are cut and their reward changes: the cap is offered at or above a high "
 CAP += "percentile of the sampled lengths and says what it cuts"
+FILLED = "the batch keeps the first pass's informative groups and fills with filtered ones (zero advantage)"
 KV_MORE = "more of the device's memory held by the engine's KV cache"
 TOOL_CUT = "the policy reads the tools' answers cut: what it learns from them changes"
 LARGER = "more memory a micro-batch (its activations grow with its rows)"
@@ -466,28 +467,36 @@ LEVERS: dict[str, dict[str, tuple[Lever, ...]]] = {
             Lever(
                 "algorithm.filter_groups.max_num_gen_batches",
                 "lower",
-                "legacy trainer: fewer generation batches per step (the batch fills with filtered groups)",
+                "legacy trainer: fewer generation batches per step",
+                changes_result=True,
+                effect=FILLED,
             ),
         ),
         "mindspeed": (
             Lever(
                 "rl_config.filter_groups_max_batches",
                 "lower",
-                "fewer refill generation batches per step (the batch fills with filtered groups)",
+                "fewer refill generation batches per step",
+                changes_result=True,
+                effect=FILLED,
             ),
             Lever(
                 "rl_config.filter_groups_train_batch_size",
                 "lower",
                 "fewer informative groups needed per step: fewer refills",
+                changes_result=True,
+                effect="each step trains on fewer groups",
             ),
         ),
         "rlprof": (
+            Lever("dapo.max_sampling_retries", "0", "no refill pass", changes_result=True, effect=FILLED),
             Lever(
-                "dapo.max_sampling_retries",
-                "0",
-                "no refill pass: the batch keeps the first pass's informative groups and fills with filtered ones",
+                "rollout.n",
+                "raise",
+                "more samples per prompt: fewer groups whose rewards are all equal",
+                changes_result=True,
+                effect="larger groups: each sample's advantage is against more of its group, and the step costs more",
             ),
-            Lever("rollout.n", "raise", "more samples per prompt: fewer groups whose rewards are all equal"),
         ),
     },
     "rollout_outside": {

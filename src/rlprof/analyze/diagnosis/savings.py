@@ -174,18 +174,21 @@ def rollout_outside(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
 
 
 def dynamic_sampling(ctx: PredictionContext, f: Finding, dialect: str) -> dict:
-    """refill_ms: with no refill pass (rlprof: dapo.max_sampling_retries=0; MindSpeed-RL: its filter_groups_max_batches
-    at 1; verl: the refills dispatched beside the first batch, max_inflight_gen_batches raised, where their generation
-    overlaps it) the refill passes' generation time is saved; the batch then keeps the first pass's informative groups
-    and fills up with filtered ones (zero advantage): it changes what the step trains on."""
-    return all_of(
-        ctx,
-        f,
-        "refill_ms",
-        "the refill passes' generation time saved (no pass after the first, or refills overlapping it); the batch then "
-        "trains on the first pass's informative groups and filtered ones filling it (zero advantage): it changes the "
-        "experiment",
+    """The refill passes' share of the rollout's generation time (`value`) of the stage's time: with no refill pass
+    (rlprof: dapo.max_sampling_retries=0; MindSpeed-RL: its filter_groups_max_batches at 1; verl: the refills
+    dispatched beside the first batch, max_inflight_gen_batches raised, where their generation overlaps it) that
+    share of the rollout is saved. The share, not the profiled refill time, is carried to the unprofiled steps: the
+    profiled stage holds the profiler's own cost outside generation, which the refills do not scale with. The batch
+    then keeps the first pass's informative groups and fills up with filtered ones (zero advantage): it changes what
+    the step trains on."""
+    words = (
+        "the refill passes' generation time saved (no pass after the first, or refills overlapping it): their share of "
+        f"the generation ({f.evidence['value']:.0%}) of the stage's time; the batch then trains on the first pass's "
+        "informative groups and filtered ones filling it (zero advantage): it changes the experiment"
     )
+    if (ctx.unprofiled().get("stage_ms") or {}).get(f.stage):
+        return predicted(ctx, {f.stage: f.evidence["value"] * ctx.stage_ms(f.stage)}, words)
+    return all_of(ctx, f, "refill_ms", words)
 
 
 def _decode_ms(passes: list[list[dict]]) -> float:
