@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli
 from helpers import first_judged, rows, timeline_said, trigger_steps, unjudged_steps
-from rlprof.analyze.inputs.timeline_file import JUDGED, PROFILED, SLOW, STRAGGLER, read_rank, timeline_ranks
+from rlprof.analyze.inputs.timeline_file import CONTENTION, JUDGED, PROFILED, SLOW, STRAGGLER, read_rank, timeline_ranks
 from rlprof.collect import Profiler
 from rlprof.config import load_plan
 
@@ -654,7 +654,9 @@ def test_a_straggler_stopped_from_outside_is_captured_on_a_busy_host_as_soon_as_
     t = taken[0]["trigger"]
     assert (t["reason"], t["rank"]) == ("straggler", 1) and "cause" not in t, (t, seen)
     assert sorted(r["rank"] for r in taken) == [0, 1] and {r["step"] for r in taken} == {first + 1}, seen
-    contended = {int(r["step"]) for k in (0, 1) for r in read_rank(d / "timeline" / f"rank{k}.bin") if r["flags"] & 16}
+    contended = {
+        int(r["step"]) for k in (0, 1) for r in read_rank(d / "timeline" / f"rank{k}.bin") if r["flags"] & CONTENTION
+    }
     assert not contended & {r["trigger"]["step"] for r in captured}, seen  # a step contention explained: no capture
 
 

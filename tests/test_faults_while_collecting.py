@@ -381,7 +381,7 @@ def test_the_watch_timeline_and_heartbeat_on_a_full_disk_keep_whole_records_and_
     n = 0
     with pytest.raises(OSError):
         for n in range(1, 100000):
-            watch.write(n, 0, 1.0, [0.5] * (2 * len(STAGES)))
+            watch.write(n, 0, 1.0, [0.5] * (4 * len(STAGES)))  # times, starts, waits for a core, times on one
     size = watch.path.stat().st_size
     assert size % RECORD.size == 0 and size // RECORD.size == n - 1  # the cut record was taken back
     fill(disk)

@@ -238,7 +238,10 @@ def test_rlprof_analyze_of_a_sampled_verl_run(sampled091, tmp_path):
     measures = {(m["measure"], m["stage"]): m for m in doc["measures"]}
     for stage in STAGES:
         padding, fixed = measures[("padding", stage)], measures[("fixed_cost", stage)]
-        assert padding["status"] == fixed["status"] == "measured", (padding, fixed)
+        assert padding["status"] == "measured", padding
+        # the fit is tried on the six kept micro-batches' token counts, and said not measurable where it breaks
+        # physics or they scatter too much about it (a loaded machine's verl worker: 33% once), with why
+        assert "token_counts" in fixed and (fixed["status"] == "measured" or fixed["why"]), fixed
         held = [r for r in units if r["stage"] == stage]
         tokens, real = sum(r["tokens"] for r in held), sum(r["real_tokens"] for r in held)
         assert padding["value"] == pytest.approx(1 - real / tokens) and 0 < padding["value"] < 1
