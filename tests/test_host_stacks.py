@@ -5,6 +5,7 @@ carried by `rlprof slice`. verl's worker: tests/test_verl_plugin.py; the cost: b
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import logging
@@ -334,8 +335,10 @@ def test_sigterm_writes_the_open_windows_stacks_and_the_signal_goes_on(tmp_path)
     stacks = read_host_stacks(trace)
     stage = stacks.stage_thread()
     waits = [n for th, n in zip(stacks.samples.thread, stacks.samples.stack) if th == stage]
-    leaf = {stacks.frames[stacks.frames_of(n)[0]][3] for n in waits}
-    assert leaf == {"waiting_for_the_judge"} and len(waits) >= 20, leaf
+    leaf = collections.Counter(stacks.frames[stacks.frames_of(n)[0]][3] for n in waits)
+    # the stage thread waited for the judge until the signal; a look taken as the handler shuts the window down may
+    # see it join a thread (once: 1 of 139 looks)
+    assert len(waits) >= 20 and leaf["waiting_for_the_judge"] >= len(waits) - 2, leaf
 
 
 def _syncing(x, until: float) -> None:
