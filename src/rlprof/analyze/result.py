@@ -510,10 +510,12 @@ class Finding(Record, kw_only=True):
 
 
 class PerStep(Record, kw_only=True):
-    """One stage's time per watched step (seconds; null where no rank ran it)."""
+    """One stage's time per watched step (seconds; null where no rank ran it); for rollout_generate, `wait_ms`: its
+    slowest rank's wait for a core there (ms; null where not known)."""
 
     max: list[Number | None]
     median: list[Number | None]
+    wait_ms: list[Number | None] | UnsetType = UNSET
 
 
 class RolloutWhy(Record, kw_only=True):
@@ -529,6 +531,8 @@ class RolloutWhy(Record, kw_only=True):
     baseline_ms_per_token: Number | None
     tool_ms: Number | UnsetType = UNSET
     baseline_tool_ms: Number | UnsetType = UNSET
+    wait_ms: Number | UnsetType = UNSET
+    baseline_wait_ms: Number | UnsetType = UNSET
     seconds_ratio: Number | None
     workload_ratio: Number | None
     explained_by: str | None

@@ -168,7 +168,10 @@ def why_sentence(why: dict) -> str:
     """Whether the samples' workload explains a slow rollout, in words."""
     if why.get("explained_by") is None:
         return "the samples do not say whether their workload explains it"
-    ratio = f"the rollout took {why['seconds_ratio']:.2f}x its baseline; " if why.get("seconds_ratio") else ""
+    ratio = f"the rollout took {why['seconds_ratio']:.2f}x its baseline" if why.get("seconds_ratio") else ""
+    if ratio and why.get("wait_ms"):  # the host's share, taken out before the ratio
+        ratio += f" less its waits for a core ({why['wait_ms']:.0f} ms against {why['baseline_wait_ms']:.0f})"
+    ratio += "; " if ratio else ""
     text = ratio + WHY_WORDS[why["explained_by"]].format(**why)
     if why.get("slowest"):
         text += " (slowest: " + _slowest_words(why["slowest"]) + ")"

@@ -7,7 +7,9 @@ judged steps before it: a spike's previous WINDOW, a level shift's steps before 
 workload grew `workload_ratio` times (the longest sample's response tokens, or its tool time where the host records
 tools, over the baseline steps' median); the workload explains it where it grew at least EXPLAINED of the time's
 growth (ratios over 1), else the time per token rose (`ms_per_token`, the rollout's span over its longest sample's
-tokens: a batch decodes as long as its longest sample).
+tokens: a batch decodes as long as its longest sample). The rollout's time is its span less the time it waited for a
+core where the watch says it (the slowest rank's run-queue wait in the stage, as much of it as must have fallen
+inside the span): on a busy host the wait is the host's, neither the workload's nor the time per token's.
 """
 
 from __future__ import annotations
@@ -23,15 +25,29 @@ WORKLOAD = ("response_tokens", "tool_time")  # the `explained_by` that say the w
 STAGE = "rollout_generate"
 
 
-def _workload(s: dict) -> dict:
+def stage_waits(timeline: dict | None) -> dict[int, tuple[float | None, float | None]]:
+    """Each watched step's (rollout stage seconds, its slowest rank's wait for a core there in ms), where the run over
+    time kept them (analyze/over_time/timeline.py)."""
+    series = ((timeline or {}).get("per_step") or {}).get(STAGE) or {}
+    if "wait_ms" not in series:
+        return {}
+    return dict(zip(timeline["steps"], zip(series["max"], series["wait_ms"])))
+
+
+def _workload(s: dict, waits: dict | None = None) -> dict:
     slowest = s["slowest"][0] if s.get("slowest") else {}
     longest = (s.get("response_tokens") or {}).get("max")
     span = s.get("span_ms")
     out = {"step": s["step"], "longest_tokens": longest, "span_ms": span, "tail_share": s.get("tail_share")}
     if "tool_ms" in slowest:
         out["tool_ms"] = slowest["tool_ms"]
-    if longest and span:
-        out["ms_per_token"] = span / longest
+    stage_s, wait = (waits or {}).get(s["step"], (None, None))
+    if span and stage_s is not None and wait is not None:
+        # the wait that must have fallen inside the span: the rest of the stage could hold only so much of it
+        out["wait_ms"] = max(0.0, min(span, wait - max(0.0, stage_s * 1e3 - span)))
+    out["ran_ms"] = span - out.get("wait_ms", 0.0) if span else span
+    if longest and out["ran_ms"]:
+        out["ms_per_token"] = out["ran_ms"] / longest
     return out
 
 
@@ -42,8 +58,8 @@ def _median(values) -> float | None:
 
 def _why(now: list[dict], base: list[dict]) -> dict | None:
     """The comparison of the flagged steps' samples with the baseline steps'; None where either has none timed."""
-    now = [w for w in now if w["span_ms"]]
-    base = [w for w in base if w["span_ms"]]
+    now = [w for w in now if w["ran_ms"]]
+    base = [w for w in base if w["ran_ms"]]
     if not now or not base:
         return None
     get = lambda ws, k: _median(w.get(k) for w in ws)  # noqa: E731
@@ -59,12 +75,15 @@ def _why(now: list[dict], base: list[dict]) -> dict | None:
     }
     if get(now, "tool_ms") is not None and get(base, "tool_ms") is not None:
         out["tool_ms"], out["baseline_tool_ms"] = get(now, "tool_ms"), get(base, "tool_ms")
+    if get(now, "wait_ms") is not None and get(base, "wait_ms") is not None:
+        out["wait_ms"], out["baseline_wait_ms"] = get(now, "wait_ms"), get(base, "wait_ms")
+    ran, baseline_ran = get(now, "ran_ms"), get(base, "ran_ms")
     ratios = [
         out[k] / out["baseline_" + k]
         for k in ("longest_tokens", "tool_ms")
         if out.get(k) is not None and out.get("baseline_" + k)
     ]
-    seconds = out["span_ms"] / out["baseline_span_ms"] if out["baseline_span_ms"] else None
+    seconds = ran / baseline_ran if baseline_ran else None
     workload = max(ratios) if ratios else None
     out["seconds_ratio"], out["workload_ratio"] = seconds, workload
     if seconds is None or workload is None:
@@ -86,7 +105,8 @@ def _why(now: list[dict], base: list[dict]) -> dict | None:
 def explain_rollout(timeline: dict, sample_steps: list[dict]) -> None:
     """Adds `why` to each spike, level shift and drift of rollout_generate where the run recorded its samples, and
     the flagged step's slowest samples."""
-    by_step = {s["step"]: _workload(s) for s in sample_steps}
+    waits = stage_waits(timeline)
+    by_step = {s["step"]: _workload(s, waits) for s in sample_steps}
     if not by_step:
         return
     flagged = steps_not_the_jobs(timeline)
@@ -125,23 +145,24 @@ def captured_samples(doc: dict, cap: dict) -> dict | None:
     timeline = doc.get("timeline") or {}
     flagged = steps_not_the_jobs(timeline)
     at = seen if seen in steps else cap["step"]
-    before = [_workload(steps[s]) for s in sorted(steps) if s < at and s not in flagged][-WINDOW:]
+    waits = stage_waits(timeline)
+    before = [_workload(steps[s], waits) for s in sorted(steps) if s < at and s not in flagged][-WINDOW:]
     kept = sorted(
         r["index"]
         for r in doc["rows"]
         if r.get("file") == cap["path"] and r.get("unit") == "decode_step" and isinstance(r.get("index"), int)
     )
     out = (
-        _step_samples(doc, steps[cap["step"]], cap.get("rank"), before, kept)
+        _step_samples(doc, steps[cap["step"]], cap.get("rank"), before, kept, waits)
         if cap["step"] in steps
         else {"step": cap["step"], "samples": 0, "slowest": []}
     )
     if seen in steps and seen != cap["step"]:
-        out["spike"] = _step_samples(doc, steps[seen], cap.get("rank"), before, None)
+        out["spike"] = _step_samples(doc, steps[seen], cap.get("rank"), before, None, waits)
     return out
 
 
-def _step_samples(doc: dict, summary: dict, rank, before: list[dict], kept: list[int] | None) -> dict:
+def _step_samples(doc: dict, summary: dict, rank, before: list[dict], kept: list[int] | None, waits: dict) -> dict:
     """One step's samples as a capture says them (`kept`: the captured window's decode steps, None for a step no
     window holds)."""
     step = summary["step"]
@@ -161,7 +182,7 @@ def _step_samples(doc: dict, summary: dict, rank, before: list[dict], kept: list
             "kept": [inside[0], inside[-1]] if inside else None,
             "window": [kept[0], kept[-1]] if kept else None,
         }
-    why = _why([_workload(summary)], before)
+    why = _why([_workload(summary, waits)], before)
     if why:
         out["why"] = why
     return out

@@ -41,6 +41,8 @@ from ..inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP,
 from .contention import contention_evidence, contention_records, rank_evidence, straggler_contention
 from .watched import Loaded
 
+WAITED_STAGE = "rollout_generate"  # the stage whose per-step wait for a core the document keeps (rollout_why.py)
+
 SPIKE_FACTOR = 2.0
 DRIFT_FACTOR = 1.3
 STRAGGLER_FACTOR = 1.5
@@ -213,6 +215,8 @@ def analyze_timeline(run_dir: str | Path, captures: list[dict] | None = None) ->
             job = np.fmax.reduce(times, axis=0)
             median = _median0(times)
         out["per_step"][name] = {"max": _round(job), "median": _round(median)}
+        if name == WAITED_STAGE:  # the slowest rank's wait for a core there: the rollout's why takes it out
+            out["per_step"][name]["wait_ms"] = _round(t.slowest_waits(name, times))
         # a step slowed by contention (its waits for a core explain the excess over the level before it) neither
         # starts nor holds a level: taken out, and the levels found again without it
         first_base = _carried(_levels(np.where(own, job, np.nan))[0])

@@ -77,6 +77,19 @@ class Loaded:
             out[0][found], out[1][found], out[2][found] = cpu, wait, rows["others_share"]
         return out[0], out[1], out[2]
 
+    def slowest_waits(self, name: str, times: np.ndarray) -> np.ndarray:
+        """At each step, the wait for a core (ms) in `name` of the rank whose time there (`times`, [ranks x steps]) is
+        the job's (the slowest); NaN where no rank ran it or its wait is not known. One read per rank that is ever
+        the slowest."""
+        out = np.full(len(self.steps), np.nan)
+        ran = ~np.isnan(times).all(axis=0)
+        slowest = np.zeros(len(self.steps), int)
+        slowest[ran] = np.nanargmax(times[:, ran], axis=0)
+        for k in np.unique(slowest[ran]):
+            idx = np.flatnonzero(ran & (slowest == k))
+            out[idx] = self.sched(name, int(k), idx)[1]
+        return out
+
     def usual_shares(self, own: np.ndarray) -> dict[str, np.ndarray]:
         """Each rank's usual wait share of its ready time in each stage and the step: its median over the steps
         `own` marks (NaN where not known), one rank's records at a time."""
