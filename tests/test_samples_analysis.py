@@ -120,10 +120,15 @@ def test_a_long_sample_is_named_by_the_captured_windows_verdict_and_the_run_over
     assert all(s["from_step"] in timeline["busy_steps"] for s in shifts[1:]), seen
     shift = shifts[0]
     why = shift["why"]
-    assert why["explained_by"] == "response_tokens" and why["longest_tokens"] == 24, (why, seen)
-    assert why["cause"] == "rollout_tail"
+    busy = set(timeline["busy_steps"])
+    assert why["longest_tokens"] == 24 and why["workload_ratio"] == 6.0, (why, seen)
+    # the workload explains the new level, unless the host was busy at most of its steps: a core busy beside the run
+    # slows the run's own time on a core too (a quiet 24-token rollout took 36 ms on a core, a busy one 60), which no
+    # wait for a core says, and then the samples say each token took longer
+    if sum(s in busy for s in why["steps"]) <= len(why["steps"]) / 2:
+        assert why["explained_by"] == "response_tokens" and why["cause"] == "rollout_tail", (why, seen)
+        assert "rollout.max_new_tokens" in [lv["key"] for lv in why["levers"]["rlprof"]]
     assert why["slowest"][0]["sample"] == 1 and why["slowest"][0]["response_tokens"] == 24
-    assert "rollout.max_new_tokens" in [lv["key"] for lv in why["levers"]["rlprof"]]
     # the trigger captured the step after the first slow one; its verdict names the sample and where it ran alone
     captured = [b for b in timeline["beside"] if b["step"] >= 10]
     assert captured, seen  # busy steps are judged: the first slow one is captured
@@ -137,12 +142,14 @@ def test_a_long_sample_is_named_by_the_captured_windows_verdict_and_the_run_over
     # the captured step's own samples, said as that step's
     (said_line,) = [line for line in printed.splitlines() if line.strip().startswith(f"step {said['step']}: captured")]
     assert "decode steps 4-23 ran for sample 1 alone" in said_line and f"step {said['step']}'s 4 samples" in said_line
-    if captured[0]["repeat"]["spike_step"] != said["step"]:  # the spike went on: the captured step repeated it
-        assert captured[0]["repeat"]["repeated"] is True and "the spike repeated" in said_line, (
-            captured[0]["repeat"],
-            said.get("spike"),
-            seen,
-        )
+    repeat = captured[0]["repeat"]
+    if repeat["spike_step"] != said["step"]:  # the spike went on: the captured step repeated its workload
+        spike_why = said["spike"]["why"]
+        if spike_why["explained_by"] == "response_tokens":
+            assert repeat["repeated"] is True and "the spike repeated" in said_line, (repeat, spike_why, seen)
+        else:  # a busy host's spike (above): with no normal window to judge it on, the repeat is not guessed
+            assert repeat["spike_step"] in busy and repeat["repeated"] is None, (repeat, spike_why, seen)
+            assert "whether the spike repeated cannot be told" in said_line, (said_line, seen)
 
 
 def _rollout_run_over_time(waits: list[float | None], spans: list[float], tokens: list[int]) -> tuple[dict, list]:
