@@ -10,10 +10,15 @@
   with the watch and trigger on and nothing captured (slow and straggler factors 50: judged every step, never
   over), and with `keep: slow_only` on actor_update (a torch window every step, none kept), runs interleaved
   round by round; each median beside the off run's, and the spread of the off runs.
+- `held_clock` (`--part held_clock`): the reference trainer on 2 ranks under torchrun, the watch and the slow rule on
+  (factor 50) with and without the straggler rule (factor 50), which starts each rank's held-off clock
+  (collect/cpu_wait.py: a thread waking every 10 ms); rank 0's median step time (steps 4..N, metrics.jsonl), runs
+  interleaved round by round, and the spread of the runs without it.
 Prints one JSON object.
 
     python3 bench/watch_cost.py                   # 3 rounds x 30 steps
     python3 bench/watch_cost.py --rounds 1 --steps 12
+    python3 bench/watch_cost.py --part held_clock  # results/watch_cost_held_clock_cpu.json
 """
 
 from __future__ import annotations
@@ -186,14 +191,62 @@ def trainer_step_ms(name: str, steps: int, tmp: Path) -> tuple[float, str]:
     return statistics.median(ms), (printed[0] if printed else "")
 
 
+TWO_RANKS = {
+    "no_clock": [f"{T}.slow.factor=50.0"],
+    "held_clock": [f"{T}.slow.factor=50.0", f"{T}.straggler.factor=50.0"],
+}
+
+
+def two_rank_trainer_ms(name: str, steps: int, tmp: Path) -> float:
+    out = tmp / f"{name}-{time.monotonic_ns()}"
+    cmd = [
+        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"),
+        "rlprof.trainer",
+        f"trainer.steps={steps}",
+        f"trainer.output_dir={out}/train",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=null",
+        f"global_profiler.save_path={out}/p",
+        f"{A}.enable=true",
+        *TWO_RANKS[name],
+    ]
+    env = dict(os.environ, PYTHONPATH=str(SRC), KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    metrics = next((out / "train").glob("*/metrics.jsonl"))
+    return statistics.median([json.loads(x)["step_ms"] for x in metrics.read_text().splitlines()][3:])
+
+
+def held_clock(rounds: int, steps: int) -> dict:
+    runs: dict = {name: [] for name in TWO_RANKS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for name in TWO_RANKS:
+                runs[name].append(two_rank_trainer_ms(name, steps, Path(tmp)))
+    base = statistics.median(runs["no_clock"])
+    return {
+        "step_ms": {k: [round(x, 2) for x in v] for k, v in runs.items()},
+        "median_ms": {k: round(statistics.median(v), 2) for k, v in runs.items()},
+        "ratio": round(statistics.median(runs["held_clock"]) / base, 3),
+        "no_clock_spread": round((max(runs["no_clock"]) - min(runs["no_clock"])) / base, 3),
+        "steps": steps,
+        "rounds": rounds,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--part", choices=("all", "held_clock"), default="all")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
     if args.worker:
         return two_rank_worker()
+    if args.part == "held_clock":
+        print(json.dumps({"held_clock": held_clock(args.rounds, args.steps)}))
+        return
     result = {
         "boundary_ns": {"off": boundary_ns(False), "watch": boundary_ns(True)},
         "step_end_us": {"off": step_us(False), "watch": step_us(True)},

@@ -624,12 +624,13 @@ def _stop_from_outside(launcher, save_path, after_step: int, rank: int, stop_s=0
 @pytest.mark.timing
 def test_a_straggler_stopped_from_outside_on_a_busy_host_is_captured_naming_its_rank(tmp_path):
     """Both cores kept busy by two other processes, and once step 12 has ended rank 1 of 2 is stopped 30 ms in every
-    40 from outside: its steps are busy ones, judged all the same, so the straggler is captured after the onset, on
-    both ranks, naming rank 1 (a stopped process waits for no core: not contention). A straggler the machine's
-    contention explained is said in one line and flagged, never captured. How soon is not asserted: on a CI host the
-    suite already loads, the stop has hidden in both ranks' stages alike (the two wait for each other inside every
-    stage) and was caught at step 16, or not in a whole run, where a quieter host catches it at 13; the run is tried
-    twice, and each try says what the watch saw and how many steps after the onset it was caught."""
+    40 from outside: its steps are busy ones, judged all the same, and the straggler is captured as soon as on a
+    quiet host (by the second step after the onset), on both ranks, naming rank 1 and why: held off its cores (a
+    stopped process waits for no core: not contention), with how long. The two ranks wait for each other inside every
+    stage, so their stage times are alike (a loaded CI host once hid the stop that way for a whole run); the clock
+    each rank keeps of its time held off its cores says whom the other waited for. A straggler the machine's
+    contention explained is said in one line and flagged, never captured. The run is tried twice, and each try says
+    what the watch saw and how many steps after the onset it was caught."""
     tries = []
     for k in range(2):
         work = tmp_path / f"try{k}"
@@ -669,7 +670,7 @@ def test_a_straggler_stopped_from_outside_on_a_busy_host_is_captured_naming_its_
             r["trigger"]["step"] - began["from_step"] for r in captured if r["trigger"]["step"] >= began["from_step"]
         ]
         tries[-1] += f"\ncaught {min(late)} step(s) after the onset" if late else "\nnot caught after the onset"
-        if late:
+        if late and min(late) <= 2:
             break
     seen = "\n".join(tries)
     onset = began["from_step"]
@@ -678,10 +679,16 @@ def test_a_straggler_stopped_from_outside_on_a_busy_host_is_captured_naming_its_
     # before the onset the two busy loops' contention is judged too (captured only where a rank lagged by more than
     # its wait for a core explains: a loaded host's rare hiccup); from the onset on, the stopped rank
     first = min((r["trigger"]["step"] for r in captured if r["trigger"]["step"] >= onset), default=None)
-    assert first is not None, seen  # caught after the onset (how soon: said in `seen`, not asserted)
+    assert first is not None and first <= onset + 2, seen  # as soon as on a quiet host: by step 15 for 13
     taken = [r for r in captured if r["trigger"]["step"] == first]
     t = taken[0]["trigger"]
-    assert (t["reason"], t["rank"]) == ("straggler", 1) and "cause" not in t, (t, seen)
+    assert (t["reason"], t["rank"], t.get("cause")) == ("straggler", 1, "held_off"), (t, seen)
+    # held 30 ms in every 40: its hold beyond rank 0's is half its excess in the stage or more
+    extra = t["evidence"]["extra_held_ms"]
+    assert t["evidence"]["rank"] == 1 and extra >= 500 * (t["seconds"] - t["baseline_seconds"]), (t, seen)
+    said_by_analysis = run_cli("analyze", d, "--workers", "1").stdout  # the capture says why, in the run over time
+    assert f"step {first}: the straggler step the trigger saw" in said_by_analysis, said_by_analysis[-3000:]
+    assert f"rank 1 was held off its cores {extra:.0f} ms longer than the other ranks" in said_by_analysis
     assert sorted(r["rank"] for r in taken) == [0, 1] and {r["step"] for r in taken} == {first + 1}, seen
     contended = {
         int(r["step"]) for k in (0, 1) for r in read_rank(d / "timeline" / f"rank{k}.bin") if r["flags"] & CONTENTION
@@ -1004,14 +1011,15 @@ def test_a_cause_found_in_several_stages_of_a_captured_window_is_said_once():
 
 
 # ---- contention: the rule on the matrix every rank sees (collect/trigger.py) ----------------------------------------
-def _row(step_s, stage_s, busy=False, waits=None, others=0.0, cpus=None):
+def _row(step_s, stage_s, busy=False, waits=None, others=0.0, cpus=None, held=None):
     """One rank's vector at a step end: its step and `stage_s` (stage -> seconds), busy flag, its wait for a core in
     each stage (`waits`: stage -> ms; 0 elsewhere) and its time on one (`cpus`: stage -> ms; the rest of the stage
-    where not given: CPU-bound), the step's their sums, and others' share of the host."""
+    where not given: CPU-bound), the step's their sums, others' share of the host, and its time held off its cores
+    in each stage (`held`: stage -> ms; 0 elsewhere)."""
     import numpy as np
 
     from rlprof.collect.trigger import BUSY_COL, BUSY_MACHINE, CPU_COL, OTHERS_COL, STAGE_CPUS, STAGE_WAITS, STARTS
-    from rlprof.collect.trigger import WAIT_COL, WIDTH
+    from rlprof.collect.trigger import HELD_COLS, WAIT_COL, WIDTH
     from rlprof.vocab import STAGES
 
     waits, cpus = waits or {}, dict(cpus or {})
@@ -1025,7 +1033,9 @@ def _row(step_s, stage_s, busy=False, waits=None, others=0.0, cpus=None):
     row[BUSY_COL] = BUSY_MACHINE if busy else 0
     row[WAIT_COL], row[CPU_COL] = sum(waits.values()), sum(cpus.values())
     row[OTHERS_COL] = others
-    row[OTHERS_COL + 1 :] = 0.0  # no request
+    row[OTHERS_COL + 1 :] = 0.0  # no request, no hold
+    for name, ms in (held or {}).items():
+        row[HELD_COLS + STAGES.index(name)] = ms
     return row
 
 
@@ -1100,6 +1110,69 @@ def test_a_rank_stopped_from_outside_on_a_busy_host_is_no_contention_though_its_
     (cap,) = decided.armed
     t = cap.trigger
     assert (t["rank"], t["stage"]) == (1, "rollout_generate") and "cause" not in t and decided.contention is None
+
+
+HELD_CHILD = """
+import sys, time
+from rlprof.collect.cpu_wait import HeldOffClock
+clock = HeldOffClock().start()
+t0 = time.monotonic()
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+clock.stop()
+print(clock.held_ns / 1e6, (time.monotonic() - t0) * 1e3, flush=True)
+"""
+
+
+def _held_child(seconds: float, stop: bool) -> tuple[float, float]:
+    """A process whose main thread sleeps `seconds` beside its HeldOffClock, stopped from outside 30 ms in every 40
+    meanwhile where `stop`: (held ms, wall ms) as it counted them."""
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-c", HELD_CHILD, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    while stop and child.poll() is None:
+        child.send_signal(signal.SIGSTOP)
+        time.sleep(0.03)
+        child.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    held, wall = map(float, child.communicate(timeout=60)[0].split())
+    return held, wall
+
+
+def test_the_held_off_clock_counts_a_process_stopped_from_outside_and_not_one_that_sleeps():
+    """Stopped 30 ms in every 40, a process is held off its cores most of the time, whatever else the host runs (its
+    waits for a core are not counted); the same process left alone, its main thread asleep, is held for nothing."""
+    held, wall = _held_child(1.5, stop=True)
+    assert held >= 0.4 * wall, (held, wall)  # 75% stopped; a stop shorter than the clock's slack is not counted
+    held, wall = _held_child(1.0, stop=False)
+    assert held <= 0.05 * wall, (held, wall)
+
+
+def test_the_rank_held_off_its_cores_is_the_straggler_though_every_ranks_stage_took_as_long():
+    """Rank 1 stopped from outside 220 ms of a 300 ms rollout whose collectives made rank 0 wait as long: the stage
+    times are alike, the hold says whom the others waited for. Captured as rank 1's straggle, `held_off`, with its
+    stage time had it been held no longer than rank 0 as the baseline; a hold both ranks share (a busy host, an
+    interpreter's lock) or one under the line is nothing; a lag the hold explains carries the same cause."""
+    calm = {n: [_row(0.4, {"rollout_generate": 0.1})] * 2 for n in range(1, 5)}
+    alike = {"rollout_generate": 0.3}
+    held = {5: [_row(0.6, alike, held={"rollout_generate": 5}), _row(0.6, alike, held={"rollout_generate": 225})]}
+    decided = _steps(_trigger(straggler=1.5), {**calm, **held})[5]
+    (cap,) = decided.armed
+    t = cap.trigger
+    assert (t["reason"], t["rank"], t["stage"], t["cause"]) == ("straggler", 1, "rollout_generate", "held_off")
+    assert t["seconds"] == 0.3 and t["baseline_seconds"] == pytest.approx(0.08)
+    assert t["evidence"] == {"rank": 1, "held_ms": 225, "extra_held_ms": 220} and decided.contention is None
+    assert cap.at_step == 6 and cap.extra_ranks == (1, 0)
+    for quiet in ({"rollout_generate": 60}, {"rollout_generate": 60}), ({}, {"rollout_generate": 95}):
+        # held alike on both; or 95 ms more in a 300 ms stage: under a third of it (factor 1.5)
+        rows = {**calm, 5: [_row(0.6, alike, held=quiet[0]), _row(0.6, alike, held=quiet[1])]}
+        assert _steps(_trigger(straggler=1.5), rows)[5].armed == [], quiet
+    lag = {
+        5: [_row(0.4, {"rollout_generate": 0.1}), _row(0.7, {"rollout_generate": 0.4}, held={"rollout_generate": 250})]
+    }
+    (cap,) = _steps(_trigger(straggler=1.5), {**calm, **lag})[5].armed
+    assert (cap.trigger["rank"], cap.trigger["cause"], cap.trigger["baseline_seconds"]) == (1, "held_off", 0.1)
 
 
 def test_a_slow_step_the_whole_machines_contention_explains_is_said_not_captured_and_no_baseline():

@@ -616,6 +616,8 @@ class Trigger(Record, kw_only=True):
     seconds: Number | None
     baseline_seconds: Number | None
     request_id: int | str | UnsetType = UNSET
+    cause: str | UnsetType = UNSET
+    evidence: dict[str, Number] | UnsetType = UNSET
 
 
 class Capture(Record, kw_only=True):

@@ -15,6 +15,7 @@ cores); it was busy when, besides, other processes used the host (host_busy - jo
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 TASKS = "/proc/self/task"
@@ -164,3 +165,52 @@ def since(start: dict | None, threads_now=thread_times) -> dict:
             job_cpu_ms=sum(max(0, job[p] - start["job"][p]) for p in job if p in start["job"]) * TICK_MS,
         )
     return out
+
+
+class HeldOffClock:
+    """How long this process was held off its cores: neither running nor waiting for a core, while it had work.
+
+    A rank stopped from outside (SIGSTOP), frozen (a cgroup freezer) or throttled (a CPU quota) waits for no core:
+    its run-queue wait stays low, and the ranks it holds up wait for it in their collectives, so that every rank's
+    stage times are alike and nothing tells which rank held the others up. A thread of its own tells: it sleeps TICK
+    at a time and, at each wake, counts how much later it woke than asked, less its own wait for a core over the
+    same span (its schedstat); a lateness past SLACK is time the process was held. Its interpreter lock held by a
+    long call delays its wake too: SLACK keeps a switch interval's hand-over out, and the ranks of one job run the
+    same calls, so the trigger compares them (collect/trigger.py). ~100 wakes a second, a pread each: started only
+    where a straggler rule compares ranks."""
+
+    TICK_S = 0.01
+    SLACK_NS = 12_000_000  # 2.4 interpreter switch intervals (5 ms): a hand-over of the lock is no hold
+
+    def __init__(self):
+        self.held_ns = 0  # written by the clock's thread only; read by the step's thread (an int: one GIL'd read)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlprof-held-off-clock", daemon=True)
+
+    def start(self) -> HeldOffClock:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+
+    def _run(self) -> None:
+        try:
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            return  # the kernel does not say a thread's waits: no clock (held stays 0, the trigger reads NaN)
+        tick_ns = int(self.TICK_S * 1e9)
+        try:
+            t0, w0 = time.monotonic_ns(), int(os.pread(fd, 64, 0).split()[1])
+            while not self._stop.wait(self.TICK_S):
+                t1, w1 = time.monotonic_ns(), int(os.pread(fd, 64, 0).split()[1])
+                late = (t1 - t0) - tick_ns - (w1 - w0)
+                if late > self.SLACK_NS:
+                    self.held_ns += late
+                t0, w0 = t1, w1
+        except (OSError, ValueError, IndexError):
+            return
+        finally:
+            os.close(fd)

@@ -10,6 +10,11 @@ The rule (steps 1..warmup_steps, steps during which any rank wrote a window in t
 profiled steps are neither judged nor kept as baseline; a busy machine's steps are judged like any other):
 - straggler: at this step, in a stage, the slowest rank took more than factor x the median of the other ranks and
   at least min_seconds more (ranks sharing a busy host carry its load alike: the one slower beyond it straggles);
+  or, where the ranks' times in the stage are alike (they wait for each other in its collectives), one rank was
+  held off its cores (collect/cpu_wait.py's HeldOffClock: stopped, frozen, throttled) so much longer than the others
+  that its time less that extra hold is over the same line. Either way, where the extra hold is half the excess or
+  more, the finding carries `cause: held_off` and the evidence (its hold, and how much longer than the others'), and
+  is captured: the job's rank, held by something outside it;
 - slow: the job's time of a stage (its slowest rank) is over factor x the median of the last `window` judged steps
   (since the last slow capture: the baseline restarts after one, so a new level is captured once) and at least
   min_seconds over it; the step itself is judged when no stage is;
@@ -53,7 +58,8 @@ OTHERS_COL = WAIT_COL + 1  # other processes' share of the host's CPUs over the 
 REQ_COLS = (
     OTHERS_COL + 1
 )  # request: id, step (0: next), stage index (-1: the step), role index (-1: every role), ranks?
-WIDTH = REQ_COLS + 5
+HELD_COLS = REQ_COLS + 5  # then how long the process was held off its cores in each stage, ms (cpu_wait.HeldOffClock)
+WIDTH = HELD_COLS + len(STAGES)
 MIN_HISTORY = 3  # judged steps before a median is a baseline
 
 
@@ -200,6 +206,39 @@ def _contention(found: dict, matrix: np.ndarray, cpu, waits, usual: np.ndarray, 
     }
 
 
+def held_columns(matrix: np.ndarray) -> np.ndarray:
+    """Each rank's time held off its cores in each stage at this step, ms [ranks x stages]; NaN where no clock ran (a
+    single process, a host that sends no such columns)."""
+    if matrix.shape[1] < WIDTH:
+        return np.full((len(matrix), len(STAGES)), np.nan)
+    return matrix[:, HELD_COLS:WIDTH]
+
+
+def _held_off(col: np.ndarray, held: np.ndarray, rule) -> tuple[int, float, float] | None:
+    """(rank, its stage time had it been held no longer than the others, the others' median hold) where one rank was
+    held off its cores so much longer than the others that its stage, less that extra hold, would have been over
+    the rule's line: factor x less than it took, and min_seconds less. The ranks wait for each other inside a stage
+    with collectives, so their stage times are alike; the hold says which rank they waited for."""
+    ok = np.isfinite(held) & np.isfinite(col)
+    if ok.sum() < 2:
+        return None
+    ranks = np.flatnonzero(ok)
+    k = int(ranks[np.argmax(held[ranks])])
+    others = float(np.median(held[ranks[ranks != k]]))
+    extra = (float(held[k]) - others) / 1e3
+    stage = float(col[k])
+    if extra < rule.min_seconds or extra < (1 - 1 / rule.factor) * stage:
+        return None
+    return k, stage - extra, others
+
+
+def _median_others(col: np.ndarray, k: int, empty=None):
+    """The median of `col` over the ranks but k, NaN left out; `empty` where none is known."""
+    others = np.delete(col, k)
+    others = others[~np.isnan(others)]
+    return float(np.median(others)) if len(others) else empty
+
+
 def _over(value: float, base: float, rule) -> float:
     """The excess in seconds when `value` is over the rule's line, else 0."""
     if not (np.isfinite(value) and np.isfinite(base)) or value <= rule.factor * base:
@@ -253,22 +292,30 @@ class Trigger:
         found, best = None, 0.0
         if plan.straggler is not None and len(times) > 1:
             first_at = np.inf
+            held_ms = held_columns(matrix)
             for j in range(1, TIMES):
                 col = times[:, j]
                 if np.isnan(col).all():
                     continue
                 slow = int(np.nanargmax(col))
-                others = np.delete(col, slow)
-                others_at = np.delete(np.arange(len(col)), slow)[~np.isnan(others)]
-                others = others[~np.isnan(others)]
-                if not len(others):
-                    continue
-                base = float(np.median(others))
-                excess = _over(float(col[slow]), base, plan.straggler)
+                base = _median_others(col, slow)
+                excess = _over(float(col[slow]), base, plan.straggler) if base is not None else 0.0
+                held = None
+                if excess:  # slower than the others: held off its cores for most of its excess, where it was
+                    extra = held_ms[slow, j - 1] - _median_others(held_ms[:, j - 1], slow, np.nan)
+                    if np.isfinite(extra) and explains(float(extra), excess):  # the same share as a core wait's
+                        held = (float(held_ms[slow, j - 1]), float(extra))
+                else:  # stage times alike: the rank the others waited for inside it was held off its cores
+                    off = _held_off(col, held_ms[:, j - 1], plan.straggler)
+                    if off is not None:
+                        slow, base, others_held = off
+                        excess = float(col[slow]) - base
+                        held = (float(held_ms[slow, j - 1]), float(held_ms[slow, j - 1]) - others_held)
                 starts = matrix[:, STARTS + j - 1]  # the order of the stages, as the ranks ran them (median)
                 start = float(np.median(starts[~np.isnan(starts)])) if (~np.isnan(starts)).any() else np.inf
                 if excess and (start < first_at or (start == first_at and excess > best)):
-                    healthy = int(others_at[np.argmin(np.abs(others - base))])
+                    others_at = np.array([r for r in range(len(col)) if r != slow and np.isfinite(col[r])])
+                    healthy = int(others_at[np.argmin(np.abs(col[others_at] - np.median(col[others_at])))])
                     first_at, best = start, excess
                     found = {
                         "reason": "straggler",
@@ -279,9 +326,12 @@ class Trigger:
                         "baseline_seconds": base,
                         "ranks": (slow, healthy),
                     }
+                    if held is not None:
+                        found["cause"] = "held_off"
+                        found["evidence"] = {"rank": slow, "held_ms": held[0], "extra_held_ms": held[1]}
         cpu, waits = sched_columns(matrix)
         shares = wait_share(cpu, waits)
-        if found is not None:  # against the other ranks at this step: theirs is the usual share
+        if found is not None and "cause" not in found:  # against the other ranks at this step: the usual share
             slow, j = found["rank"], 1 + STAGES.index(found["stage"])
             others = np.delete(shares[:, j], slow)
             usual = np.full(len(matrix), np.median(others[~np.isnan(others)]) if (~np.isnan(others)).any() else np.nan)

@@ -44,15 +44,18 @@ class StageTimer:
         inner = self.scopes[self.name]  # looked up now: the step's selection decides it
         entered = inner.__enter__()
         w0 = self.watch.thread_sched_ns()
+        clock = self.watch.clock
         t0 = _perf_ns()
         if self.watch.acc[self.index] < 0:  # first entry this step
             self.watch.first[self.index] = t0
-        self.open.append((inner, t0, w0))
+        self.open.append((inner, t0, w0, clock.held_ns if clock is not None else 0))
         return entered
 
     def __exit__(self, *exc):
-        inner, t0, w0 = self.open.pop()
+        inner, t0, w0, h0 = self.open.pop()
         self.watch.acc[self.index] += _perf_ns() - t0
+        if self.watch.clock is not None:
+            self.watch.held[self.index] += self.watch.clock.held_ns - h0
         if w0 is not None:
             w1 = self.watch.thread_sched_ns()
             if w1 is not None:
@@ -82,6 +85,8 @@ class Watch:
         self.first = [0] * len(STAGES)
         self.waited = [0] * len(STAGES)  # each stage's wait for a core this step (ns)
         self.ran = [0] * len(STAGES)  # and its time on one (ns)
+        self.held = [0] * len(STAGES)  # and the process's time held off its cores (ns), where `clock` runs
+        self.clock = None  # a HeldOffClock, started where a straggler rule compares this rank with others
         self._schedstat: dict = {}  # thread -> an open fd of its /proc schedstat (None: not readable here)
         self.t0 = 0
         self.started_unix_s = math.nan  # the open step's start on the wall clock (the samples' and traces' clock)
@@ -95,6 +100,7 @@ class Watch:
         self.first = [0] * len(STAGES)
         self.waited = [0] * len(STAGES)
         self.ran = [0] * len(STAGES)
+        self.held = [0] * len(STAGES)
         self.load_at_start = sample(current_thread_times)
         self.started_unix_s = time.time()
         self.t0 = _perf_ns()
@@ -137,6 +143,12 @@ class Watch:
         waited = (float(rec["cpu_ms"]), float(rec["run_wait_ms"]), load["external_share"]) if load else (math.nan,) * 3
         return step_s, stages, busy, waited
 
+    def held_ms(self) -> list[float]:
+        """Each stage's time held off the cores in the open step, ms; NaN where it did not run or no clock runs."""
+        if self.clock is None:
+            return [math.nan] * len(STAGES)
+        return [math.nan if ns < 0 else h / 1e6 for ns, h in zip(self.acc, self.held)]
+
     def write(self, step: int, flags: int, step_s: float, stages: list[float], waited: tuple = (math.nan,) * 3) -> None:
         """The step's record: its times (`end`'s stages, starts, stage waits and stage times on a core), its start on
         the wall clock (the open step's) and `waited` (`end`'s time on a core, run-queue wait and others' share)."""
@@ -164,6 +176,9 @@ class Watch:
             raise OSError(errno.ENOSPC, f"only {written} of {len(record)} bytes of step {step}'s record were written")
 
     def close(self) -> None:
+        if self.clock is not None:
+            self.clock.stop()
+            self.clock = None
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -15,6 +15,7 @@ import msgspec
 from ..analyze.inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED, WARMUP
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
+from .cpu_wait import HeldOffClock
 from .trigger import BACKGROUND_WRITE, BUSY_MACHINE, REQ_COLS, Capture, Exchange, Trigger, encode_request
 from .watch import Timers, Watch, read_request, write_live, write_rank_note, write_response
 
@@ -57,6 +58,8 @@ class Watching:
             fixed = {n for r in self.plan.roles if r.enabled for n in r.steps}
             self._trigger = Trigger(trigger, enabled, fixed)
             self._exchange = Exchange(self.world_size) if decides else None
+            if trigger.straggler is not None and self.world_size > 1 and decides:
+                self._watch.clock = HeldOffClock().start()  # which rank the others waited for (trigger.py)
             self.stage = Timers(self._watch, self._scopes).__getitem__
             if self.rank == 0 and decides:
                 self.watch_dir.mkdir(parents=True, exist_ok=True)
@@ -194,9 +197,11 @@ class Watching:
         watch, trig = self._watch, self._trigger
         try:
             step_s, stages, busy, waited = watch.end()
+            held = watch.held_ms()
         except Exception as exc:
             self._watch_fault("time the step", exc)
             step_s, stages, busy, waited = math.nan, [math.nan] * 4 * len(STAGES), False, (math.nan,) * 3
+            held = [math.nan] * len(STAGES)
         if self._exchange is None:  # a follower: the host decides and keeps the timeline
             self._capture_rows, self._taken = {}, []
             return
@@ -210,7 +215,7 @@ class Watching:
         writing = self._wrote_during_step()
         load = (BUSY_MACHINE if busy else 0) | (BACKGROUND_WRITE if writing else 0)
         try:
-            matrix = self._exchange.gather([step_s, *stages, float(load), *waited, *encode_request(req)])
+            matrix = self._exchange.gather([step_s, *stages, float(load), *waited, *encode_request(req), *held])
             ranks = self._exchange.relay(req.get("ranks") if req else None) if matrix[0, REQ_COLS + 4] else None
             decision = trig.decide(n, matrix, ranks)
         except Exception as exc:

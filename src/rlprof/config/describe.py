@@ -73,7 +73,9 @@ def trigger_line(plan: ProfilePlan) -> str | None:
         return None
     arms = [
         f"a stage or the step over {t.slow.factor:g}x its median of the last {t.window} steps" if t.slow else "",
-        f"a rank over {t.straggler.factor:g}x the other ranks at the same step" if t.straggler else "",
+        f"a rank over {t.straggler.factor:g}x the other ranks at the same step, or held off its cores that much longer"
+        if t.straggler
+        else "",
         "rlprof capture RUN_DIR requests" if t.request else "",
     ]
     roles = [r.role for r in plan.roles if r.enabled and r.tool and r.stages]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analyze.diagnosis.sentences import samples_sentence, why_sentence
+from ..analyze.diagnosis.sentences import held_off_words, samples_sentence, why_sentence
 from .charts import STAGE_COLORS, _layout, esc
 
 
@@ -251,6 +251,7 @@ def flagged_lines(timeline: dict) -> list[str]:
                 if t.get("seconds") is not None and t.get("baseline_seconds") is not None
                 else ""
             )
+            + (f": {held}" if (held := held_off_words(t)) else "")
         )
     return out
 
@@ -351,6 +352,8 @@ def step_lines(it: dict, trigger: dict) -> list[str]:
                 f" ({trigger.get('stage')} {trigger['seconds']:.3f} s against a baseline of "
                 f"{trigger['baseline_seconds']:.3f} s, rank {trigger.get('rank')})"
             )
+        if held_off_words(trigger):
+            line += ": " + held_off_words(trigger)
         if spike:  # its why without the cause and levers the spike's own line and the verdict say
             why = {k: v for k, v in (spike.get("why") or {}).items() if k not in ("cause", "levers")}
             line += ": " + "; ".join(x for x in (why_sentence(why) if why else "", samples_sentence(spike, False)) if x)

@@ -213,3 +213,15 @@ def samples_sentence(said: dict, why: bool = True) -> str:
     if why and said.get("why"):
         text += "; " + why_sentence(said["why"])
     return text
+
+
+def held_off_words(trigger: dict) -> str:
+    """A straggler the trigger found held off its cores (collect/trigger.py's `cause: held_off`), in words; "" else."""
+    ev = trigger.get("evidence") or {}
+    if trigger.get("cause") != "held_off" or ev.get("extra_held_ms") is None:
+        return ""
+    return (
+        f"rank {ev['rank']} was held off its cores {ev['extra_held_ms']:.0f} ms longer than the other ranks there "
+        "(stopped, frozen or throttled from outside the job: neither running nor waiting for a core), and they "
+        "waited for it"
+    )
