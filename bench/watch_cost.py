@@ -13,7 +13,9 @@
 - `held_clock` (`--part held_clock`): the reference trainer on 2 ranks under torchrun, the watch and the slow rule on
   (factor 50) with and without the straggler rule (factor 50), which starts each rank's held-off clock
   (collect/cpu_wait.py: a thread waking every 10 ms); rank 0's median step time (steps 4..N, metrics.jsonl), runs
-  interleaved round by round, and the spread of the runs without it.
+  interleaved round by round, and the spread of the runs without it; and, each round, side by side in one run: 2
+  ranks' steps of small products, gloo all-reduces and Python with the clock on every other step (`side_by_side`:
+  the medians with and without it, their ratio per round).
 Prints one JSON object.
 
     python3 bench/watch_cost.py                   # 3 rounds x 30 steps
@@ -127,7 +129,40 @@ def two_rank_worker() -> None:
     dist.destroy_process_group()
 
 
-def two_ranks() -> dict:
+def held_clock_worker(steps: int) -> None:
+    """Run under torchrun: a rank's step of small products, their gradients all-reduced over gloo and some Python,
+    with the held-off clock running on every other step (the parity swapped every 20 steps), so that each step with
+    it has neighbours without it on the same machine at the same moment; rank 0 prints both medians."""
+    import torch
+    import torch.distributed as dist
+
+    from rlprof.collect.cpu_wait import HeldOffClock
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+    x = torch.randn(64, 256)
+    ms: dict = {"with": [], "without": []}
+    for step in range(steps):
+        on = step % 2 == (step // 20) % 2
+        clock = HeldOffClock().start() if on else None
+        t0 = time.perf_counter()
+        for _ in range(30):
+            model(x).sum().backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+            sum(float(v) for v in range(300))
+        took = (time.perf_counter() - t0) * 1e3
+        if clock is not None:
+            clock.stop()
+        if step >= 4:
+            ms["with" if on else "without"].append(took)
+    if dist.get_rank() == 0:
+        print(json.dumps({k: statistics.median(v) for k, v in ms.items()}))
+    dist.destroy_process_group()
+
+
+def two_ranks(*worker: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [
@@ -138,7 +173,7 @@ def two_ranks() -> dict:
             "--nproc_per_node",
             "2",
             str(Path(__file__).resolve()),
-            "--worker",
+            *(worker or ("--worker",)),
         ],
         capture_output=True,
         text=True,
@@ -161,21 +196,28 @@ CONFIGS = {
 }
 
 
-def trainer_step_ms(name: str, steps: int, tmp: Path) -> tuple[float, str]:
-    out = tmp / f"{name}-{time.monotonic_ns()}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlprof.cli",
-        "train",
+def _run_args(out: Path, steps: int, extra: list[str]) -> list[str]:
+    """The trainer's overrides of one measured run, its files under `out`."""
+    return [
         f"trainer.steps={steps}",
         f"trainer.output_dir={out}/train",
         "global_profiler.tool=torch",
         "global_profiler.steps=null",
         f"global_profiler.save_path={out}/p",
         f"{A}.enable=true",
-        *CONFIGS[name],
+        *extra,
     ]
+
+
+def _median_step_ms(out: Path) -> float:
+    """The run's median step (rank 0's metrics.jsonl), steps 4..N."""
+    metrics = next((out / "train").glob("*/metrics.jsonl"))
+    return statistics.median([json.loads(x)["step_ms"] for x in metrics.read_text().splitlines()][3:])
+
+
+def trainer_step_ms(name: str, steps: int, tmp: Path) -> tuple[float, str]:
+    out = tmp / f"{name}-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-m", "rlprof.cli", "train", *_run_args(out, steps, CONFIGS[name])]
     proc = subprocess.run(
         cmd,
         capture_output=True,
@@ -185,10 +227,8 @@ def trainer_step_ms(name: str, steps: int, tmp: Path) -> tuple[float, str]:
     )
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
-    metrics = next((out / "train").glob("*/metrics.jsonl"))
-    ms = [json.loads(x)["step_ms"] for x in metrics.read_text().splitlines()][3:]
     printed = [x for x in proc.stdout.splitlines() if "keep: slow_only" in x]
-    return statistics.median(ms), (printed[0] if printed else "")
+    return _median_step_ms(out), (printed[0] if printed else "")
 
 
 TWO_RANKS = {
@@ -199,33 +239,31 @@ TWO_RANKS = {
 
 def two_rank_trainer_ms(name: str, steps: int, tmp: Path) -> float:
     out = tmp / f"{name}-{time.monotonic_ns()}"
-    cmd = [
-        *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"),
-        "rlprof.trainer",
-        f"trainer.steps={steps}",
-        f"trainer.output_dir={out}/train",
-        "global_profiler.tool=torch",
-        "global_profiler.steps=null",
-        f"global_profiler.save_path={out}/p",
-        f"{A}.enable=true",
-        *TWO_RANKS[name],
-    ]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd = [*launch, "-m", "rlprof.trainer", *_run_args(out, steps, TWO_RANKS[name])]
     env = dict(os.environ, PYTHONPATH=str(SRC), KINETO_LOG_LEVEL="5", OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
-    metrics = next((out / "train").glob("*/metrics.jsonl"))
-    return statistics.median([json.loads(x)["step_ms"] for x in metrics.read_text().splitlines()][3:])
+    return _median_step_ms(out)
 
 
 def held_clock(rounds: int, steps: int) -> dict:
     runs: dict = {name: [] for name in TWO_RANKS}
+    side_by_side = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(rounds):
             for name in TWO_RANKS:
                 runs[name].append(two_rank_trainer_ms(name, steps, Path(tmp)))
+            side_by_side.append(two_ranks("--held-clock-worker"))
     base = statistics.median(runs["no_clock"])
+    ratios = [r["with"] / r["without"] for r in side_by_side if "with" in r]
     return {
+        "side_by_side": {
+            "per_round_ms": [{k: round(v, 2) for k, v in r.items()} if "with" in r else r for r in side_by_side],
+            "per_round_ratio": [round(x, 3) for x in ratios],
+            "median_ratio": round(statistics.median(ratios), 3) if ratios else None,
+        },
         "step_ms": {k: [round(x, 2) for x in v] for k, v in runs.items()},
         "median_ms": {k: round(statistics.median(v), 2) for k, v in runs.items()},
         "ratio": round(statistics.median(runs["held_clock"]) / base, 3),
@@ -241,9 +279,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--part", choices=("all", "held_clock"), default="all")
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--held-clock-worker", action="store_true")
     args = ap.parse_args()
     if args.worker:
         return two_rank_worker()
+    if args.held_clock_worker:
+        return held_clock_worker(60)
     if args.part == "held_clock":
         print(json.dumps({"held_clock": held_clock(args.rounds, args.steps)}))
         return
