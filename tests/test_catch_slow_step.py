@@ -511,8 +511,10 @@ def torchrun(tmp_path, *args, **popen):
         "rlprof.trainer",
         *args,
     ]
-    if popen:
-        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if popen:  # its output to files: a pipe nobody reads fills (~2 KB a step) and stops the job at its next print
+        out, err = (open(tmp_path / name, "w") for name in ("job.out", "job.err"))
+        with out, err:
+            return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=out, stderr=err, text=True)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400, cwd=tmp_path)
 
 
@@ -653,7 +655,8 @@ def test_a_straggler_stopped_from_outside_on_a_busy_host_is_captured_naming_its_
                 popen=True,
             )
             began = _stop_from_outside(job, work / "p", 12, rank=1)
-            _, err = job.communicate(timeout=400)
+            job.wait(timeout=400)
+            err = (work / "job.err").read_text()
         finally:
             for hog in hogs:
                 hog.kill()

@@ -16,7 +16,8 @@ from ..analyze.inputs.timeline_file import BUSY, CAPTURED, CONTENTION, PROFILED,
 from ..vocab import STAGE_ROLE, STAGES
 from ..warn_once import warn_once
 from .cpu_wait import HeldOffClock
-from .trigger import BACKGROUND_WRITE, BUSY_MACHINE, REQ_COLS, Capture, Exchange, Trigger, encode_request
+from .exchange import Exchange
+from .trigger import BACKGROUND_WRITE, BUSY_MACHINE, REQ_COLS, Capture, Trigger, encode_request
 from .watch import Timers, Watch, read_request, write_live, write_rank_note, write_response
 
 HEARTBEAT_S = 1.0  # rank 0 rewrites its heartbeat (rlprof_live.json) at most this often, and on every capture event
