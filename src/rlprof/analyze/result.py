@@ -529,6 +529,8 @@ class RolloutWhy(Record, kw_only=True):
     baseline_longest_tokens: Number | None
     ms_per_token: Number | None
     baseline_ms_per_token: Number | None
+    context_tokens: Number | UnsetType = UNSET
+    baseline_context_tokens: Number | UnsetType = UNSET
     tool_ms: Number | UnsetType = UNSET
     baseline_tool_ms: Number | UnsetType = UNSET
     wait_ms: Number | UnsetType = UNSET
@@ -855,6 +857,7 @@ class SampleStep(Record, kw_only=True):
     samples: int
     duration_ms: Quantiles | None
     response_tokens: Quantiles | None
+    prompt_tokens: Quantiles | UnsetType = UNSET
     span_ms: Number | None
     tail_ms: Number | None
     tail_share: Number | None

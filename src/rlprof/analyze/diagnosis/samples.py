@@ -204,6 +204,8 @@ def step_summaries(samples: list[dict], engine: list[dict] = ()) -> list[dict]:
             ],
             "phases_ms": {p: sum(r[p] for r in rows if p in r) for p in PHASES if any(p in r for r in rows)},
         }
+        if any("prompt_tokens" in r for r in rows):
+            summary["prompt_tokens"] = quantiles([r["prompt_tokens"] for r in rows if "prompt_tokens" in r])
         if any("preemptions" in r for r in rows):
             summary["preemptions"] = sum(r.get("preemptions", 0) for r in rows)
             summary["preempted_samples"] = sum(1 for r in rows if r.get("preemptions", 0) > 0)

@@ -9,7 +9,10 @@ tools, over the baseline steps' median); the workload explains it where it grew 
 growth (ratios over 1), else the time per token rose (`ms_per_token`, the rollout's span over its longest sample's
 tokens: a batch decodes as long as its longest sample). The rollout's time is its span less the time it waited for a
 core where the watch says it (the slowest rank's run-queue wait in the stage, as much of it as must have fallen
-inside the span): on a busy host the wait is the host's, neither the workload's nor the time per token's.
+inside the span): on a busy host the wait is the host's, neither the workload's nor the time per token's. A decode
+step reads every token cached before it, so a longer sample costs more per token: where the samples say their prompt
+lengths, the workload also explains a time per token that grew no more than the longest sample's mean context did
+(`context_tokens`: its prompt and half its response).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ def _workload(s: dict, waits: dict | None = None) -> dict:
     out["ran_ms"] = span - out.get("wait_ms", 0.0) if span else span
     if longest and out["ran_ms"]:
         out["ms_per_token"] = out["ran_ms"] / longest
+    prompt = (s.get("prompt_tokens") or {}).get("max")
+    if longest and prompt is not None:
+        out["context_tokens"] = prompt + longest / 2  # the mean context a decode step of the longest sample reads
     return out
 
 
@@ -86,9 +92,19 @@ def _why(now: list[dict], base: list[dict]) -> dict | None:
     seconds = ran / baseline_ran if baseline_ran else None
     workload = max(ratios) if ratios else None
     out["seconds_ratio"], out["workload_ratio"] = seconds, workload
+    context, baseline_context = get(now, "context_tokens"), get(base, "context_tokens")
+    if context is not None and baseline_context:
+        out["context_tokens"], out["baseline_context_tokens"] = context, baseline_context
+    per_token = (
+        out["ms_per_token"] / out["baseline_ms_per_token"]
+        if out["ms_per_token"] is not None and out["baseline_ms_per_token"]
+        else None
+    )
+    # each token slower by no more than its longer context reads: still the workload
+    within_context = per_token is not None and "context_tokens" in out and per_token <= context / baseline_context
     if seconds is None or workload is None:
         out["explained_by"] = None
-    elif seconds > 1 and workload - 1 >= EXPLAINED * (seconds - 1):
+    elif seconds > 1 and (workload - 1 >= EXPLAINED * (seconds - 1) or (workload > 1 and within_context)):
         grew_tools = len(ratios) > 1 and ratios[1] >= ratios[0]
         out["explained_by"] = "tool_time" if grew_tools else "response_tokens"
     else:
