@@ -152,9 +152,12 @@ def test_a_long_sample_is_named_by_the_captured_windows_verdict_and_the_run_over
             assert "whether the spike repeated cannot be told" in said_line, (said_line, seen)
 
 
-def _rollout_run_over_time(waits: list[float | None], spans: list[float], tokens: list[int]) -> tuple[dict, list]:
+def _rollout_run_over_time(
+    waits: list[float | None], spans: list[float], tokens: list[int], prompt: int | None = None
+) -> tuple[dict, list]:
     """The run over time's rollout level shift at step 4 of 6 and each step's samples, as analyze_timeline and
-    step_summaries give them; `waits`: the stage's wait for a core per step (None: the watch did not say)."""
+    step_summaries give them; `waits`: the stage's wait for a core per step (None: the watch did not say); `prompt`:
+    the samples' prompt length (None: not said)."""
     steps = list(range(1, 7))
     stage_s = [(span + 2.0) / 1e3 for span in spans]  # the stage holds the span and 2 ms around it
     series = {"max": stage_s, "median": stage_s}
@@ -174,10 +177,30 @@ def _rollout_run_over_time(waits: list[float | None], spans: list[float], tokens
             "tail_share": 0.8,
             "response_tokens": {"max": n},
             "slowest": [{"sample": 1, "rank": 0, "response_tokens": n, "duration_ms": span}],
+            **({"prompt_tokens": {"max": prompt}} if prompt is not None else {}),
         }
         for s, span, n in zip(steps, spans, tokens)
     ]
     return timeline, sample_steps
+
+
+def test_a_longer_samples_dearer_tokens_are_its_workload_as_far_as_its_context_grew():
+    """24 tokens against 4 after a 5-token prompt, 8.5x the time with no wait (each token 1.42x dearer): a decode step
+    reads every cached token, and the longest sample's mean context grew 2.43x (7 -> 17), so the workload explains
+    it; after a 500-token prompt the context barely grew (1.02x) and the token rate is said; with no prompt said, the
+    rule is the proportion alone."""
+    from rlprof.analyze.over_time.rollout_why import explain_rollout
+
+    spans, tokens = [10.0] * 3 + [85.0] * 3, [4] * 3 + [24] * 3
+    for prompt, said in ((5, "response_tokens"), (500, "time_per_token"), (None, "time_per_token")):
+        timeline, sample_steps = _rollout_run_over_time([0.0] * 6, spans, tokens, prompt)
+        explain_rollout(timeline, sample_steps)
+        why = timeline["level_shifts"][0]["why"]
+        assert why["seconds_ratio"] == pytest.approx(8.5) and why["explained_by"] == said, (prompt, why)
+        if prompt is not None:
+            assert (why["context_tokens"], why["baseline_context_tokens"]) == (prompt + 12, prompt + 2)
+        else:
+            assert "context_tokens" not in why
 
 
 def test_a_rollout_that_waited_for_a_core_is_judged_on_its_time_on_one():
