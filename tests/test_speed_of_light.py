@@ -32,6 +32,7 @@ from test_invariants import savings_below_speed_of_light
 from rlprof.analyze.diagnosis import prediction
 from rlprof.analyze.diagnosis.findings import diagnose
 from rlprof.analyze.diagnosis.model_work import Shape
+from rlprof.analyze.diagnosis.speed_of_light import speed_of_light
 from rlprof.analyze.pipeline import analyze
 from rlprof.frameworks.devices import DEVICES, VERL_PEAK_FLOPS, device_limits, verl_peak
 
@@ -361,3 +362,53 @@ def test_a_saving_is_cut_at_its_stages_speed_of_light(monkeypatch):
     assert [(kind, stage) for kind, stage, *_ in savings_below_speed_of_light(uncut)] == [
         ("rollout_tail", "rollout_generate")
     ]
+
+
+def test_a_sampled_stage_call_is_said_whole_at_the_rate_verls_mfu_takes():
+    """A stage row whose window kept one of four micro-batches, with its call beside it (what verl's plugin records):
+    the call's FLOPs are verl's convention on all its tokens and pairs, its mfu those over its own time and the
+    peaks (the device's, verl's), the stage's record sums its calls; a call that did not say its tokens has no rate."""
+    model = {
+        "model_type": "qwen2",
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "dtype": "float32",
+    }
+    hw = {"peak_flops": {"float32": 200e9}, "bandwidth": 40e9, "verl_peak_flops": 448e9}
+    kept = {"unit": "micro_batch", "index": 1, "seqs": 2, "tokens": 256, "real_tokens": 256, "query_key_pairs": 32768}
+    rows = []
+    for step, call in (
+        (1, {"wall_ms": 200.0, "units": 4, "real_tokens": 1024, "query_key_pairs": 131072}),
+        (2, {"wall_ms": 300.0, "units": 4}),
+    ):
+        stage = {
+            **window_row("actor_update", "actor", 60.0, step=step, compute_ms=50.0, idle_ms=10.0),
+            "file": f"s{step}.json.gz",
+            "call": {"timed": "1 x BaseEngine.train_batch", **call},
+        }
+        unit = {k: v for k, v in stage.items() if k != "call"} | kept | {"wall_ms": 55.0}
+        rows += [stage, unit]
+    doc = {"rows": rows, "inputs": [{"path": f"/x/s{s}.json.gz", "hardware": hw} for s in (1, 2)], "samples": []}
+    (record,) = speed_of_light(doc, model)
+    first, second = (r["call"] for r in rows if r["unit"] is None)
+    flops = Shape.of(model).train_flops(3, 1024, 131072)
+    assert first["model_flops"] == flops
+    assert first["mfu"] == pytest.approx(flops / 0.2 / 200e9) and first["mfu_verl"] == pytest.approx(
+        flops / 0.2 / 448e9
+    )
+    assert set(second) == {"wall_ms", "timed", "units"}  # no tokens said: no work, no rate
+    assert record["calls"] == {
+        "calls": 1,
+        "units": 4,
+        "wall_ms": 200.0,
+        "model_flops": flops,
+        "mfu": pytest.approx(first["mfu"]),
+        "mfu_verl": pytest.approx(first["mfu_verl"]),
+    }
+    kept_rows = [r for r in rows if r["unit"] == "micro_batch"]
+    assert all("call" not in r and r["mfu"] > 0 for r in kept_rows)  # the kept micro-batches keep their own rate

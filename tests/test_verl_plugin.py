@@ -245,6 +245,12 @@ def test_rlprof_analyze_of_a_sampled_verl_run(sampled091, tmp_path):
         held = [r for r in units if r["stage"] == stage]
         tokens, real = sum(r["tokens"] for r in held), sum(r["real_tokens"] for r in held)
         assert padding["value"] == pytest.approx(1 - real / tokens) and 0 < padding["value"] < 1
+    # each stage row says the whole call its kept micro-batch came from: verl's four micro-batches, all their tokens
+    for row in (r for r in doc["rows"] if r["unit"] is None and r["stage"] in STAGES):
+        (kept,) = [u for u in units if (u["step"], u["stage"]) == (row["step"], row["stage"])]
+        call = row["call"]
+        assert call["units"] == call["tallied_units"] == 4 and call["wall_ms"] > row["wall_ms"], row
+        assert kept["real_tokens"] < call["real_tokens"] and kept["query_key_pairs"] < call["query_key_pairs"]
 
 
 def test_idle_in_verls_worker_is_charged_to_verls_own_frames(sampled091, tmp_path):

@@ -12,6 +12,7 @@ import time
 from contextlib import nullcontext
 
 import pytest
+import torch
 
 from conftest import fill
 from rlprof import warn_once
@@ -73,12 +74,20 @@ def make_sampler(tmp_path, monkeypatch):
     return make
 
 
-def update_actor(micro_batches: int) -> str:
+def lengths_of(k: int):
+    """Where micro-batch k's two rows' real lengths are (3+k and 7), as the layouts hand them over: its mask."""
+    mask = torch.zeros(2, 10, dtype=torch.int64)
+    mask[0, : 3 + k], mask[1, :7] = 1, 1
+    return "mask", mask
+
+
+def update_actor(micro_batches: int, lengths=lengths_of) -> str:
     """verl's update loop as the engine layout sees it: each micro-batch begins at the head of its iteration."""
     window = layouts.CURRENT.get()  # None where no window opened: the loop runs as verl's own
     for k in range(micro_batches):
         if window is not None:
-            window.unit_begins(lambda k=k: {"seqs": 2, "tokens": 10 + k})
+            window.unit_begins(lambda k=k: {"seqs": 2, "tokens": 10 + k}, lambda k=k: lengths(k))
+        time.sleep(0.01)
     if window is not None:
         window.unit_ends()
     return "updated"
@@ -94,7 +103,17 @@ def test_a_stage_call_is_one_window_holding_the_kept_micro_batch(make_sampler, t
     (path,) = traces(tmp_path)
     assert path.name.startswith("actor_actor-update_step3_rank0_pid")  # verl's own stem
     meta = json.loads(gzip.decompress(path.read_bytes()))["rlprof"]
+    call = meta["sampled"].pop("call")
     assert meta["sampled"] == {"unit": "micro_batch", "kept": [1]}  # wait 1, active 1: the second micro-batch
+    # the whole call beside it: its three micro-batches' rows (3+k and 7 tokens), at least their 10 ms sleeps each
+    assert call.pop("wall_ms") >= 30
+    assert call == {
+        "timed": "the stage call",  # no call verl's own timers wrap ran inside it: the stage call whole
+        "units": 3,
+        "real_tokens": 3 + 4 + 5 + 3 * 7,
+        "query_key_pairs": 9 + 16 + 25 + 3 * 49,
+        "tallied_units": 3,
+    }
     assert meta["stage"] == "actor_update" and meta["step"] == 3 and meta["collected_by"].endswith("verl.loader")
     assert not list(tmp_path.glob(".raw-*"))
     assert f"micro-batch(es) 1 -> {path}" in capsys.readouterr().out
@@ -112,6 +131,45 @@ def test_a_fault_is_one_warning_and_the_stage_goes_on(make_sampler, tmp_path, ca
     assert len(warnings) == 1 and ("training goes on" in warnings[0] or "verl goes on" in warnings[0])
     assert traces(tmp_path) == [] and not list(tmp_path.glob(".raw-*"))  # dropped, raw file included
     assert not s.windows  # nothing left open
+
+
+def test_a_calls_time_is_what_verls_own_timers_wrap_inside_it(make_sampler, tmp_path):
+    """Two mini-batches, each the engine's train_batch (what verl's train_batch timer wraps for its mfu), between
+    them 1 s of other work: the call's time is the two train_batch calls', not the stage call's."""
+
+    class Engine:
+        def train_batch(self, micro_batches):
+            return update_actor(micro_batches)
+
+    layouts._time_methods(Engine, ("train_batch", "infer_batch"))
+
+    def update_actor_two_mini_batches():
+        Engine().train_batch(2)
+        time.sleep(1.0)
+        Engine().train_batch(2)
+        return "updated"
+
+    s = make_sampler()
+    assert s.annotate(role="update_actor")(update_actor_two_mini_batches)() == "updated"
+    (path,) = traces(tmp_path)
+    call = json.loads(gzip.decompress(path.read_bytes()))["rlprof"]["sampled"]["call"]
+    assert call["timed"].startswith("2 x ") and call["timed"].endswith(".Engine.train_batch")
+    assert 40 <= call["wall_ms"] < 1000 and call["units"] == call["tallied_units"] == 4
+
+
+def test_a_call_whose_lengths_cannot_be_read_keeps_its_time_and_its_kept_micro_batch(make_sampler, tmp_path):
+    def unreadable(k):
+        raise KeyError("attention_mask")
+
+    s = make_sampler()
+    assert s.annotate(role="update_actor")(update_actor)(3, lengths=unreadable) == "updated"
+    (path,) = traces(tmp_path)
+    sampled = json.loads(gzip.decompress(path.read_bytes()))["rlprof"]["sampled"]
+    assert sampled["kept"] == [1] and set(sampled["call"]) == {
+        "wall_ms",
+        "timed",
+        "units",
+    }  # its work unsaid, not guessed
 
 
 def test_a_stage_with_no_micro_batch_through_the_known_loop_writes_nothing(make_sampler, tmp_path, caplog):

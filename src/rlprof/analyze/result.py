@@ -77,6 +77,23 @@ class Limits(Record, kw_only=True):
     gap_largest: str | None | UnsetType = UNSET
 
 
+class StageCall(Record, kw_only=True):
+    """The whole stage call a window kept some micro-batches of (verl's plugin records it): its wall time as verl's own
+    mfu takes it (`timed`: the calls verl's timers wrap), the micro-batches it ran, and all of their real tokens and
+    query-key pairs; its model FLOPs and mfu (also against verl's peak: `mfu_verl`) where the model and device are
+    known. The rate the framework's own mfu states for the call, beside the kept micro-batches' own."""
+
+    wall_ms: Number
+    timed: str | UnsetType = UNSET
+    units: int
+    real_tokens: int | UnsetType = UNSET
+    query_key_pairs: int | UnsetType = UNSET
+    tallied_units: int | UnsetType = UNSET
+    model_flops: Number | UnsetType = UNSET
+    mfu: Number | UnsetType = UNSET
+    mfu_verl: Number | UnsetType = UNSET
+
+
 class Row(Limits, kw_only=True):
     """One (step, role, stage, rank) window, or one unit (micro-/mini-batch, decode step) inside it. `step_source`: where
     a window whose file names no step took it from (analyze/over_time/row_steps.py: `samples`, the samples that ran
@@ -118,6 +135,7 @@ class Row(Limits, kw_only=True):
     context_tokens: int | UnsetType = UNSET
     query_key_pairs: int | UnsetType = UNSET
     units_only: int | UnsetType = UNSET
+    call: StageCall | UnsetType = UNSET
     writer: str | None | UnsetType = UNSET
     step_source: str | UnsetType = UNSET
     idle_frames: list[IdleFrame] | UnsetType = UNSET
@@ -173,6 +191,19 @@ class StageLimits(Limits, kw_only=True):
     stage: str | None
     rows: int
     wall_ms: Number
+    calls: StageCalls | UnsetType = UNSET
+
+
+class StageCalls(Record, kw_only=True):
+    """A stage's whole calls summed, where its windows kept some micro-batches of each (`StageCall`): how many, their
+    wall time and FLOPs, and their mfu (FLOPs over the sum of each call's time x the peak)."""
+
+    calls: int
+    units: int
+    wall_ms: Number
+    model_flops: Number
+    mfu: Number | UnsetType = UNSET
+    mfu_verl: Number | UnsetType = UNSET
 
 
 class Model(Record, kw_only=True):
@@ -1012,10 +1043,12 @@ REFERENCE_ORDER = (
     AnalysedOn,
     Buckets,
     Row,
+    StageCall,
     IdleFrame,
     IdleNode,
     HostSite,
     StageLimits,
+    StageCalls,
     Model,
     Hardware,
     Op,

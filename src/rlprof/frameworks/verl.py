@@ -310,6 +310,9 @@ ENGINE_LAYOUT = {
     "method": "forward_backward_batch",
     "source": "prepare_micro_batches",
 }
+# What verl's own mfu divides by, per layout: the calls its Timer wraps (engine_workers.py's train_batch / eval_batch
+# timers around the engine's train_batch / infer_batch; 0.7.x fsdp_workers' update_policy timer).
+ENGINE_TIMED = {"module": "verl.workers.engine.base", "class": "BaseEngine", "methods": ("train_batch", "infer_batch")}
 DP_LAYOUTS = (
     {
         "module": "verl.workers.actor.dp_actor",

@@ -58,6 +58,12 @@ def speed_of_light_lines(doc: dict) -> list[str]:
         if s.get("gap_largest"):
             field = next(f for f, words in GAP_PARTS if words == s["gap_largest"])
             line += f"; largest part of the gap: {s['gap_largest']} {s[field] / s['gap_ms']:.0%}"
+        calls = s.get("calls") or {}
+        if "mfu" in calls:  # the windows kept some micro-batches of each call: the whole calls' rate beside theirs
+            line += (
+                f"; its whole call{'s' if calls['calls'] > 1 else ''} ({calls['units']} micro-batches, "
+                f"{calls['wall_ms']:.1f} ms): mfu {calls['mfu']:.1%}"
+            )
         lines.append(line)
     return lines
 

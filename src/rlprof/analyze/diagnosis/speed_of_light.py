@@ -85,7 +85,26 @@ def speed_of_light(doc: dict, model: dict) -> list[dict]:
             hw = hardware.get(r.get("file")) or _units_hardware(units, r, hardware)
             small = fixed.get((r.get("role"), r.get("stage")), 0.0) * _micro_batches(units, r)
             r.update(limits(r, hw, dtype, small))
+        if "call" in r:
+            hw = hardware.get(r.get("file")) or _units_hardware(units, r, hardware)
+            call_limits(shape, r, hw, dtype)
     return stage_limits(doc["rows"])
+
+
+def call_limits(shape: Shape, row: dict, hw: dict | None, dtype: str) -> None:
+    """The whole stage call a window kept some micro-batches of (in place, its `call`): the model FLOPs of all its
+    micro-batches' real tokens over the call's wall time, against the device's peak and the one verl's own
+    perf/mfu divides by: the rate the framework's own mfu states for that call, beside the kept units' own."""
+    call, passes = row["call"], PASSES.get(row.get("stage"))
+    if passes is None or "real_tokens" not in call or call.get("wall_ms", 0) <= 0:
+        return
+    call["model_flops"] = shape.train_flops(passes, call["real_tokens"], call["query_key_pairs"])
+    rate = call["model_flops"] / (call["wall_ms"] / 1e3)
+    peak = (hw or {}).get("peak_flops", {}).get(dtype)
+    if peak:
+        call["mfu"] = rate / peak
+    if (hw or {}).get("verl_peak_flops"):
+        call["mfu_verl"] = rate / hw["verl_peak_flops"]
 
 
 def unit_work(shape: Shape, u: dict) -> dict | None:
@@ -233,7 +252,24 @@ def stage_limits(rows: list[dict]) -> list[dict]:
         rec["bound"] = "compute" if compute >= rec["sol_ms"] - compute else "memory"
         parts = {f: rec[f] for f, _ in GAP_PARTS}
         rec["gap_largest"] = dict(GAP_PARTS)[max(parts, key=parts.get)] if rec["gap_ms"] > 0 else None
+        calls = [r["call"] for r in held if "model_flops" in r.get("call", {})]
+        if calls:
+            rec["calls"] = calls_summed(calls)
         out.append(rec)
+    return out
+
+
+def calls_summed(calls: list[dict]) -> dict:
+    """A stage's whole calls (`call_limits`) as one: their ratios the sums' (FLOPs over each call's time x peak)."""
+    out = {
+        "calls": len(calls),
+        "units": sum(c["units"] for c in calls),
+        "wall_ms": sum(c["wall_ms"] for c in calls),
+        "model_flops": sum(c["model_flops"] for c in calls),
+    }
+    for ratio in ("mfu", "mfu_verl"):
+        if all(c.get(ratio) for c in calls):
+            out[ratio] = out["model_flops"] / sum(c["model_flops"] / c[ratio] for c in calls)
     return out
 
 

@@ -331,6 +331,7 @@ def window_rows(
     by_mid = np.argsort(mids, kind="stable")
     step_at = _StepAt(meta.get("step_spans"))
     seen: dict[str, int] = defaultdict(int)
+    call = (meta.get("sampled") or {}).get("call") if len(stages) == 1 else None  # a stage call's kept units
     for _, stage, lo, hi in stages:
         k = seen[stage]
         seen[stage] += 1
@@ -353,6 +354,8 @@ def window_rows(
             rows.append(
                 {**stage_row, "unit": kind, "index": index, "start_us": ulo, **ranged().window(ulo, uhi), **args}
             )
+        if call and stage == meta.get("stage"):  # the stage's row only, not its units'
+            stage_row["call"] = dict(call)
     device_pipelining(rows)
     return rows
 

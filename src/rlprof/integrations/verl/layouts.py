@@ -2,12 +2,16 @@
 that the sampled window running in this context (`CURRENT`, set by the sampler around a stage call) sees each
 micro-batch begin and end: FSDPEngine.forward_backward_batch's micro-batches (verl 0.9.x and head), before verl
 enters its `micro_batch{k}` range, so micro-batch k's backward stays in its window; DataParallelPPOActor/-Critic's
-_forward_micro_batch and _optimizer_step (0.7.x). A release or layout it does not know is one warning and no patch."""
+_forward_micro_batch and _optimizer_step (0.7.x). A release or layout it does not know is one warning and no patch.
+The calls verl's own timers wrap for its perf/mfu (the engine's train_batch and infer_batch; 0.7.x's update_policy
+and compute_log_prob) are timed into the window too, so that the whole call's rate is taken as verl takes it."""
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
+import time
 
 from ...frameworks import verl as facts
 from ...warn_once import warn_once
@@ -54,8 +58,6 @@ def known_layout(release: str, instead: str) -> str | None:
 
 def _patch_engine() -> str | None:
     """verl 0.9.x / head: FSDPEngine.forward_backward_batch iterates what its module's prepare_micro_batches returns."""
-    import importlib
-
     spec = facts.ENGINE_LAYOUT
     try:
         module = importlib.import_module(spec["module"])
@@ -69,7 +71,38 @@ def _patch_engine() -> str | None:
     original = getattr(module, spec["source"])
     if not getattr(original, "_rlprof", False):
         setattr(module, spec["source"], _ticking_micro_batches(original))
+    timed = facts.ENGINE_TIMED
+    try:  # without it the call is timed whole (the stage call); the micro-batches are sampled all the same
+        engine = getattr(importlib.import_module(timed["module"]), timed["class"])
+    except Exception:
+        return None
+    _time_methods(engine, timed["methods"])
     return None
+
+
+def _time_methods(cls, names) -> None:
+    for name in names:
+        method = getattr(cls, name, None)
+        if callable(method) and not getattr(method, "_rlprof", False):
+            setattr(cls, name, _timed(method))
+
+
+def _timed(original):
+    """A call verl's own timer wraps, timed into the window running in this context (none: verl's call as it is)."""
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        window = CURRENT.get()
+        if window is None:
+            return original(*args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            window.timed(time.perf_counter() - started, original.__qualname__)
+
+    timed._rlprof = True
+    return timed
 
 
 def _ticking_micro_batches(original):
@@ -79,7 +112,7 @@ def _ticking_micro_batches(original):
         window = CURRENT.get()
         if window is None or not isinstance(result, tuple) or not result:
             return result
-        return (_Ticking(result[0], window, _engine_args), *result[1:])
+        return (_Ticking(result[0], window, _engine_args, _engine_lengths), *result[1:])
 
     prepare_micro_batches._rlprof = True
     return prepare_micro_batches
@@ -90,15 +123,15 @@ class _Ticking(list):
     iteration (before verl enters `micro_batch{k}`) and ends the last once the loop asks for more (its backward
     done)."""
 
-    def __init__(self, items, window, describe):
+    def __init__(self, items, window, describe, lengths):
         super().__init__(items)
-        self.window, self.describe = window, describe
+        self.window, self.describe, self.lengths = window, describe, lengths
 
     def __iter__(self):
-        window, describe = self.window, self.describe
+        window, describe, lengths = self.window, self.describe, self.lengths
         try:
             for item in list.__iter__(self):
-                window.unit_begins(functools.partial(describe, item))
+                window.unit_begins(functools.partial(describe, item), functools.partial(lengths, item))
                 yield item
         finally:
             window.unit_ends()
@@ -114,6 +147,14 @@ def _engine_args(micro_batch) -> dict:
     else:
         lengths = micro_batch["attention_mask"].sum(-1).tolist()
     return _held(lengths, tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True))
+
+
+def _engine_lengths(micro_batch) -> tuple[str, object]:
+    """Where a micro-batch's real lengths are, without an operator: its packed rows' offsets, or its attention mask."""
+    ids = micro_batch["input_ids"]
+    if getattr(ids, "is_nested", False):
+        return "offsets", ids.offsets()
+    return "mask", micro_batch["attention_mask"]
 
 
 def _held(lengths: list[int], packed: bool, width: int | None = None) -> dict:
@@ -132,7 +173,6 @@ def _held(lengths: list[int], packed: bool, width: int | None = None) -> dict:
 def _patch_dp() -> str | None:
     """verl 0.7.x: DataParallelPPOActor/-Critic run one _forward_micro_batch per micro-batch (the backward follows in
     the loop body) and _optimizer_step after a mini-batch's last."""
-    import importlib
 
     for spec in facts.DP_LAYOUTS:
         try:
@@ -151,6 +191,7 @@ def _patch_dp() -> str | None:
             setattr(cls, spec["forward"], _dp_forward(forward))
         if not getattr(boundary, "_rlprof", False):
             setattr(cls, spec["boundary"], _dp_boundary(boundary))
+        _time_methods(cls, spec["stages"])
     return None
 
 
@@ -159,7 +200,10 @@ def _dp_forward(original):
     def _forward_micro_batch(self, micro_batch, *args, **kwargs):
         window = CURRENT.get()
         if window is not None:
-            window.unit_begins(functools.partial(_dp_args, micro_batch, getattr(self, "use_remove_padding", False)))
+            window.unit_begins(
+                functools.partial(_dp_args, micro_batch, getattr(self, "use_remove_padding", False)),
+                lambda: ("mask", micro_batch["attention_mask"]),
+            )
         return original(self, micro_batch, *args, **kwargs)
 
     _forward_micro_batch._rlprof = True

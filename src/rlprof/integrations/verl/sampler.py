@@ -181,9 +181,11 @@ class MicroBatchSampler:
                 if window is None:
                     return func(*args, **kw)
                 token = CURRENT.set(window)
+                started = time.perf_counter()
                 try:
                     return func(*args, **kw)
                 finally:
+                    window.call_ms = (time.perf_counter() - started) * 1e3  # the call, not its window's export
                     CURRENT.reset(token)
                     window.close()
 
@@ -226,6 +228,9 @@ class SampledStage:
         self.k = -1  # the unit now running (0-based within the stage call)
         self.unit = self.stage_range = None
         self.kept: list[int] = []
+        self.call_ms: float | None = None
+        self.timed_ms, self.timed_calls = 0.0, []  # the calls inside it that verl's own timers wrap
+        self.tally = CallTally()
         self.save_path = Path(plan.save_path)
         self.world_size = _world_size()
         spec = WindowSpec(
@@ -264,9 +269,13 @@ class SampledStage:
                 f"{exc}); the window is dropped and training goes on",
             )
 
-    def unit_begins(self, describe) -> None:
+    def unit_begins(self, describe, lengths=None) -> None:
+        """Unit k+1 begins: `describe()` says what it holds (called for a kept unit only), `lengths()` where its rows'
+        real lengths are, as `(kind, tensor)` (every unit: counted when the call's window has stopped, CallTally)."""
         with HELD:  # a signal's closing of the window waits for the schedule's step
             self._unit_begins(describe)
+            if lengths is not None:
+                self.tally.add(lengths)
 
     def _unit_begins(self, describe) -> None:
         if self.window.failed or self.window.closed:
@@ -386,7 +395,7 @@ class SampledStage:
             "window": out.index or 0,
             "framework": "verl",
             "collected_by": facts.PLUGIN_MODULE,
-            "sampled": {"unit": facts.PLUGIN_UNIT, "kept": self.kept},
+            "sampled": {"unit": facts.PLUGIN_UNIT, "kept": self.kept, **self._call()},
             **({"device": device} if (device := device_record(sampler.cpu)) is not None else {}),
         }  # a window of units, not one unit
         truncated = self.window.finalize(out, dest, meta)
@@ -395,6 +404,60 @@ class SampledStage:
             f"{', '.join(map(str, self.kept))} -> {dest}" + (" (truncated)" if truncated else ""),
             flush=True,
         )
+
+    def timed(self, seconds: float, name: str) -> None:
+        """A call verl's own timer wraps for its mfu ran inside this stage call (layouts.py)."""
+        self.timed_ms += seconds * 1e3
+        self.timed_calls.append(name)
+
+    def _call(self) -> dict:
+        """The whole stage call the kept units came from: its time as verl's own mfu takes it (the calls its timers
+        wrap; the stage call whole where none ran) and every unit's real tokens and query-key pairs, so that its rate
+        is the one verl's own mfu states."""
+        if self.call_ms is None:
+            return {}
+        if self.timed_calls:
+            names = sorted(set(self.timed_calls))
+            wall, timed = self.timed_ms, f"{len(self.timed_calls)} x " + " + ".join(names)
+        else:
+            wall, timed = self.call_ms, "the stage call"
+        return {"call": {"wall_ms": wall, "timed": timed, "units": self.k + 1, **self.tally.totals()}}
+
+
+class CallTally:
+    """Every micro-batch's real lengths over one stage call, held as verl holds them (its rows' offsets or attention
+    mask, a reference and no operator) and counted once the call's window has stopped: no operator of rlprof's inside
+    a kept window, no sync per micro-batch. A fault leaves the call's work unsaid; it never reaches the stage."""
+
+    def __init__(self):
+        self.held: list[tuple[str, object]] = []
+        self.failed = False
+        self._totals: dict | None = None
+
+    def add(self, lengths) -> None:
+        if self.failed:
+            return
+        try:
+            self.held.append(lengths())
+        except Exception:
+            self.failed = True
+
+    def totals(self) -> dict:
+        if self._totals is None:
+            self._totals = {} if self.failed or not self.held else self._count()
+            self.held = []  # the batch's tensors let go
+        return self._totals
+
+    def _count(self) -> dict:
+        tokens = pairs = 0
+        try:
+            for kind, tensor in self.held:
+                n = (tensor.diff() if kind == "offsets" else tensor.sum(-1)).long()
+                tokens += int(n.sum())
+                pairs += int((n * n).sum())
+        except Exception:
+            return {}
+        return {"real_tokens": tokens, "query_key_pairs": pairs, "tallied_units": len(self.held)}
 
 
 def _world_size() -> int | None:
