@@ -5,6 +5,7 @@ reaches stderr; `--verbose` keeps Kineto's lines."""
 import gzip
 import json
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -68,6 +69,32 @@ def test_the_filter_passes_everything_else_through(tmp_path):
         "[W1127 10:55:30.52 collection.cpp:664] Warning: a user's range (function operator())\n"
         "no newline at the endafter\n"
     )
+
+
+def test_a_crash_inside_the_filter_is_reported_on_the_real_stderr_with_each_threads_stack(tmp_path):
+    """A crash in C (a segmentation fault) while the filter holds fd 2: faulthandler's report of every thread reaches
+    the real stderr (the pipe's pump dies with the process); after the filter, a host's own faulthandler is as it was."""
+    script = textwrap.dedent("""
+        import ctypes, faulthandler, sys, threading, time
+        from rlprof.collect.foreign_logs import foreign_log_filter
+        with foreign_log_filter():
+            pass
+        print("after a filter:", faulthandler.is_enabled(), file=sys.stderr, flush=True)
+        def a_waiting_thread():
+            time.sleep(60)
+        threading.Thread(target=a_waiting_thread, daemon=True).start()
+        with foreign_log_filter():
+            print("before the crash", file=sys.stderr, flush=True)
+            ctypes.string_at(0)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("RLPROF_VERBOSE", None)
+    env.pop("PYTHONFAULTHANDLER", None)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGSEGV, proc
+    assert "after a filter: False\n" in proc.stderr  # the host's own setting restored
+    assert "Fatal Python error: Segmentation fault" in proc.stderr, proc.stderr
+    assert "in a_waiting_thread" in proc.stderr and "in string_at" in proc.stderr, proc.stderr
 
 
 A = "actor_rollout_ref.actor.profiler"

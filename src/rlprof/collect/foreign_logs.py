@@ -4,7 +4,8 @@ Kineto writes `USDT:... profiler_start` / `profiler_stop` (and `STAGE:...` at so
 at every window, whatever KINETO_LOG_LEVEL says, in the middle of rlprof's own output. Only a filter on the
 descriptor keeps them off the screen: while `foreign_log_filter()` is open, fd 2 is a pipe whose lines are copied to
 the real stderr unless they are such a line. Nothing else is held back, and `RLPROF_VERBOSE=1` (or `rlprof train
---verbose`) turns the filter off.
+--verbose`) turns the filter off. A fatal error (a crash in C code) is reported on the real stderr with every
+thread's Python stack (faulthandler), never into the pipe, whose pump dies with the process.
 
 torch's own C++ warnings (`[W1127 10:55:30.524585457 collection.cpp:664] Warning: ...`, c10's format, not glog's) pass,
 but for one that names a range of rlprof's (`Warning: rlprof:mini_batch:0 (function operator())`): torch's profiler
@@ -14,6 +15,7 @@ says so of a range still open when a cycle stops. The torch backend closes its r
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import re
@@ -67,6 +69,10 @@ def foreign_log_filter(enabled: bool = True):
         return
     pump = threading.Thread(target=_pump, args=(read_fd, real_stderr), name="rlprof-stderr-filter", daemon=True)
     pump.start()
+    # a fatal error's report (a crash in C: the stacks of every thread) goes to the real stderr: written into the
+    # pipe, it would die unread with the process that holds the pump
+    said_before = faulthandler.is_enabled()
+    faulthandler.enable(file=real_stderr, all_threads=True)
 
     def drain(timeout: float = 5) -> None:
         sys.stderr.flush()
@@ -81,5 +87,9 @@ def foreign_log_filter(enabled: bool = True):
     finally:
         forget(before_exit)
         drain()
+        if said_before:
+            faulthandler.enable(file=sys.stderr, all_threads=True)
+        else:
+            faulthandler.disable()
         if not pump.is_alive():  # a child process still holding the pipe keeps the pump (and this fd) alive
             os.close(real_stderr)
