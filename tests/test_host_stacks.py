@@ -170,6 +170,47 @@ def test_each_sample_is_the_call_path_the_thread_was_on():
     assert seen["a"] >= 3 and seen["b"] >= 3, seen  # a loaded machine lets the sampler look less often
 
 
+@pytest.mark.parametrize("host_collects", [True, False])
+def test_no_collection_runs_while_the_sampler_reads_other_threads_frames(monkeypatch, host_collects):
+    """Each look (sys._current_frames and the walk up each thread's frames, which make frame objects) runs with the
+    collector off: on CPython 3.11 a collection set off there runs finalizers that let the frame's own thread pop it
+    under the reader. The host's own setting stands before, between and after the looks."""
+    import gc
+
+    from rlprof.collect import host_stacks
+
+    seen = []
+    real_frames, real_node_of = sys._current_frames, HostSampler._node_of
+
+    def frames():
+        seen.append(("frames", gc.isenabled()))
+        return real_frames()
+
+    def node_of(self, tid, frame):
+        seen.append(("walk", gc.isenabled()))
+        return real_node_of(self, tid, frame)
+
+    monkeypatch.setattr(host_stacks.sys, "_current_frames", frames)
+    monkeypatch.setattr(HostSampler, "_node_of", node_of)
+    was = gc.isenabled()
+    (gc.enable if host_collects else gc.disable)()
+    try:
+        sampler = HostSampler(interval_s=0.001)
+        sampler.start()
+        between = []
+        until = time.perf_counter() + 0.3
+        while time.perf_counter() < until:
+            between.append(gc.isenabled())
+            _leaf(200)
+        sampler.stop()
+        after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert sampler.samples > 0 and {kind for kind, _ in seen} == {"frames", "walk"}
+    assert not any(collecting for _, collecting in seen), seen
+    assert after == host_collects and (host_collects in between if host_collects else not any(between))
+
+
 def test_other_threads_are_named_and_the_sampler_runs_only_while_a_window_is_open(tmp_path):
     from rlprof.collect.profiler import Profiler
 

@@ -10,6 +10,12 @@ pyinstrument's sampler is a profile hook on the thread it watches (called on eve
 cost grows with the calls the stage makes and it sees one thread; py-spy reads another process's memory, which needs
 ptrace rights a container or a Ray worker rarely grants, and is a separate binary on another clock.
 
+No collection runs during a look. On CPython 3.11 before 3.11.9, a collection that an allocation inside
+`sys._current_frames()` or a frame's `f_back` sets off (each makes frame objects) runs finalizers, which may hand the
+GIL to the thread whose frame is being read; it pops that frame, and the frame object made for it points at freed
+memory (CPython gh-106883 fixed the call itself in 3.11.9, by the same means; a walk up `f_back` stays exposed on
+every 3.11). The collector is off for the look only, and left alone where the host had turned it off.
+
 Frames are interned as a prefix tree (one node per (caller node, frame)): a sample is three numbers. The walk up a
 thread's stack stops at the first frame of its previous look that is the same object at the same instruction (held
 from that look to this one, so identity is never an address reused): a running frame's callers cannot change.
@@ -101,17 +107,24 @@ class HostSampler:
             while not wait(self.interval_s):
                 frame = None
                 t = now() / 1000
-                current = frames_of()
-                for tid, frame in current.items():
-                    if tid == own:
-                        continue
-                    node = self._node_of(tid, frame)
-                    index = self._thread_index.get(tid)
-                    if index is None:
-                        index = self._new_thread(tid)
-                    self.t_us.append(t)
-                    self.thread.append(index)
-                    self.stack.append(node)
+                collecting = gc.isenabled()
+                if collecting:  # no collection inside a look (below): its finalizers would let threads move on
+                    gc.disable()
+                try:
+                    current = frames_of()
+                    for tid, frame in current.items():
+                        if tid == own:
+                            continue
+                        node = self._node_of(tid, frame)
+                        index = self._thread_index.get(tid)
+                        if index is None:
+                            index = self._new_thread(tid)
+                        self.t_us.append(t)
+                        self.thread.append(index)
+                        self.stack.append(node)
+                finally:
+                    if collecting:
+                        gc.enable()
                 self.bytes += SAMPLE_BYTES * (len(current) - 1 or 1)
                 for gone in self._chains.keys() - current.keys():  # a thread that ended: its frames let go
                     del self._chains[gone]
