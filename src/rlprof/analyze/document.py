@@ -137,8 +137,9 @@ ALIKE = ("step_source",)  # where the window's step came from (row_steps.py): it
 # host_wall_ms: the span of the units' host ranges, first start to last end (the host lane draws that); attribution:
 # "launch+time" where any unit placed work by time; units_only: how many units. Not carried: what only a unit says
 # (index, ops_sig, UNIT_ARGS) and device_overlap_next_ms (how far the next stage runs into this one: the next stage
-# is in another file, or not recorded).
-NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", *UNIT_ARGS)
+# is in another file, or not recorded); call: the whole stage call a sampled window's file records, on the stage row
+# that file has (units never carry it, and a stage made from units has no file of its own).
+NOT_CARRIED = ("file", "unit", "index", "ops_sig", "device_overlap_next_ms", "call", *UNIT_ARGS)
 NAMED_AFTER = ("writer",)  # named on every row once the stage rows are made (name_writers): from its own key
 # the work and limits: not assembled, computed for the stage row afterwards from its units' work (speed_of_light)
 AFTERWARDS = ROW_FIELDS
