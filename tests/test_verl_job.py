@@ -574,7 +574,11 @@ def test_trigger_captures_the_step_after_the_injected_slowdown_in_main_ppo(trigg
     timeline = doc["timeline"]
     assert timeline["steps"] == list(range(1, TRIGGER_STEPS + 1))
     assert SLOW_FROM + 1 in timeline["captured_steps"] and timeline["warmup_steps"] == [1]
-    assert min(s["step"] for s in timeline["spikes"]) == SLOW_FROM
+    # the injected slowdown is a spike at its onset, the largest of the run's: a loaded host may spike a stage of an
+    # earlier step too (CI once saw one at step 5), never by the 10 s the reward was slowed
+    excess = {(s["step"], s["stage"]): s["seconds"] - s["baseline_seconds"] for s in timeline["spikes"]}
+    onset = [k for k in excess if k[0] == SLOW_FROM]
+    assert onset and max(excess[k] for k in onset) == max(excess.values()) >= 3.0, timeline["spikes"]
     rows = {(r["step"], r["role"], r["stage"]) for r in doc["rows"] if r["unit"] is None}
     assert {(SLOW_FROM + 1, role, stage) for role, stage in WHOLE_STEP} <= rows
     # every watched step's samples, in the driver's run directory (one run id for the driver and the agent loop);
